@@ -1,0 +1,533 @@
+"""The record batch: the one byte layout raftlog uses on disk and on the wire.
+
+A producer encodes many records into one batch; the broker checks the batch checksum, stamps the
+base offset and leader epoch into the header and appends the bytes unchanged; a fetch sends the
+same bytes back; only the consumer decodes individual records. So the broker's cost is per batch,
+never per record.
+
+All integers are little-endian (the native order of the machines we run on) and fixed width,
+because Python decodes fixed-width fields with one `struct` call where varints need a loop.
+
+Batch layout (header = 65 bytes)::
+
+    offset size field
+    0      8    base_offset         int64   offset of the first record; stamped by the leader
+    8      4    batch_length        int32   bytes that follow this field (total size - 12)
+    12     4    partition_leader_epoch int32 epoch of the leader that appended; stamped
+    16     1    magic               int8    format version, 1
+    17     8    checksum            uint64  xxh3_64 of bytes [25, total size)
+    25     2    attributes          int16   bits 0-2 compression codec (0 = none); rest reserved 0
+    27     4    last_offset_delta   int32   record_count - 1 (offsets are consecutive)
+    31     8    first_timestamp     int64   ms since the epoch, of the first record
+    39     8    max_timestamp       int64   largest record timestamp in the batch
+    47     8    producer_id         int64   -1 when not idempotent
+    55     2    producer_epoch      int16   -1 when not idempotent
+    57     4    base_sequence       int32   -1 when not idempotent
+    61     4    record_count        int32   number of records, >= 1
+    65     4*n  record_lengths      int32[n] byte length of each record body below
+    ...         record bodies       concatenated, in offset order
+
+Record body layout (fixed part = 21 bytes)::
+
+    size  field
+    1     attributes      int8   reserved, 0
+    8     timestamp       int64  ms since the epoch
+    4     key_length      int32  -1 for a null key
+    k     key
+    4     value_length    int32  -1 for a null value
+    v     value
+    4     header_count    int32
+          headers, each:  int32 key_length, key (UTF-8), int32 value_length (-1 = null), value
+
+Record n of a batch has offset base_offset + n: offsets are never stored per record.
+
+Decisions, and why:
+- The checksum covers everything from `attributes` to the end, and not `base_offset`,
+  `batch_length`, `partition_leader_epoch`, `magic`. The broker can therefore stamp offset and
+  epoch by writing 16 header bytes in front of the untouched rest (one `writev`), without
+  re-encoding or re-hashing records. `magic` sits before the checksum so that a reader knows
+  which checksum a batch uses before computing it (as in Kafka). A wrong `batch_length` is still
+  caught: the checksum is then computed over other bytes, and recovery also checks that lengths
+  fit the file.
+- The table of record lengths up front lets the broker check "record count matches the bytes"
+  with C-speed operations (one `array` view, `sum` and `min`), never a Python loop per record.
+- xxh3_64: one C call, about 10 GB/s here; the cheapest strong-enough check for torn writes and
+  bit flips.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
+from typing import NamedTuple
+
+import xxhash
+
+from raftlog.errors import CorruptRecordError
+
+MAGIC = 1
+HEADER = struct.Struct("<qiibQhiqqqhii")
+HEADER_SIZE = HEADER.size  # 65
+assert HEADER_SIZE == 65
+# Fields that precede `batch_length`'s payload: base_offset + batch_length.
+LOG_OVERHEAD = 12
+# The stamped prefix: base_offset, batch_length, partition_leader_epoch.
+STAMP = struct.Struct("<qii")
+STAMP_SIZE = STAMP.size  # 16
+# Offsets of single fields, for readers that need one field without unpacking the header.
+BASE_OFFSET_AT = 0
+LENGTH_AT = 8
+EPOCH_AT = 12
+MAGIC_AT = 16
+CHECKSUM_AT = 17
+CHECKSUMMED_FROM = 25
+# base_offset, batch_length, epoch, magic: what a scan over a file needs first.
+PREFIX = struct.Struct("<qiib")
+PREFIX_SIZE = PREFIX.size  # 17
+
+RECORD_FIXED = struct.Struct("<bqi")  # attributes, timestamp, key_length
+RECORD_MIN_SIZE = 21  # fixed part of a record with null key, null value and no headers
+INT32 = struct.Struct("<i")
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+NO_PARTITION_LEADER_EPOCH = -1
+COMPRESSION_MASK = 0x07
+
+_NATIVE_LITTLE = sys.byteorder == "little"
+_checksum = xxhash.xxh3_64_intdigest
+
+
+class Record(NamedTuple):
+    """One record as a producer sends it and a consumer reads it.
+
+    `offset` is -1 until the record has been read back from a log. A NamedTuple rather than a
+    frozen dataclass: both are immutable, and a tuple is built three times faster, which matters
+    on the consumer's per-record path.
+    """
+
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+    timestamp: int = 0
+    offset: int = -1
+
+
+class BatchHeader(NamedTuple):
+    """The decoded fixed header of one batch. `size` is the whole batch in bytes.
+
+    A NamedTuple so that `HEADER.unpack_from` becomes a header with no per-field Python work.
+    """
+
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    checksum: int
+    attributes: int
+    last_offset_delta: int
+    first_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def size(self) -> int:
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+
+def encode_record(
+    key: bytes | None,
+    value: bytes | None,
+    timestamp: int,
+    headers: Sequence[tuple[str, bytes | None]] = (),
+) -> bytes:
+    """Encode one record body (without its entry in the length table)."""
+    parts: list[bytes] = []
+    if key is None:
+        parts.append(RECORD_FIXED.pack(0, timestamp, -1))
+    else:
+        parts.append(RECORD_FIXED.pack(0, timestamp, len(key)))
+        parts.append(key)
+    if value is None:
+        parts.append(b"\xff\xff\xff\xff")
+    else:
+        parts.append(INT32.pack(len(value)))
+        parts.append(value)
+    parts.append(INT32.pack(len(headers)))
+    for hkey, hvalue in headers:
+        hk = hkey.encode()
+        parts.append(INT32.pack(len(hk)))
+        parts.append(hk)
+        if hvalue is None:
+            parts.append(b"\xff\xff\xff\xff")
+        else:
+            parts.append(INT32.pack(len(hvalue)))
+            parts.append(hvalue)
+    return b"".join(parts)
+
+
+class BatchBuilder:
+    """Accumulates records and encodes them into one batch.
+
+    The producer keeps one builder per partition; `size_bytes` tells it when the batch is full.
+    """
+
+    __slots__ = (
+        "_bodies",
+        "_first_ts",
+        "_max_ts",
+        "_size",
+        "base_sequence",
+        "producer_epoch",
+        "producer_id",
+    )
+
+    def __init__(
+        self,
+        producer_id: int = NO_PRODUCER_ID,
+        producer_epoch: int = NO_PRODUCER_EPOCH,
+        base_sequence: int = NO_SEQUENCE,
+    ):
+        self._bodies: list[bytes] = []
+        self._first_ts = 0
+        self._max_ts = -1
+        self._size = HEADER_SIZE
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.base_sequence = base_sequence
+
+    def __len__(self) -> int:
+        return len(self._bodies)
+
+    @property
+    def size_bytes(self) -> int:
+        """Size of the batch if it were built now."""
+        return self._size
+
+    def append(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,
+        headers: Sequence[tuple[str, bytes | None]] = (),
+    ) -> int:
+        """Add a record; returns its offset delta within the batch."""
+        if headers:
+            body = encode_record(key, value, timestamp, headers)
+        else:
+            # The common case, inlined: one pack call and one join per record.
+            if key is None:
+                if value is None:
+                    body = RECORD_FIXED.pack(0, timestamp, -1) + b"\xff\xff\xff\xff\0\0\0\0"
+                else:
+                    body = b"".join(
+                        (
+                            RECORD_FIXED.pack(0, timestamp, -1),
+                            INT32.pack(len(value)),
+                            value,
+                            b"\0\0\0\0",
+                        )
+                    )
+            else:
+                body = b"".join(
+                    (
+                        RECORD_FIXED.pack(0, timestamp, len(key)),
+                        key,
+                        INT32.pack(-1 if value is None else len(value)),
+                        value or b"",
+                        b"\0\0\0\0",
+                    )
+                )
+        if not self._bodies:
+            self._first_ts = timestamp
+        if timestamp > self._max_ts:
+            self._max_ts = timestamp
+        self._bodies.append(body)
+        self._size += 4 + len(body)
+        return len(self._bodies) - 1
+
+    def build(
+        self, base_offset: int = 0, partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH
+    ) -> bytes:
+        assert self._bodies, "cannot build an empty batch"
+        return _assemble(
+            self._bodies,
+            self._first_ts,
+            self._max_ts,
+            base_offset,
+            partition_leader_epoch,
+            self.producer_id,
+            self.producer_epoch,
+            self.base_sequence,
+        )
+
+
+def _assemble(
+    bodies: Sequence[bytes],
+    first_ts: int,
+    max_ts: int,
+    base_offset: int,
+    partition_leader_epoch: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    attributes: int = 0,
+) -> bytes:
+    count = len(bodies)
+    lengths = array("i", map(len, bodies))
+    if not _NATIVE_LITTLE:
+        lengths.byteswap()
+    tail = b"".join(
+        (
+            struct.pack(
+                "<hiqqqhii",
+                attributes,
+                count - 1,
+                first_ts,
+                max_ts,
+                producer_id,
+                producer_epoch,
+                base_sequence,
+                count,
+            ),
+            lengths.tobytes(),
+            *bodies,
+        )
+    )
+    checksum = _checksum(tail)
+    batch_length = CHECKSUMMED_FROM + len(tail) - LOG_OVERHEAD
+    head = struct.pack("<qiibQ", base_offset, batch_length, partition_leader_epoch, MAGIC, checksum)
+    return head + tail
+
+
+def encode_batch(
+    records: Iterable[Record | tuple[bytes | None, bytes | None]],
+    base_offset: int = 0,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    timestamp: int = 0,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+) -> bytes:
+    """Encode records into one batch. Tuples are (key, value) stamped with `timestamp`."""
+    builder = BatchBuilder(producer_id, producer_epoch, base_sequence)
+    for r in records:
+        if isinstance(r, Record):
+            builder.append(r.key, r.value, r.timestamp, r.headers)
+        else:
+            builder.append(r[0], r[1], timestamp)
+    return builder.build(base_offset, partition_leader_epoch)
+
+
+def stamp(base_offset: int, batch_length: int, partition_leader_epoch: int) -> bytes:
+    """The 16 bytes that replace a batch's first 16 when the leader assigns offset and epoch."""
+    return STAMP.pack(base_offset, batch_length, partition_leader_epoch)
+
+
+def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    """Decode the header at `pos`; checks only that 65 bytes are there."""
+    if len(buf) - pos < HEADER_SIZE:
+        raise CorruptRecordError(
+            f"batch header at byte {pos} needs {HEADER_SIZE} bytes, {len(buf) - pos} left"
+        )
+    return BatchHeader._make(HEADER.unpack_from(buf, pos))
+
+
+def validate_batch(
+    buf: bytes | bytearray | memoryview, pos: int = 0, end: int | None = None
+) -> BatchHeader:
+    """Check the batch at `pos` without decoding its records, and return its header.
+
+    Checks: the length fits inside [pos, end); magic is known; the record count agrees with
+    last_offset_delta and with the table of record lengths, whose sum must fill the batch
+    exactly; every record is at least the minimum size; the checksum matches; compression is
+    none; the timestamps are ordered. Raises CorruptRecordError naming the byte position.
+    """
+    if end is None:
+        end = len(buf)
+    avail = end - pos
+    if avail < HEADER_SIZE:
+        raise CorruptRecordError(
+            f"truncated batch at byte {pos}: {avail} bytes, a header needs {HEADER_SIZE}"
+        )
+    (
+        base_offset,
+        batch_length,
+        epoch,
+        magic,
+        checksum,
+        attributes,
+        last_delta,
+        first_ts,
+        max_ts,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        count,
+    ) = HEADER.unpack_from(buf, pos)
+    size = batch_length + LOG_OVERHEAD
+    if size < HEADER_SIZE or size > avail:
+        raise CorruptRecordError(
+            f"impossible batch length {batch_length} at byte {pos} ({avail} bytes available)"
+        )
+    if magic != MAGIC:
+        raise CorruptRecordError(f"unknown magic {magic} in batch at byte {pos}")
+    if count < 1 or last_delta != count - 1:
+        raise CorruptRecordError(
+            f"record count {count} does not match last offset delta {last_delta} "
+            f"in batch at byte {pos}"
+        )
+    bodies_start = pos + HEADER_SIZE + 4 * count
+    batch_end = pos + size
+    if bodies_start > batch_end:
+        raise CorruptRecordError(
+            f"record count {count} does not fit batch of {size} bytes at byte {pos}"
+        )
+    if count == 1:
+        (length,) = INT32.unpack_from(buf, pos + HEADER_SIZE)
+        total, smallest = length, length
+    else:
+        lengths = memoryview(buf)[pos + HEADER_SIZE : bodies_start].cast("B").cast("i")
+        if not _NATIVE_LITTLE:
+            lengths = array("i", lengths)  # type: ignore[assignment]
+            lengths.byteswap()  # type: ignore[attr-defined]
+        total, smallest = sum(lengths), min(lengths)
+    if smallest < RECORD_MIN_SIZE or total != batch_end - bodies_start:
+        raise CorruptRecordError(
+            f"record lengths sum to {total} but batch at byte {pos} holds "
+            f"{batch_end - bodies_start} bytes of records for {count} records"
+        )
+    if _checksum(memoryview(buf)[pos + CHECKSUMMED_FROM : batch_end]) != checksum:
+        raise CorruptRecordError(f"checksum mismatch in batch at byte {pos}")
+    if attributes & COMPRESSION_MASK:
+        raise CorruptRecordError(
+            f"compression codec {attributes & COMPRESSION_MASK} in batch at byte {pos} "
+            "is not supported"
+        )
+    if max_ts < first_ts:
+        raise CorruptRecordError(
+            f"max timestamp {max_ts} < first timestamp {first_ts} in batch at byte {pos}"
+        )
+    return BatchHeader(
+        base_offset,
+        batch_length,
+        epoch,
+        magic,
+        checksum,
+        attributes,
+        last_delta,
+        first_ts,
+        max_ts,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        count,
+    )
+
+
+def iter_batches(
+    buf: bytes | bytearray | memoryview, validate: bool = True
+) -> Iterator[tuple[int, BatchHeader]]:
+    """Yield (position, header) for each whole batch in `buf`.
+
+    A trailing partial batch raises CorruptRecordError when `validate`; otherwise it ends the
+    iteration quietly (a fetch may end inside a batch).
+    """
+    pos, end = 0, len(buf)
+    while pos < end:
+        if validate:
+            header = validate_batch(buf, pos, end)
+        else:
+            if end - pos < HEADER_SIZE:
+                return
+            header = BatchHeader._make(HEADER.unpack_from(buf, pos))
+            if header.size < HEADER_SIZE or pos + header.size > end:
+                return
+        yield pos, header
+        pos += header.size
+
+
+def decode_records(
+    buf: bytes | bytearray | memoryview, pos: int = 0, header: BatchHeader | None = None
+) -> list[Record]:
+    """Decode the records of the (already validated) batch at `pos`.
+
+    Raises CorruptRecordError when a record's inner lengths do not fit its body.
+    """
+    if header is None:
+        header = read_header(buf, pos)
+    count = header.record_count
+    lengths = struct.unpack_from(f"<{count}i", buf, pos + HEADER_SIZE)
+    at = pos + HEADER_SIZE + 4 * count
+    base = header.base_offset
+    out: list[Record] = []
+    mv = memoryview(buf)
+    unpack_fixed = RECORD_FIXED.unpack_from
+    unpack_int = INT32.unpack_from
+    for i, length in enumerate(lengths):
+        end = at + length
+        try:
+            _attrs, ts, klen = unpack_fixed(mv, at)
+            p = at + 13
+            if klen < 0:
+                key = None
+            else:
+                key = bytes(mv[p : p + klen])
+                p += klen
+            (vlen,) = unpack_int(mv, p)
+            p += 4
+            if vlen < 0:
+                value = None
+            else:
+                value = bytes(mv[p : p + vlen])
+                p += vlen
+            (hcount,) = unpack_int(mv, p)
+            p += 4
+            headers: tuple[tuple[str, bytes | None], ...] = ()
+            if hcount:
+                hs = []
+                for _ in range(hcount):
+                    (hklen,) = unpack_int(mv, p)
+                    hkey = bytes(mv[p + 4 : p + 4 + hklen]).decode()
+                    p += 4 + hklen
+                    (hvlen,) = unpack_int(mv, p)
+                    p += 4
+                    if hvlen < 0:
+                        hvalue = None
+                    else:
+                        hvalue = bytes(mv[p : p + hvlen])
+                        p += hvlen
+                    hs.append((hkey, hvalue))
+                headers = tuple(hs)
+        except (struct.error, UnicodeDecodeError) as e:
+            raise CorruptRecordError(
+                f"record {base + i} in batch at byte {pos} is malformed: {e}"
+            ) from None
+        if p != end or klen < -1 or vlen < -1:
+            raise CorruptRecordError(
+                f"record {base + i} in batch at byte {pos}: fields take {p - at} bytes, "
+                f"its length says {length}"
+            )
+        out.append(Record(key, value, headers, ts, base + i))
+        at = end
+    return out
+
+
+def iter_records(buf: bytes | bytearray | memoryview, validate: bool = True) -> Iterator[Record]:
+    """Yield every record of every whole batch in `buf`, in offset order."""
+    for pos, header in iter_batches(buf, validate):
+        yield from decode_records(buf, pos, header)

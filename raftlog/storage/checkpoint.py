@@ -1,0 +1,107 @@
+"""Small checkpoint files written atomically: a partition's recovery point, log start offset,
+leader-epoch cache and (with replication) high watermark.
+
+File format (text, so an operator can read it)::
+
+    line 1   version, "0"
+    line 2   number of entries, n
+    n lines  the entries, integers separated by one space
+
+A write goes to `<name>.tmp`, is fsynced, renamed over `<name>`, and the directory is fsynced:
+after a crash the file holds either the old or the new content, never a mix. A reader that
+finds a malformed file raises `CheckpointError` naming the file and line; the owner decides
+whether the value can be rebuilt (the epoch cache, the recovery point) or not.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+VERSION = 0
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file exists but cannot be parsed."""
+
+
+def fsync_dir(path: str) -> None:
+    """Make a directory's entries (created, renamed, deleted files) durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str, data: bytes) -> None:
+    """Replace the file at `path` with `data`: write a temp file, fsync, rename, fsync dir."""
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+def write_entries(path: str, entries: Sequence[Sequence[int]]) -> None:
+    lines = [str(VERSION), str(len(entries))]
+    lines.extend(" ".join(str(v) for v in entry) for entry in entries)
+    atomic_write(path, ("\n".join(lines) + "\n").encode())
+
+
+def read_entries(path: str, width: int) -> list[tuple[int, ...]] | None:
+    """The entries of the checkpoint at `path`, or None when there is no such file."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return None
+    try:
+        lines = raw.decode("ascii").split("\n")
+    except UnicodeDecodeError:
+        raise CheckpointError(f"{path}: not an ASCII text file") from None
+    if lines and lines[-1] == "":
+        lines.pop()
+    if len(lines) < 2 or lines[0] != str(VERSION):
+        raise CheckpointError(f"{path}: line 1 must be version {VERSION}, got {lines[:1]}")
+    try:
+        count = int(lines[1])
+    except ValueError:
+        raise CheckpointError(f"{path}: line 2 must be an entry count, got {lines[1]!r}") from None
+    if count != len(lines) - 2:
+        raise CheckpointError(f"{path}: says {count} entries, holds {len(lines) - 2}")
+    entries = []
+    for lineno, line in enumerate(lines[2:], start=3):
+        parts = line.split(" ")
+        try:
+            values = tuple(int(p) for p in parts)
+        except ValueError:
+            raise CheckpointError(f"{path}: line {lineno} is not integers: {line!r}") from None
+        if len(values) != width:
+            raise CheckpointError(f"{path}: line {lineno} needs {width} integers: {line!r}")
+        entries.append(values)
+    return entries
+
+
+class OffsetCheckpoint:
+    """One offset kept in its own checkpoint file."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def write(self, offset: int) -> None:
+        write_entries(self.path, [(offset,)])
+
+    def read(self) -> int | None:
+        entries = read_entries(self.path, 1)
+        if entries is None:
+            return None
+        if len(entries) != 1:
+            raise CheckpointError(f"{self.path}: expected one entry, found {len(entries)}")
+        return entries[0][0]

@@ -1,0 +1,126 @@
+"""The leader-epoch cache: for each leader epoch, the first offset written in it (KIP-101).
+
+A follower that restarts or changes leader asks the leader "where does my epoch E end in your
+log?" (`end_offset_for_epoch`) and truncates to the answer; this replaces early Kafka's
+truncate-to-high-watermark, which could lose committed records.
+
+Entries are (epoch, start_offset) with both strictly increasing. The cache is persisted with the
+checkpoint format (`checkpoint.py`, entries "epoch start_offset") on every change; changes are
+rare (one per leader election), so each costs an fsync without hurting throughput. The cache is
+derived data: every batch carries its partition leader epoch, so the log can rebuild it when the
+file is missing or corrupt.
+
+Rules: an epoch is assigned before any batch of that epoch is written, so the file never lacks an
+epoch that the log holds; after a crash, entries beyond the log end are dropped on recovery
+(`truncate_from_end`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from bisect import bisect_right
+
+from raftlog.storage.checkpoint import read_entries, write_entries
+
+UNDEFINED_EPOCH = -1
+UNDEFINED_OFFSET = -1
+
+
+class LeaderEpochCache:
+    def __init__(self, path: str, entries: list[tuple[int, int]] | None = None):
+        self.path = path
+        # Invariant: epochs and start offsets both strictly increase.
+        self._epochs: list[int] = []
+        self._starts: list[int] = []
+        for epoch, start in entries or ():
+            self._epochs.append(epoch)
+            self._starts.append(start)
+
+    @classmethod
+    def load(cls, path: str) -> LeaderEpochCache:
+        """Read the cache; raises CheckpointError when the file is malformed or breaks the rules.
+
+        A missing file gives an empty cache.
+        """
+        from raftlog.storage.checkpoint import CheckpointError
+
+        raw = read_entries(path, 2) or []
+        entries = [(e, s) for e, s in raw]
+        for (e0, s0), (e1, s1) in itertools.pairwise(entries):
+            if not (e1 > e0 and s1 > s0):
+                raise CheckpointError(
+                    f"{path}: entries ({e0}, {s0}) then ({e1}, {s1}) do not both increase"
+                )
+        return cls(path, entries)
+
+    def entries(self) -> list[tuple[int, int]]:
+        return list(zip(self._epochs, self._starts, strict=True))
+
+    @property
+    def latest_epoch(self) -> int:
+        return self._epochs[-1] if self._epochs else UNDEFINED_EPOCH
+
+    def assign(self, epoch: int, start_offset: int) -> bool:
+        """Record that `epoch` starts at `start_offset`; returns True if the cache changed.
+
+        An epoch not newer than the latest is ignored (its start is already known). If the new
+        start is not after the latest entry's start, that entry is replaced: an epoch that wrote
+        nothing must not shadow the new one.
+        """
+        if epoch <= self.latest_epoch:
+            return False
+        while self._starts and self._starts[-1] >= start_offset:
+            self._epochs.pop()
+            self._starts.pop()
+        self._epochs.append(epoch)
+        self._starts.append(start_offset)
+        self._flush()
+        return True
+
+    def end_offset_for_epoch(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """(largest epoch <= `epoch` in the cache, the offset where that epoch ends).
+
+        The end is the start of the next larger epoch, or the log end offset if `epoch` is at
+        least the latest. (UNDEFINED_EPOCH, UNDEFINED_OFFSET) if `epoch` is older than all.
+        """
+        if not self._epochs:
+            return UNDEFINED_EPOCH, UNDEFINED_OFFSET
+        if epoch >= self._epochs[-1]:
+            return self._epochs[-1], log_end_offset
+        i = bisect_right(self._epochs, epoch)
+        if i == 0:
+            return UNDEFINED_EPOCH, UNDEFINED_OFFSET
+        return self._epochs[i - 1], self._starts[i]
+
+    def epoch_for_offset(self, offset: int) -> int:
+        """The epoch in which `offset` was written, per the cache."""
+        i = bisect_right(self._starts, offset)
+        return self._epochs[i - 1] if i else UNDEFINED_EPOCH
+
+    def truncate_from_end(self, end_offset: int) -> None:
+        """Drop epochs that start at or after `end_offset` (the log was cut there)."""
+        changed = False
+        while self._starts and self._starts[-1] >= end_offset:
+            self._epochs.pop()
+            self._starts.pop()
+            changed = True
+        if changed:
+            self._flush()
+
+    def truncate_from_start(self, start_offset: int) -> None:
+        """Forget epochs wholly before `start_offset`; the one that covers it starts there."""
+        i = bisect_right(self._starts, start_offset)
+        if i == 0:
+            return
+        if i == 1 and self._starts[0] == start_offset:
+            return
+        self._epochs = self._epochs[i - 1 :]
+        self._starts = [start_offset, *self._starts[i:]]
+        self._flush()
+
+    def clear(self) -> None:
+        self._epochs, self._starts = [], []
+        self._flush()
+
+    def _flush(self) -> None:
+        write_entries(self.path, self.entries())

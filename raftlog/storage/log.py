@@ -1,0 +1,768 @@
+"""`PartitionLog`: one partition's append-only log, a directory of segments.
+
+How it works:
+- Segments are kept in a list ordered by base offset, with a parallel list of base offsets that
+  `bisect` searches to find the segment holding an offset (the paper's "in-memory sorted
+  table"). Appends go to the last segment, the active one.
+- The leader path (`append`) validates each batch without decoding its records (records.py),
+  then writes 16 stamped header bytes (base offset, length, leader epoch) plus the untouched
+  rest of each batch with one `pwritev`: no copy of the batch, no re-hash.
+- The follower path (`append_as_follower`) writes batches with the offsets and epochs the leader
+  gave them, after the same validation and a check that they continue the log.
+- Reads return whole batches: the batch holding the wanted offset, then as many whole batches as
+  fit `max_bytes` (at least one, so a consumer always progresses), never past `max_offset`,
+  within one segment. `read_slice` gives (fd, position, size) for `sendfile`; `read` the bytes.
+  The OS page cache is the only cache.
+
+Durability rules:
+- Data is fsynced on `flush()` (by `flush_messages` / `flush_ms`), on every roll and on close.
+  The recovery point is the offset below which everything is known fsynced; its checkpoint file
+  may lag it (written at most every `recovery_point_checkpoint_ms`, and on roll and close).
+- On open, segments wholly below the recovery point are trusted (indices sanity-checked); the
+  rest are checked batch by batch and cut at the first invalid byte, with a log line naming the
+  file, position and bytes removed; later segments are deleted; indices are rebuilt.
+- A failed write is rolled back (ftruncate to the old size) and raised as StorageError; if even
+  the rollback fails the log goes offline (LogOfflineError) until reopened, which recovers it.
+- The log start offset is checkpointed before segments below it are deleted, so a crash in
+  between leaves only files that the next open deletes.
+- Truncation below the recovery point rewrites the recovery point checkpoint at once, so
+  recovery can never trust bytes that were rewritten after it.
+
+One writer per log; reads and writes from one thread (the broker's event loop) or under a lock.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import time
+from bisect import bisect_right
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import NoReturn
+
+from raftlog.errors import (
+    CorruptRecordError,
+    FencedLeaderEpochError,
+    InvalidOffsetError,
+    LogOfflineError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    StorageError,
+)
+from raftlog.records import (
+    LOG_OVERHEAD,
+    NO_PARTITION_LEADER_EPOCH,
+    STAMP,
+    STAMP_SIZE,
+    Record,
+    decode_records,
+    validate_batch,
+)
+from raftlog.storage.checkpoint import CheckpointError, OffsetCheckpoint, fsync_dir
+from raftlog.storage.config import INT32_MAX, LogConfig
+from raftlog.storage.epoch_cache import LeaderEpochCache
+from raftlog.storage.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIMEINDEX_SUFFIX,
+    LogSegment,
+    parse_segment_name,
+)
+
+log = logging.getLogger(__name__)
+
+RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
+LOG_START_FILE = "log-start-offset-checkpoint"
+EPOCH_CACHE_FILE = "leader-epoch-checkpoint"
+IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
+# fsyncs of rolled segments run on this thread (fsync releases the GIL), so that an append
+# that rolls does not wait for a whole segment (up to 1 GiB) to reach the disk. One thread:
+# the disk is the bottleneck, and it keeps rolled segments flushing in order.
+_ROLL_FLUSHER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raftlog-roll-flush")
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    """What an append did: the offsets it assigned (or kept) and the log's state after it."""
+
+    base_offset: int
+    last_offset: int
+    record_count: int
+    batch_count: int
+    size_bytes: int
+    max_timestamp: int
+    log_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class FileSlice:
+    """Whole batches at [position, position + size) of an open segment file, for sendfile.
+
+    The fd belongs to the log: use the slice before the log deletes or truncates that segment
+    (on the same thread, that means before the next log call), or `os.dup` it.
+    """
+
+    fd: int
+    path: str
+    position: int
+    size: int
+
+    def read(self) -> bytes:
+        if not self.size:
+            return b""
+        data = os.pread(self.fd, self.size, self.position)
+        if len(data) != self.size:
+            raise StorageError(
+                f"{self.path}: read {len(data)} of {self.size} bytes at byte {self.position}"
+            )
+        return data
+
+
+EMPTY_SLICE = FileSlice(-1, "", 0, 0)
+
+
+class PartitionLog:
+    """A partition's log. Build it with `PartitionLog.open(path, config)`."""
+
+    def __init__(self, path: str, config: LogConfig, clock_ms: Callable[[], int]):
+        self.path = path
+        self.name = os.path.basename(os.path.normpath(path))
+        self.config = config
+        self._clock_ms = clock_ms
+        self._segments: list[LogSegment] = []
+        # Invariant: _bases[i] == _segments[i].base_offset, strictly increasing, and
+        # _segments[i].next_offset == _segments[i + 1].base_offset.
+        self._bases: list[int] = []
+        # Invariant: log_start <= next_offset; recovery_point <= next_offset.
+        self._log_start = 0
+        self._next_offset = 0
+        self._recovery_point = 0
+        self._rp_checkpoint = OffsetCheckpoint(os.path.join(path, RECOVERY_POINT_FILE))
+        self._start_checkpoint = OffsetCheckpoint(os.path.join(path, LOG_START_FILE))
+        self.epoch_cache = LeaderEpochCache(os.path.join(path, EPOCH_CACHE_FILE))
+        self._unflushed_messages = 0
+        self._last_flush_ms = clock_ms()
+        self._last_rp_checkpoint_ms = 0
+        self._offline: str | None = None
+        # The fsync of the segment rolled last, running on _ROLL_FLUSHER, and the recovery
+        # point it establishes when it completes.
+        self._roll_flush: Future[None] | None = None
+        self._roll_flush_offset = 0
+
+    # -- opening and recovery ------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls, path: str, config: LogConfig | None = None, clock_ms: Callable[[], int] = wall_clock_ms
+    ) -> PartitionLog:
+        """Open (creating if needed) the log in directory `path`, recovering after a crash."""
+        self = cls(path, config or LogConfig(), clock_ms)
+        os.makedirs(path, exist_ok=True)
+        self._recover()
+        return self
+
+    def _recover(self) -> None:
+        path = self.path
+        bases = []
+        for entry in sorted(os.listdir(path)):
+            full = os.path.join(path, entry)
+            if entry.endswith(".tmp"):
+                os.unlink(full)  # a checkpoint write that never got renamed
+            elif (base := parse_segment_name(entry)) is not None:
+                bases.append(base)
+        for entry in os.listdir(path):
+            stem, _, suffix = entry.partition(".")
+            if "." + suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX) and not os.path.exists(
+                os.path.join(path, stem + LOG_SUFFIX)
+            ):
+                os.unlink(os.path.join(path, entry))
+        recovery_point = self._read_checkpoint(self._rp_checkpoint, default=0)
+        log_start = self._read_checkpoint(self._start_checkpoint, default=0)
+        try:
+            self.epoch_cache = LeaderEpochCache.load(self.epoch_cache.path)
+            rebuild_epochs = False
+        except CheckpointError as e:
+            log.warning("%s: rebuilding leader epoch cache from the log: %s", self.name, e)
+            rebuild_epochs = True
+        if not os.path.exists(self.epoch_cache.path) and bases:
+            rebuild_epochs = True
+
+        segments: list[LogSegment] = []
+        for i, base in enumerate(bases):
+            seg = LogSegment.open(path, base)
+            seg.index_interval = self.config.index_interval_bytes
+            if segments and base != segments[-1].next_offset:
+                log.error(
+                    "%s: segment %s starts at %d but the log before it ends at %d; "
+                    "deleting it and every later segment",
+                    self.name,
+                    seg.log_path,
+                    base,
+                    segments[-1].next_offset,
+                )
+                self._delete_files_from(bases[i:])
+                seg.close()
+                break
+            next_base = bases[i + 1] if i + 1 < len(bases) else None
+            trusted = next_base is not None and next_base <= recovery_point
+            needs_check = not trusted
+            if trusted or base < recovery_point:
+                try:
+                    seg.load()
+                    needs_check = seg.next_offset > recovery_point
+                except CorruptRecordError as e:
+                    log.warning("%s: %s; checking every batch", self.name, e)
+                    needs_check = True
+            if needs_check:
+                size_before = os.fstat(seg.fd).st_size
+                truncated, reason = seg.recover()
+                if truncated:
+                    log.warning(
+                        "%s: recovery truncated %s at byte %d, removing %d bytes: %s",
+                        self.name,
+                        seg.log_path,
+                        size_before - truncated,
+                        truncated,
+                        reason,
+                    )
+                    segments.append(seg)
+                    later = bases[i + 1 :]
+                    if later:
+                        log.warning(
+                            "%s: deleting %d later segments (from offset %d) after the corrupt one",
+                            self.name,
+                            len(later),
+                            later[0],
+                        )
+                        self._delete_files_from(later)
+                    break
+            segments.append(seg)
+        if not segments:
+            seg = LogSegment.create(path, log_start)
+            seg.index_interval = self.config.index_interval_bytes
+            segments.append(seg)
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self._next_offset = segments[-1].next_offset
+        self._log_start = min(max(log_start, segments[0].base_offset), self._next_offset)
+        self._delete_segments_below(self._log_start)
+        if rebuild_epochs:
+            self._rebuild_epoch_cache()
+        self.epoch_cache.truncate_from_end(self._next_offset)
+        self.epoch_cache.truncate_from_start(self._log_start)
+        # Everything that survived was checked; make it durable and start from a clean point.
+        for seg in self._segments:
+            os.fdatasync(seg.fd)
+            seg.index.persist(fsync=True)
+        fsync_dir(path)
+        self._recovery_point = self._next_offset
+        self._rp_checkpoint.write(self._recovery_point)
+        self._start_checkpoint.write(self._log_start)
+        log.info(
+            "%s: opened %d segments, log start %d, log end %d",
+            self.name,
+            len(self._segments),
+            self._log_start,
+            self._next_offset,
+        )
+
+    def _read_checkpoint(self, checkpoint: OffsetCheckpoint, default: int) -> int:
+        try:
+            value = checkpoint.read()
+        except CheckpointError as e:
+            log.warning("%s: ignoring %s", self.name, e)
+            return default
+        return default if value is None else value
+
+    def _delete_files_from(self, bases: list[int]) -> None:
+        for base in bases:
+            seg = LogSegment.open(self.path, base)
+            seg.delete()
+
+    def _rebuild_epoch_cache(self) -> None:
+        self.epoch_cache.clear()
+        for seg in self._segments:
+            for _, h in seg.iter_headers(0, seg.size):
+                epoch = h[2]
+                if epoch != NO_PARTITION_LEADER_EPOCH and epoch > self.epoch_cache.latest_epoch:
+                    self.epoch_cache.assign(epoch, h[0])
+
+    # -- state ---------------------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._next_offset
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def segment_base_offsets(self) -> list[int]:
+        return list(self._bases)
+
+    @property
+    def latest_epoch(self) -> int:
+        return self.epoch_cache.latest_epoch
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(largest epoch <= `epoch` known here, the offset where it ends); see epoch_cache."""
+        return self.epoch_cache.end_offset_for_epoch(epoch, self._next_offset)
+
+    # -- appending -----------------------------------------------------------------------------
+
+    def append(self, batch_bytes: bytes | bytearray | memoryview, leader_epoch: int) -> AppendInfo:
+        """Leader path: validate one or more batches, assign consecutive offsets, append."""
+        self._check_writable()
+        mv = memoryview(batch_bytes)
+        n = len(mv)
+        if n == 0:
+            raise CorruptRecordError(f"{self.name}: empty append")
+        latest = self.epoch_cache.latest_epoch
+        if leader_epoch < latest:
+            raise FencedLeaderEpochError(
+                f"{self.name}: append with leader epoch {leader_epoch}, log is at epoch {latest}"
+            )
+        offset = self._next_offset
+        max_bytes = self.config.max_message_bytes
+        iov: list[bytes | memoryview] = []
+        batches: list[tuple[int, int, int]] = []
+        records = 0
+        max_ts = -1
+        pos = 0
+        while pos < n:
+            try:
+                h = validate_batch(mv, pos, n)
+            except CorruptRecordError as e:
+                raise CorruptRecordError(f"{self.name}: {e}; nothing appended") from None
+            size = h.batch_length + LOG_OVERHEAD
+            if size > max_bytes:
+                raise RecordTooLargeError(
+                    f"{self.name}: batch of {size} bytes at byte {pos} exceeds "
+                    f"max_message_bytes={max_bytes}; nothing appended"
+                )
+            iov.append(STAMP.pack(offset, h.batch_length, leader_epoch))
+            iov.append(mv[pos + STAMP_SIZE : pos + size])
+            batches.append((offset, size, h.max_timestamp))
+            offset += h.record_count
+            records += h.record_count
+            if h.max_timestamp > max_ts:
+                max_ts = h.max_timestamp
+            pos += size
+        if leader_epoch > latest:
+            self.epoch_cache.assign(leader_epoch, self._next_offset)
+        return self._write(iov, n, batches, offset, records, max_ts)
+
+    def append_as_follower(self, batch_bytes: bytes | bytearray | memoryview) -> AppendInfo:
+        """Follower path: append batches that already carry the leader's offsets and epochs."""
+        self._check_writable()
+        mv = memoryview(batch_bytes)
+        n = len(mv)
+        if n == 0:
+            raise CorruptRecordError(f"{self.name}: empty append")
+        expected = self._next_offset
+        batches: list[tuple[int, int, int]] = []
+        epochs: list[tuple[int, int]] = []
+        records = 0
+        max_ts = -1
+        pos = 0
+        latest = self.epoch_cache.latest_epoch
+        while pos < n:
+            try:
+                h = validate_batch(mv, pos, n)
+            except CorruptRecordError as e:
+                raise CorruptRecordError(f"{self.name}: {e}; nothing appended") from None
+            if h.base_offset != expected:
+                raise InvalidOffsetError(
+                    f"{self.name}: follower batch at byte {pos} has base offset "
+                    f"{h.base_offset}, the log continues at {expected}; nothing appended"
+                )
+            epoch = h.partition_leader_epoch
+            if epoch > latest:
+                epochs.append((epoch, h.base_offset))
+                latest = epoch
+            size = h.batch_length + LOG_OVERHEAD
+            batches.append((h.base_offset, size, h.max_timestamp))
+            expected = h.next_offset
+            records += h.record_count
+            if h.max_timestamp > max_ts:
+                max_ts = h.max_timestamp
+            pos += size
+        for epoch, start in epochs:
+            self.epoch_cache.assign(epoch, start)
+        return self._write([mv], n, batches, expected, records, max_ts)
+
+    def _write(
+        self,
+        iov: list[bytes | memoryview],
+        nbytes: int,
+        batches: list[tuple[int, int, int]],
+        next_offset: int,
+        records: int,
+        max_ts: int,
+    ) -> AppendInfo:
+        if self._roll_flush is not None and self._roll_flush.done():
+            self._finish_roll_flush()
+        seg = self._segments[-1]
+        if seg.size and (
+            seg.size + nbytes > self.config.segment_bytes
+            or next_offset - 1 - seg.base_offset > INT32_MAX
+            or (
+                seg.first_batch_timestamp >= 0
+                and max_ts - seg.first_batch_timestamp > self.config.segment_ms
+            )
+        ):
+            seg = self._roll()
+        start = seg.size
+        try:
+            written = _pwritev_all(seg.fd, iov, start)
+            if written != nbytes:
+                raise OSError(errno.EIO, f"short write: {written} of {nbytes} bytes")
+        except OSError as e:
+            self._undo_write(seg, start, nbytes, e)
+        pos = start
+        for base, size, batch_max_ts in batches:
+            seg.note_batch(pos, base, size, batch_max_ts)
+            if pos == 0:
+                seg.first_batch_timestamp = batch_max_ts
+            pos += size
+        seg.size = pos
+        seg.next_offset = next_offset
+        seg.unflushed = True
+        base_offset = self._next_offset
+        self._next_offset = next_offset
+        self._unflushed_messages += records
+        flush_messages, flush_ms = self.config.flush_messages, self.config.flush_ms
+        if (flush_messages is not None and self._unflushed_messages >= flush_messages) or (
+            flush_ms is not None and self._clock_ms() - self._last_flush_ms >= flush_ms
+        ):
+            self.flush()
+        return AppendInfo(
+            base_offset, next_offset - 1, records, len(batches), nbytes, max_ts, self._log_start
+        )
+
+    def _undo_write(self, seg: LogSegment, start: int, nbytes: int, error: OSError) -> None:
+        what = (
+            f"{self.name}: writing {nbytes} bytes at byte {start} of {seg.log_path} failed "
+            f"({error.strerror or error})"
+        )
+        try:
+            os.ftruncate(seg.fd, start)
+        except OSError as e2:
+            self._offline = f"{what}, and undoing it failed ({e2.strerror or e2})"
+            log.error("%s; the log is offline until reopened", self._offline)
+            raise LogOfflineError(self._offline) from error
+        self.epoch_cache.truncate_from_end(self._next_offset)
+        log.warning("%s; rolled back, the log is unchanged", what)
+        raise StorageError(f"{what}; nothing appended") from error
+
+    def _roll(self) -> LogSegment:
+        """Start a new active segment; the old one is fsynced in the background."""
+        self._finish_roll_flush()  # at most one rolled segment in flight
+        old = self._segments[-1]
+        try:
+            new = LogSegment.create(self.path, self._next_offset)
+            fsync_dir(self.path)
+        except OSError as e:
+            self._go_offline(f"rolling {old.log_path} failed ({e.strerror or e})", e)
+        new.index_interval = self.config.index_interval_bytes
+        self._segments.append(new)
+        self._bases.append(new.base_offset)
+        self._roll_flush = _ROLL_FLUSHER.submit(old.flush)
+        self._roll_flush_offset = new.base_offset
+        log.debug("%s: rolled segment at offset %d", self.name, new.base_offset)
+        return new
+
+    def _finish_roll_flush(self) -> None:
+        """Wait for the background fsync of the last rolled segment; checkpoint its offset."""
+        future, self._roll_flush = self._roll_flush, None
+        if future is None:
+            return
+        try:
+            future.result()
+        except OSError as e:
+            self._go_offline(f"fsync of a rolled segment failed ({e.strerror or e})", e)
+        if self._roll_flush_offset > self._recovery_point:
+            self._recovery_point = self._roll_flush_offset
+            try:
+                self._rp_checkpoint.write(self._recovery_point)
+            except OSError as e:
+                self._go_offline(f"writing the recovery point failed ({e.strerror or e})", e)
+            self._last_rp_checkpoint_ms = self._clock_ms()
+
+    def _go_offline(self, why: str, error: BaseException) -> NoReturn:
+        self._offline = f"{self.name}: {why}"
+        log.error("%s; the log is offline until reopened", self._offline)
+        raise LogOfflineError(self._offline) from error
+
+    def _check_writable(self) -> None:
+        if self._offline is not None:
+            raise LogOfflineError(self._offline)
+
+    # -- flushing ------------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """fsync everything appended so far and advance the recovery point."""
+        self._check_writable()
+        self._finish_roll_flush()
+        try:
+            for seg in reversed(self._segments):
+                if not seg.unflushed:
+                    break
+                os.fdatasync(seg.fd)
+                seg.unflushed = False
+        except OSError as e:
+            # After a failed fsync the page cache state is unknown (Linux may drop the dirty
+            # pages): only recovery can tell what is on disk.
+            self._go_offline(f"fsync failed ({e.strerror or e})", e)
+        now = self._clock_ms()
+        self._recovery_point = self._next_offset
+        self._unflushed_messages = 0
+        self._last_flush_ms = now
+        if now - self._last_rp_checkpoint_ms >= self.config.recovery_point_checkpoint_ms:
+            self._rp_checkpoint.write(self._recovery_point)
+            self._last_rp_checkpoint_ms = now
+
+    def maybe_flush(self) -> bool:
+        """Flush if `flush_ms` has passed since the last flush; the broker calls it on a timer."""
+        flush_ms = self.config.flush_ms
+        if flush_ms is None or self._recovery_point == self._next_offset:
+            return False
+        if self._clock_ms() - self._last_flush_ms < flush_ms:
+            return False
+        self.flush()
+        return True
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def _check_offset(self, offset: int) -> None:
+        if offset < self._log_start or offset > self._next_offset:
+            raise OffsetOutOfRangeError(
+                f"{self.name}: offset {offset} is out of range; valid offsets are "
+                f"[{self._log_start}, {self._next_offset}]",
+                self._log_start,
+                self._next_offset,
+            )
+
+    def _segment_for(self, offset: int) -> LogSegment:
+        return self._segments[max(bisect_right(self._bases, offset) - 1, 0)]
+
+    def read_slice(self, offset: int, max_bytes: int, max_offset: int | None = None) -> FileSlice:
+        """Where the whole batches to return for a read at `offset` lie (see `read`)."""
+        self._check_offset(offset)
+        if offset == self._next_offset or (max_offset is not None and max_offset <= offset):
+            return EMPTY_SLICE
+        seg = self._segment_for(offset)
+        start = seg.position_of(offset)
+        limit = seg.size
+        if max_offset is not None and max_offset < seg.next_offset:
+            limit = seg.position_of(max_offset)
+            if limit <= start:
+                return EMPTY_SLICE
+        want = start + max(max_bytes, 1)
+        end = limit if want >= limit else min(seg.boundary_at_or_before(start, want), limit)
+        return FileSlice(seg.fd, seg.log_path, start, end - start)
+
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
+        """Bytes of whole batches from the batch containing `offset`.
+
+        At most `max_bytes` unless the first batch alone is larger (it is returned whole, so a
+        reader always progresses); only batches whose last offset is below `max_offset` (the
+        high watermark, for consumers); from one segment. Empty at the log end. Raises
+        OffsetOutOfRangeError outside [log_start_offset, log_end_offset].
+        """
+        return self.read_slice(offset, max_bytes, max_offset).read()
+
+    def read_records(
+        self, offset: int, max_bytes: int = 1 << 20, max_offset: int | None = None
+    ) -> list[Record]:
+        """Decoded records from `offset` on (a convenience for tools and tests)."""
+        data = self.read(offset, max_bytes, max_offset)
+        out: list[Record] = []
+        pos = 0
+        while pos < len(data):
+            h = validate_batch(data, pos)
+            out.extend(r for r in decode_records(data, pos, h) if r.offset >= offset)
+            pos += h.size
+        return out
+
+    def iter_batches(self) -> Iterator[tuple[LogSegment, int, tuple[int, ...]]]:
+        """(segment, position, raw header) for every batch, headers only."""
+        for seg in self._segments:
+            for pos, h in seg.iter_headers(0, seg.size):
+                yield seg, pos, h
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= `timestamp`, or None."""
+        for seg in self._segments:
+            if seg.max_timestamp < timestamp or seg.next_offset <= self._log_start:
+                continue
+            _, pos = seg.index.floor_by_timestamp(timestamp)
+            for p, h in seg.iter_headers(pos, seg.size):
+                if h[8] < timestamp or h[0] + h[6] < self._log_start:
+                    continue
+                data = seg.read_at(p, h[1] + LOG_OVERHEAD)
+                for r in decode_records(data, 0):
+                    if r.timestamp >= timestamp and r.offset >= self._log_start:
+                        return r.offset, r.timestamp
+        return None
+
+    # -- removing ------------------------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove records at `offset` and after (the whole batch holding `offset`).
+
+        For a follower whose log diverged from its leader's. Returns the new log end offset,
+        which is <= `offset`.
+        """
+        self._check_writable()
+        if offset >= self._next_offset:
+            return self._next_offset
+        self._finish_roll_flush()
+        try:
+            if offset <= self._segments[0].base_offset or offset < self._log_start:
+                self._truncate_fully(offset)
+            else:
+                i = bisect_right(self._bases, offset) - 1
+                for seg in self._segments[i + 1 :]:
+                    seg.delete()
+                del self._segments[i + 1 :]
+                del self._bases[i + 1 :]
+                self._next_offset = self._segments[i].truncate_to(offset)
+            self.epoch_cache.truncate_from_end(self._next_offset)
+            if self._recovery_point > self._next_offset:
+                self._recovery_point = self._next_offset
+                self._rp_checkpoint.write(self._recovery_point)
+        except OSError as e:
+            self._go_offline(f"truncating to offset {offset} failed ({e.strerror or e})", e)
+        log.info("%s: truncated to offset %d, log end now %d", self.name, offset, self._next_offset)
+        return self._next_offset
+
+    def _truncate_fully(self, offset: int) -> None:
+        for seg in self._segments:
+            seg.delete()
+        seg = LogSegment.create(self.path, offset)
+        seg.index_interval = self.config.index_interval_bytes
+        self._segments, self._bases = [seg], [offset]
+        self._next_offset = offset
+        self._log_start = offset
+        self._start_checkpoint.write(offset)
+        self._recovery_point = offset
+        self._rp_checkpoint.write(offset)
+        self.epoch_cache.clear()
+
+    def delete_records_before(self, offset: int) -> int:
+        """Make `offset` the log start offset; delete segments wholly below it.
+
+        Returns the new log start offset (unchanged if `offset` is not above it).
+        """
+        self._check_writable()
+        if offset > self._next_offset:
+            raise OffsetOutOfRangeError(
+                f"{self.name}: cannot delete records before {offset}, beyond the log end "
+                f"{self._next_offset}",
+                self._log_start,
+                self._next_offset,
+            )
+        if offset <= self._log_start:
+            return self._log_start
+        self._advance_log_start(offset)
+        return self._log_start
+
+    def enforce_retention(self, now_ms: int | None = None) -> int:
+        """Delete the oldest closed segments beyond `retention_ms` / `retention_bytes`.
+
+        Only a prefix of closed segments goes, never the active one. Returns how many went.
+        """
+        self._check_writable()
+        now = self._clock_ms() if now_ms is None else now_ms
+        retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
+        total = self.size_bytes
+        count = 0
+        for seg in self._segments[:-1]:
+            expired = retention_ms >= 0 and now - seg.max_timestamp > retention_ms
+            oversize = retention_bytes >= 0 and total - seg.size >= retention_bytes
+            if not (expired or oversize):
+                break
+            total -= seg.size
+            count += 1
+        if count:
+            new_start = self._segments[count].base_offset
+            log.info(
+                "%s: retention deletes %d segments, log start %d -> %d",
+                self.name,
+                count,
+                self._log_start,
+                max(self._log_start, new_start),
+            )
+            self._advance_log_start(max(self._log_start, new_start))
+        return count
+
+    def _advance_log_start(self, offset: int) -> None:
+        self._finish_roll_flush()  # a segment being fsynced must not be deleted under it
+        try:
+            self._log_start = offset
+            self._start_checkpoint.write(offset)
+            self._delete_segments_below(offset)
+            self.epoch_cache.truncate_from_start(offset)
+        except OSError as e:
+            self._go_offline(f"advancing the log start to {offset} failed ({e.strerror or e})", e)
+
+    def _delete_segments_below(self, offset: int) -> None:
+        while len(self._segments) > 1 and self._segments[0].next_offset <= offset:
+            seg = self._segments.pop(0)
+            self._bases.pop(0)
+            seg.delete()
+
+    # -- closing -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Flush everything, checkpoint, and close the files. The log is unusable after."""
+        if self._offline is None:
+            self._finish_roll_flush()
+            for seg in self._segments:
+                if seg.unflushed:
+                    os.fdatasync(seg.fd)
+                    seg.unflushed = False
+                seg.index.persist(fsync=True)
+            self._recovery_point = self._next_offset
+            self._rp_checkpoint.write(self._recovery_point)
+            self._start_checkpoint.write(self._log_start)
+        for seg in self._segments:
+            seg.close()
+        self._offline = f"{self.name} is closed"
+
+    def __enter__(self) -> PartitionLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _pwritev_all(fd: int, iov: list[bytes | memoryview], position: int) -> int:
+    """pwritev in chunks of at most IOV_MAX buffers; returns the bytes written."""
+    if len(iov) <= IOV_MAX:
+        return os.pwritev(fd, iov, position)
+    written = 0
+    for i in range(0, len(iov), IOV_MAX):
+        chunk = iov[i : i + IOV_MAX]
+        n = os.pwritev(fd, chunk, position + written)
+        written += n
+        if n != sum(len(b) for b in chunk):
+            break
+    return written

@@ -1,0 +1,335 @@
+"""One segment of a partition log: a `.log` file of whole batches plus its sparse indices.
+
+Files are named by the segment's base offset, zero-padded to 20 digits so they sort by name::
+
+    00000000000000000000.log        batches, back to back, exactly as on the wire
+    00000000000000000000.index      offset -> position (see index.py)
+    00000000000000000000.timeindex  timestamp -> offset (see index.py)
+
+Rules this module keeps:
+- A segment holds consecutive offsets [base_offset, next_offset); batch n+1 starts where batch n
+  ends and its base offset is batch n's last offset + 1.
+- `size` is the byte length of the valid prefix, which is the whole file except during an
+  append; readers never look past `size`.
+- The indices are derived: `recover()` checks every batch (length, magic, count, checksum,
+  offsets) and rebuilds them; `load()` trusts a segment below the recovery point but rebuilds
+  its indices if they break their rules.
+- One writer (the owning PartitionLog). No sockets, no asyncio.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+
+from raftlog.errors import CorruptRecordError
+from raftlog.records import HEADER, HEADER_SIZE, INT32, LOG_OVERHEAD, validate_batch
+from raftlog.storage.index import IndexFormatError, SparseIndex
+
+log = logging.getLogger(__name__)
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIMEINDEX_SUFFIX = ".timeindex"
+# Bytes read at a time when walking batch headers or checking batches during recovery.
+SCAN_WINDOW_BYTES = 16 * 1024
+RECOVERY_CHUNK_BYTES = 1024 * 1024
+NO_TIMESTAMP = -1
+
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+def parse_segment_name(filename: str) -> int | None:
+    """The base offset in a `.log` file name, or None if the name is not a segment's."""
+    stem, dot, suffix = filename.partition(".")
+    if dot and "." + suffix == LOG_SUFFIX and len(stem) == 20 and stem.isdigit():
+        return int(stem)
+    return None
+
+
+class LogSegment:
+    __slots__ = (
+        "base_offset",
+        "bytes_since_index",
+        "dir",
+        "fd",
+        "first_batch_timestamp",
+        "index",
+        "index_interval",
+        "log_path",
+        "max_timestamp",
+        "next_offset",
+        "size",
+        "unflushed",
+    )
+
+    def __init__(self, directory: str, base_offset: int, fd: int):
+        self.dir = directory
+        self.base_offset = base_offset
+        self.fd = fd
+        stem = os.path.join(directory, segment_name(base_offset))
+        self.log_path = stem + LOG_SUFFIX
+        self.index = SparseIndex(stem + INDEX_SUFFIX, stem + TIMEINDEX_SUFFIX)
+        # Invariant: base_offset <= next_offset; size == bytes of whole batches in the file.
+        self.size = 0
+        self.next_offset = base_offset
+        self.max_timestamp = NO_TIMESTAMP
+        # Max timestamp of the first batch: the segment's age for `segment_ms` (as Kafka).
+        self.first_batch_timestamp = NO_TIMESTAMP
+        self.bytes_since_index = 0
+        # Set by the owning log from its config; tools that only read keep the default.
+        self.index_interval = 4096
+        self.unflushed = False
+
+    # -- opening -------------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, directory: str, base_offset: int) -> LogSegment:
+        path = os.path.join(directory, segment_name(base_offset) + LOG_SUFFIX)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        seg = cls(directory, base_offset, fd)
+        seg.index.delete_files()
+        return seg
+
+    @classmethod
+    def open(cls, directory: str, base_offset: int) -> LogSegment:
+        path = os.path.join(directory, segment_name(base_offset) + LOG_SUFFIX)
+        fd = os.open(path, os.O_RDWR)
+        seg = cls(directory, base_offset, fd)
+        seg.size = os.fstat(fd).st_size
+        return seg
+
+    def load(self) -> None:
+        """Open a segment that was flushed before the crash (below the recovery point).
+
+        Loads the indices (rebuilding them if torn or inconsistent) and walks the batch headers
+        after the last index entry to learn next_offset and max_timestamp. Raises
+        CorruptRecordError if the headers do not chain (the caller then recovers the segment).
+        """
+        try:
+            self.index.load(self.size)
+            rel, pos = (
+                (self.index.rels[-1], self.index.positions[-1]) if len(self.index) else (0, 0)
+            )
+            self._check_index_entry(rel, pos)
+        except (IndexFormatError, CorruptRecordError) as e:
+            log.warning("rebuilding index of %s: %s", self.log_path, e)
+            self.index.clear()
+            self._walk(0, rebuild_index=True)
+            self.index.rewrite()
+            return
+        max_ts = self.index.timestamps[-1] if len(self.index) else NO_TIMESTAMP
+        self.max_timestamp = max_ts
+        self._walk(pos, rebuild_index=False, expected_offset=self.base_offset + rel)
+
+    def _check_index_entry(self, rel: int, pos: int) -> None:
+        if pos == 0:
+            return
+        head = os.pread(self.fd, HEADER_SIZE, pos)
+        if len(head) < HEADER_SIZE or HEADER.unpack_from(head)[0] != self.base_offset + rel:
+            raise IndexFormatError(
+                f"last index entry ({rel}, {pos}) does not point at a batch with offset "
+                f"{self.base_offset + rel}"
+            )
+
+    def _walk(self, start: int, rebuild_index: bool, expected_offset: int | None = None) -> None:
+        """Walk headers from `start` to the end of file, setting next_offset and max_timestamp."""
+        expected = self.base_offset if expected_offset is None else expected_offset
+        if start == 0:
+            self.bytes_since_index = 0
+        for pos, h in self.iter_headers(start, self.size):
+            base_offset, size, last_delta, max_ts = h[0], h[1] + LOG_OVERHEAD, h[6], h[8]
+            if base_offset != expected:
+                raise CorruptRecordError(
+                    f"{self.log_path}: batch at byte {pos} has offset {base_offset}, "
+                    f"expected {expected}"
+                )
+            if rebuild_index or pos > start:
+                self.note_batch(pos, base_offset, size, max_ts, index=rebuild_index)
+            else:
+                self.bytes_since_index = size
+                if max_ts > self.max_timestamp:
+                    self.max_timestamp = max_ts
+            if pos == 0:
+                self.first_batch_timestamp = max_ts
+            expected = base_offset + last_delta + 1
+        self.next_offset = expected
+        if self.first_batch_timestamp == NO_TIMESTAMP and self.size:
+            self.first_batch_timestamp = HEADER.unpack_from(os.pread(self.fd, HEADER_SIZE, 0))[8]
+
+    def recover(self) -> tuple[int, str]:
+        """Check every batch; cut the file at the first invalid byte and rebuild the indices.
+
+        Returns (bytes truncated, why). The checks: the length fits the file, magic, record
+        count against the lengths table, checksum, and that offsets continue without a gap.
+        """
+        self.index.clear()
+        self.max_timestamp = NO_TIMESTAMP
+        self.first_batch_timestamp = NO_TIMESTAMP
+        self.bytes_since_index = 0
+        file_size = os.fstat(self.fd).st_size
+        pos, expected, reason = 0, self.base_offset, ""
+        buf, buf_at = b"", 0
+        while pos < file_size:
+            rel = pos - buf_at
+            if rel + HEADER_SIZE > len(buf):
+                buf, buf_at, rel = os.pread(self.fd, RECOVERY_CHUNK_BYTES, pos), pos, 0
+            if len(buf) - rel < LOG_OVERHEAD:
+                reason = f"torn batch header ({len(buf) - rel} bytes)"
+                break
+            total = INT32.unpack_from(buf, rel + 8)[0] + LOG_OVERHEAD
+            if total < HEADER_SIZE or pos + total > file_size:
+                reason = (
+                    f"impossible batch length {total - LOG_OVERHEAD} "
+                    f"({file_size - pos} bytes left in file)"
+                )
+                break
+            if rel + total > len(buf):
+                buf = os.pread(self.fd, max(RECOVERY_CHUNK_BYTES, total), pos)
+                buf_at, rel = pos, 0
+            try:
+                h = validate_batch(buf, rel, rel + total)
+            except CorruptRecordError as e:
+                reason = str(e).replace(f"at byte {rel}", f"at byte {pos}")
+                break
+            if h.base_offset != expected:
+                reason = f"batch has offset {h.base_offset}, expected {expected}"
+                break
+            self.note_batch(pos, h.base_offset, total, h.max_timestamp, index=True)
+            if pos == 0:
+                self.first_batch_timestamp = h.max_timestamp
+            pos += total
+            expected = h.next_offset
+        truncated = file_size - pos
+        if truncated:
+            os.ftruncate(self.fd, pos)
+            os.fsync(self.fd)
+        self.size = pos
+        self.next_offset = expected
+        self.index.rewrite()
+        return truncated, reason
+
+    # -- appending (called by PartitionLog) ----------------------------------------------------
+
+    def note_batch(
+        self, pos: int, base_offset: int, size: int, max_timestamp: int, index: bool = True
+    ) -> None:
+        """Account for a batch written at `pos`: sparse index entry, running max timestamp."""
+        if index and pos > 0 and self.bytes_since_index >= self.index_interval:
+            self.index.add(base_offset - self.base_offset, pos, self.max_timestamp)
+            self.bytes_since_index = 0
+        self.bytes_since_index += size
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp = max_timestamp
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def iter_headers(self, start: int, end: int) -> Iterator[tuple[int, tuple[int, ...]]]:
+        """Yield (position, raw header tuple) for each batch in [start, end), headers only.
+
+        Raises CorruptRecordError if a header is torn or a length runs past `end`.
+        """
+        pos, buf, buf_at = start, b"", start
+        last_size = 0
+        while pos < end:
+            rel = pos - buf_at
+            if rel + HEADER_SIZE > len(buf):
+                # After a large batch read just the next header; after small ones a window.
+                want = HEADER_SIZE if last_size > SCAN_WINDOW_BYTES else SCAN_WINDOW_BYTES
+                buf, buf_at, rel = os.pread(self.fd, min(want, end - pos), pos), pos, 0
+                if len(buf) < HEADER_SIZE:
+                    raise CorruptRecordError(f"{self.log_path}: torn batch header at byte {pos}")
+            h = HEADER.unpack_from(buf, rel)
+            size = h[1] + LOG_OVERHEAD
+            if size < HEADER_SIZE or pos + size > end:
+                raise CorruptRecordError(
+                    f"{self.log_path}: impossible batch length {h[1]} at byte {pos}"
+                )
+            yield pos, h
+            pos += size
+            last_size = size
+
+    def position_of(self, offset: int) -> int:
+        """Byte position of the batch that contains `offset` (or `size` if none does)."""
+        if offset >= self.next_offset:
+            return self.size
+        _rel, pos = self.index.floor_by_offset(offset - self.base_offset)
+        for p, h in self.iter_headers(pos, self.size):
+            if h[0] + h[6] >= offset:
+                return p
+        return self.size
+
+    def boundary_at_or_before(self, start: int, position: int) -> int:
+        """The last batch boundary <= `position`, not before `start`; at least one batch.
+
+        `start` must be a batch boundary. If the batch at `start` ends after `position`, its
+        end is returned anyway, so a read always makes progress (Kafka's KIP-74 rule).
+        """
+        if position >= self.size:
+            return self.size
+        _, pos = self.index.floor_by_position(position)
+        pos = max(pos, start)
+        best = pos
+        for p, h in self.iter_headers(pos, self.size):
+            end = p + h[1] + LOG_OVERHEAD
+            if end > position:
+                break
+            best = end
+        if best == start:
+            (length,) = INT32.unpack_from(self.read_at(start + 8, 4))
+            return start + int(length) + LOG_OVERHEAD
+        return best
+
+    def read_at(self, position: int, size: int) -> bytes:
+        data = os.pread(self.fd, size, position)
+        if len(data) != size:
+            raise CorruptRecordError(
+                f"{self.log_path}: read {len(data)} of {size} bytes at byte {position}"
+            )
+        return data
+
+    # -- changing ------------------------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove the batch containing `offset` and all after it; returns the new next_offset."""
+        pos = self.position_of(offset)
+        if pos >= self.size:
+            return self.next_offset
+        new_next = int(HEADER.unpack_from(self.read_at(pos, HEADER_SIZE))[0])
+        os.ftruncate(self.fd, pos)
+        self.size = pos
+        self.next_offset = new_next
+        self.index.truncate_to_position(pos)
+        # Recompute the running values from what is left; this is rare (follower divergence).
+        self.max_timestamp = self.index.timestamps[-1] if len(self.index) else NO_TIMESTAMP
+        start = self.index.positions[-1] if len(self.index) else 0
+        self.first_batch_timestamp = NO_TIMESTAMP
+        self._walk(
+            start,
+            rebuild_index=False,
+            expected_offset=self.base_offset + (self.index.rels[-1] if len(self.index) else 0),
+        )
+        self.unflushed = True
+        return new_next
+
+    def flush(self) -> None:
+        if self.unflushed:
+            os.fdatasync(self.fd)
+            self.unflushed = False
+        self.index.persist(fsync=True)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            self.index.persist(fsync=False)
+            os.close(self.fd)
+            self.fd = -1
+
+    def delete(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        os.unlink(self.log_path)
+        self.index.delete_files()

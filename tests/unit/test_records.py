@@ -1,0 +1,115 @@
+"""Codec tests for the record batch: round trips, validation and the stamp-without-rehash rule."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from raftlog.errors import CorruptRecordError
+from raftlog.records import (
+    HEADER_SIZE,
+    BatchBuilder,
+    Record,
+    decode_records,
+    encode_batch,
+    iter_batches,
+    iter_records,
+    stamp,
+    validate_batch,
+)
+
+blobs = st.one_of(st.none(), st.binary(max_size=64))
+headers = st.lists(
+    st.tuples(st.text(max_size=8), st.one_of(st.none(), st.binary(max_size=16))), max_size=3
+).map(tuple)
+records = st.builds(
+    Record,
+    key=blobs,
+    value=blobs,
+    headers=headers,
+    timestamp=st.integers(min_value=0, max_value=2**62),
+)
+
+
+@given(st.lists(records, min_size=1, max_size=30), st.integers(0, 2**40), st.integers(-1, 2**20))
+def test_round_trip(recs: list[Record], base_offset: int, epoch: int) -> None:
+    raw = encode_batch(recs, base_offset=base_offset, partition_leader_epoch=epoch)
+    header = validate_batch(raw)
+    assert header.size == len(raw)
+    assert header.base_offset == base_offset
+    assert header.partition_leader_epoch == epoch
+    assert header.record_count == len(recs)
+    assert header.first_timestamp == recs[0].timestamp
+    assert header.max_timestamp == max(r.timestamp for r in recs)
+    back = decode_records(raw)
+    assert back == [r._replace(offset=base_offset + i) for i, r in enumerate(recs)]
+
+
+def test_stamping_keeps_checksum_valid() -> None:
+    raw = encode_batch([(b"k", b"v"), (None, b"w")], timestamp=5)
+    h = validate_batch(raw)
+    stamped = stamp(1234, h.batch_length, 7) + raw[16:]
+    h2 = validate_batch(stamped)
+    assert (h2.base_offset, h2.partition_leader_epoch, h2.checksum) == (1234, 7, h.checksum)
+    assert [r.offset for r in decode_records(stamped)] == [1234, 1235]
+
+
+def test_several_batches_in_one_buffer() -> None:
+    a = encode_batch([(None, b"a")] * 3, base_offset=0)
+    b = encode_batch([(None, b"b")] * 2, base_offset=3)
+    assert [p for p, _ in iter_batches(a + b)] == [0, len(a)]
+    assert [r.value for r in iter_records(a + b)] == [b"a"] * 3 + [b"b"] * 2
+
+
+def test_partial_trailing_batch() -> None:
+    a = encode_batch([(None, b"a")] * 3)
+    buf = a + a[:30]
+    assert len(list(iter_batches(buf, validate=False))) == 1
+    with pytest.raises(CorruptRecordError, match="truncated batch"):
+        list(iter_batches(buf, validate=True))
+
+
+@given(st.data())
+def test_any_single_bit_flip_after_the_stamp_is_caught(data: st.DataObject) -> None:
+    raw = bytearray(encode_batch([(b"key", b"value" * 10), (None, b"x")], timestamp=3))
+    bit = data.draw(st.integers(16 * 8, len(raw) * 8 - 1))
+    raw[bit // 8] ^= 1 << (bit % 8)
+    with pytest.raises(CorruptRecordError):
+        validate_batch(raw)
+
+
+def test_count_mismatch_is_refused_even_with_a_good_checksum() -> None:
+    import xxhash
+
+    raw = bytearray(encode_batch([(None, b"x" * 10)] * 3))
+    # Claim 4 records (and last offset delta 3) and re-checksum: the lengths table disagrees.
+    struct.pack_into("<i", raw, 61, 4)
+    struct.pack_into("<i", raw, 27, 3)
+    struct.pack_into("<Q", raw, 17, xxhash.xxh3_64_intdigest(bytes(raw[25:])))
+    with pytest.raises(CorruptRecordError, match="record"):
+        validate_batch(raw)
+
+
+def test_impossible_length_and_unknown_magic() -> None:
+    raw = bytearray(encode_batch([(None, b"x")]))
+    bad = bytearray(raw)
+    struct.pack_into("<i", bad, 8, 10**9)
+    with pytest.raises(CorruptRecordError, match="impossible batch length"):
+        validate_batch(bad)
+    bad = bytearray(raw)
+    bad[16] = 9
+    with pytest.raises(CorruptRecordError, match="magic"):
+        validate_batch(bad)
+    with pytest.raises(CorruptRecordError):
+        validate_batch(raw[: HEADER_SIZE - 1])
+
+
+def test_builder_size_matches_encoding() -> None:
+    b = BatchBuilder()
+    for i in range(10):
+        b.append(str(i).encode(), b"v" * i, 100 + i, [("h", b"x")] if i % 2 else ())
+    assert len(b.build()) == b.size_bytes
+    assert len(b) == 10
