@@ -1,0 +1,191 @@
+"""Read-only inspection of a partition directory: `dump` (like Kafka's dump-log tool) and `verify`.
+
+Neither opens the log for writing nor runs recovery: they show the files exactly as they are,
+so an operator can look at a crashed partition before a broker recovers it. `verify` returns the
+list of problems; each names the file and the byte position or index entry concerned.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TextIO
+
+from raftlog.errors import CorruptRecordError
+from raftlog.records import HEADER, HEADER_SIZE, INT32, LOG_OVERHEAD, decode_records, validate_batch
+from raftlog.storage.index import OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE
+from raftlog.storage.segment import INDEX_SUFFIX, TIMEINDEX_SUFFIX, parse_segment_name
+
+CHUNK_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ScannedBatch:
+    position: int
+    size: int
+    header: tuple[int, ...]  # raw HEADER fields
+    error: str | None  # None when the batch is valid
+    data: bytes  # the batch bytes (empty when the length itself was impossible)
+
+
+def segment_files(path: str) -> list[tuple[int, str]]:
+    """(base offset, .log path) of the segments at `path` (a partition dir or one .log file)."""
+    if os.path.isfile(path):
+        base = parse_segment_name(os.path.basename(path))
+        if base is None:
+            raise ValueError(f"{path}: not a segment file (expected NNNNNNNNNNNNNNNNNNNN.log)")
+        return [(base, path)]
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"{path}: no such partition directory or segment file")
+    out = []
+    for name in sorted(os.listdir(path)):
+        base = parse_segment_name(name)
+        if base is not None:
+            out.append((base, os.path.join(path, name)))
+    return out
+
+
+def scan_segment(log_path: str) -> Iterator[ScannedBatch]:
+    """Every batch of a .log file with its validation result; stops after the first bad one."""
+    with open(log_path, "rb") as f:
+        file_size = os.fstat(f.fileno()).st_size
+        pos = 0
+        while pos < file_size:
+            f.seek(pos)
+            head = f.read(HEADER_SIZE)
+            if len(head) < LOG_OVERHEAD:
+                yield ScannedBatch(
+                    pos, len(head), (), f"torn batch header ({len(head)} bytes)", b""
+                )
+                return
+            total = INT32.unpack_from(head, 8)[0] + LOG_OVERHEAD
+            if total < HEADER_SIZE or pos + total > file_size:
+                yield ScannedBatch(
+                    pos,
+                    file_size - pos,
+                    HEADER.unpack_from(head) if len(head) == HEADER_SIZE else (),
+                    f"impossible batch length {total - LOG_OVERHEAD} "
+                    f"({file_size - pos} bytes left in file)",
+                    b"",
+                )
+                return
+            f.seek(pos)
+            data = f.read(total)
+            try:
+                validate_batch(data)
+                error = None
+            except CorruptRecordError as e:
+                error = str(e).replace("at byte 0", f"at byte {pos}")
+            yield ScannedBatch(pos, total, HEADER.unpack_from(data), error, data)
+            if error:
+                return
+            pos += total
+
+
+def verify(path: str) -> list[str]:
+    """Every problem found in the partition (or segment) at `path`; empty when all is well."""
+    problems: list[str] = []
+    expected: int | None = None
+    for base, log_path in segment_files(path):
+        if expected is not None and base != expected:
+            problems.append(f"{log_path}: segment starts at offset {base}, expected {expected}")
+        expected = base
+        starts: dict[int, tuple[int, int]] = {}  # position -> (base offset, max ts before)
+        running_max_ts = -1
+        for b in scan_segment(log_path):
+            if b.error:
+                problems.append(f"{log_path}: byte {b.position}: {b.error}")
+                break
+            base_offset, last_delta, max_ts = b.header[0], b.header[6], b.header[8]
+            if base_offset != expected:
+                problems.append(
+                    f"{log_path}: byte {b.position}: batch has offset {base_offset}, "
+                    f"expected {expected}"
+                )
+                break
+            starts[b.position] = (base_offset, running_max_ts)
+            running_max_ts = max(running_max_ts, max_ts)
+            expected = base_offset + last_delta + 1
+        problems.extend(_verify_index(log_path, base, starts))
+    return problems
+
+
+def _verify_index(log_path: str, base: int, starts: dict[int, tuple[int, int]]) -> list[str]:
+    stem = log_path[: -len(".log")]
+    problems = []
+    index_path, time_path = stem + INDEX_SUFFIX, stem + TIMEINDEX_SUFFIX
+    for p, size in ((index_path, OFFSET_ENTRY_SIZE), (time_path, TIME_ENTRY_SIZE)):
+        if not os.path.exists(p):
+            problems.append(f"{p}: missing (recovery rebuilds it)")
+        elif os.path.getsize(p) % size:
+            problems.append(f"{p}: size {os.path.getsize(p)} is not a multiple of {size}")
+    if problems:
+        return problems
+    with open(index_path, "rb") as f:
+        offsets = list(struct.iter_unpack("<ii", f.read()))
+    with open(time_path, "rb") as f:
+        times = list(struct.iter_unpack("<qi", f.read()))
+    if len(offsets) != len(times):
+        problems.append(f"{index_path}: {len(offsets)} entries but {time_path} has {len(times)}")
+    for i, (rel, position) in enumerate(offsets):
+        found = starts.get(position)
+        if found is None or found[0] != base + rel:
+            problems.append(
+                f"{index_path}: entry {i} maps offset {base + rel} to byte {position}, "
+                f"where {'no batch starts' if found is None else f'offset {found[0]} starts'}"
+            )
+        elif i < len(times):
+            ts, trel = times[i]
+            if trel != rel or ts < found[1]:
+                problems.append(
+                    f"{time_path}: entry {i} ({ts}, offset {base + trel}) disagrees with the "
+                    f"segment (batches before offset {base + rel} reach timestamp {found[1]})"
+                )
+    return problems
+
+
+def dump(path: str, out: TextIO, records: bool = False) -> int:
+    """Print every batch (and with `records` every record) at `path`; returns problems found."""
+    problems = 0
+    for base, log_path in segment_files(path):
+        out.write(f"Dumping {log_path}\n")
+        for b in scan_segment(log_path):
+            h = b.header
+            if not h:
+                out.write(f"position: {b.position} INVALID: {b.error}\n")
+                problems += 1
+                break
+            out.write(
+                f"baseOffset: {h[0]} lastOffset: {h[0] + h[6]} count: {h[12]} "
+                f"partitionLeaderEpoch: {h[2]} magic: {h[3]} position: {b.position} "
+                f"size: {b.size} firstTimestamp: {h[7]} maxTimestamp: {h[8]} "
+                f"producerId: {h[9]} producerEpoch: {h[10]} baseSequence: {h[11]} "
+                f"checksum: {h[4]:#018x} valid: {b.error is None}\n"
+            )
+            if b.error:
+                out.write(f"  INVALID: {b.error}\n")
+                problems += 1
+                break
+            if records:
+                for r in decode_records(b.data):
+                    hdrs = "".join(f" {k}={v!r}" for k, v in r.headers)
+                    out.write(
+                        f"| offset: {r.offset} timestamp: {r.timestamp} "
+                        f"key: {_show(r.key)} value: {_show(r.value)}"
+                        + (f" headers:{hdrs}" if hdrs else "")
+                        + "\n"
+                    )
+        del base
+    return problems
+
+
+def _show(b: bytes | None, limit: int = 80) -> str:
+    if b is None:
+        return "null"
+    try:
+        s = b.decode()
+    except UnicodeDecodeError:
+        s = b.hex()
+    return s if len(s) <= limit else s[:limit] + f"...({len(b)} bytes)"
