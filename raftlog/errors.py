@@ -71,3 +71,96 @@ class FencedLeaderEpochError(RaftlogError):
     """A leader append carries an epoch older than one the log has already seen."""
 
     code = 9
+
+
+class UnknownTopicOrPartitionError(RaftlogError):
+    """The topic or partition does not exist (on this broker)."""
+
+    code = 10
+    retriable = True  # metadata may be stale: it can appear after a refresh
+
+
+class TopicAlreadyExistsError(RaftlogError):
+    code = 11
+
+
+class InvalidTopicError(RaftlogError):
+    """A topic name breaks the naming rules (see raftlog.topics)."""
+
+    code = 12
+
+
+class InvalidPartitionsError(RaftlogError):
+    code = 13
+
+
+class InvalidRequestError(RaftlogError):
+    """A request is well framed but its content is not acceptable."""
+
+    code = 14
+
+
+class UnsupportedVersionError(RaftlogError):
+    """The API key or version is not one this server speaks."""
+
+    code = 15
+
+
+class RequestTimedOutError(RaftlogError):
+    code = 16
+    retriable = True
+
+
+class NotLeaderOrFollowerError(RaftlogError):
+    """This broker does not lead the partition: refresh metadata and retry."""
+
+    code = 17
+    retriable = True
+
+
+class BrokerNotAvailableError(RaftlogError):
+    """No connection to the broker could be made or kept."""
+
+    code = 18
+    retriable = True
+
+
+class PolicyViolationError(RaftlogError):
+    """A request breaks a server-side limit (max connections, request size, ...)."""
+
+    code = 19
+
+
+class NotEnoughReplicasError(RaftlogError):
+    code = 20
+    retriable = True
+
+
+class RaftlogTimeoutError(RaftlogError):
+    """A client-side deadline passed (delivery_timeout_ms, a poll, a metadata wait)."""
+
+    code = 21
+    retriable = True
+
+
+def _all_subclasses(cls: type[RaftlogError]) -> list[type[RaftlogError]]:
+    out = []
+    for sub in cls.__subclasses__():
+        out.append(sub)
+        out.extend(_all_subclasses(sub))
+    return out
+
+
+def error_class(code: int) -> type[RaftlogError]:
+    """The error class for a wire error code (RaftlogError for codes this version lacks)."""
+    for cls in _all_subclasses(RaftlogError):
+        if cls.code == code:
+            return cls
+    return RaftlogError
+
+
+def error_from_code(code: int, message: str) -> RaftlogError:
+    cls = error_class(code)
+    if cls is OffsetOutOfRangeError:
+        return OffsetOutOfRangeError(message)
+    return cls(message)

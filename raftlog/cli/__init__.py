@@ -12,7 +12,8 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from raftlog.cli import storage_cmd
+from raftlog.cli import client_cmd, dev_cmd, storage_cmd
+from raftlog.errors import RaftlogError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,6 +22,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    dev_cmd.register(sub)
+    client_cmd.register(sub)
     storage_cmd.register(sub)
     return parser
 
@@ -38,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RaftlogError) as e:
         print(f"raftlog: error: {e}", file=sys.stderr)
         return 1
 

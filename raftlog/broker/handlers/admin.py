@@ -1,0 +1,178 @@
+"""ApiVersions, Metadata, CreateTopics, DeleteTopics, DescribeConfigs and ListOffsets.
+
+These are control-plane requests: small, rare, and answered from metadata and log state.
+Bodies and responses are documented in docs/PROTOCOL.md.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from raftlog import __version__, protocol
+from raftlog.broker.connection import Response
+from raftlog.errors import InvalidRequestError, RaftlogError, UnknownTopicOrPartitionError
+from raftlog.topics import TopicPartition
+
+if TYPE_CHECKING:
+    from raftlog.broker.connection import Connection
+    from raftlog.broker.server import Broker
+
+
+def handle_api_versions(
+    broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
+) -> Response:
+    apis = [[k, lo, hi] for k, (lo, hi) in sorted(protocol.SUPPORTED_VERSIONS.items())]
+    return Response({"apis": apis, "server_version": __version__, "node_id": broker.config.node_id})
+
+
+def handle_metadata(
+    broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
+) -> Response:
+    names = body.get("topics")
+    md = broker.metadata
+    if names is None:
+        infos = list(md.topics().values())
+        topics = [{"name": t.name, "error": 0, "message": None, **t.to_wire()} for t in infos]
+    else:
+        if not isinstance(names, list):
+            raise InvalidRequestError("metadata 'topics' must be a list of names or null")
+        topics = []
+        for name in names:
+            try:
+                try:
+                    t = md.topic(name)
+                except UnknownTopicOrPartitionError:
+                    if not (body.get("allow_auto_create") and broker.config.auto_create_topics):
+                        raise
+                    t = broker.create_topic(name, broker.config.default_partitions, 1, {})
+                topics.append({"name": t.name, "error": 0, "message": None, **t.to_wire()})
+            except RaftlogError as e:
+                topics.append(
+                    {
+                        "name": name,
+                        "error": e.code,
+                        "message": str(e),
+                        "topic_id": None,
+                        "partitions": [],
+                        "config": {},
+                    }
+                )
+    return Response(
+        {
+            "brokers": [b.to_wire() for b in md.brokers()],
+            "controller_id": md.controller_id,
+            "topics": topics,
+        }
+    )
+
+
+def handle_create_topics(
+    broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
+) -> Response:
+    results = []
+    for spec in body["topics"]:
+        name = spec.get("name")
+        try:
+            broker.create_topic(
+                name,
+                spec.get("partitions", broker.config.default_partitions),
+                spec.get("replication_factor", 1),
+                spec.get("config") or {},
+                validate_only=bool(body.get("validate_only")),
+            )
+            results.append([name, 0, None])
+        except RaftlogError as e:
+            results.append([name, e.code, str(e)])
+    return Response({"topics": results})
+
+
+def handle_delete_topics(
+    broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
+) -> Response:
+    results = []
+    for name in body["topics"]:
+        try:
+            broker.delete_topic(name)
+            results.append([name, 0, None])
+        except RaftlogError as e:
+            results.append([name, e.code, str(e)])
+    return Response({"topics": results})
+
+
+def handle_describe_configs(
+    broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
+) -> Response:
+    """Per topic: the effective log config and each partition's offsets and size."""
+    names = body.get("topics")
+    md = broker.metadata
+    if names is None:
+        names = sorted(md.topics())
+    out = []
+    for name in names:
+        try:
+            t = md.topic(name)
+        except RaftlogError as e:
+            out.append({"name": name, "error": e.code, "message": str(e)})
+            continue
+        cfg = broker.logs.config_for(t.config)
+        partitions = []
+        for p in t.partitions:
+            tp = TopicPartition(name, p.partition)
+            plog = broker.logs.find(tp)
+            if plog is None:
+                partitions.append([p.partition, -1, -1, -1, 0, 0])
+                continue
+            partitions.append(
+                [
+                    p.partition,
+                    plog.log_start_offset,
+                    plog.log_end_offset,
+                    broker.high_watermark(tp, plog),
+                    plog.size_bytes,
+                    len(plog.segment_base_offsets),
+                ]
+            )
+        out.append(
+            {
+                "name": name,
+                "error": 0,
+                "message": None,
+                "topic_id": t.topic_id,
+                "config": {k.replace("_", "."): v for k, v in _config_items(cfg)},
+                "overrides": dict(t.config),
+                "partitions": partitions,
+            }
+        )
+    return Response({"topics": out})
+
+
+def _config_items(cfg: Any) -> list[tuple[str, Any]]:
+    return [(name, getattr(cfg, name)) for name in cfg.__dataclass_fields__]
+
+
+def handle_list_offsets(
+    broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
+) -> Response:
+    """timestamp -2: log start; -1: high watermark; else first offset with ts >= timestamp."""
+    results = []
+    for topic, parts in body["topics"]:
+        out = []
+        for partition, timestamp in parts:
+            tp = TopicPartition(topic, partition)
+            try:
+                plog = broker.logs.get(tp)
+                hw = broker.high_watermark(tp, plog)
+                if timestamp == protocol.EARLIEST_TIMESTAMP:
+                    out.append([partition, 0, -1, plog.log_start_offset, None])
+                elif timestamp == protocol.LATEST_TIMESTAMP:
+                    out.append([partition, 0, -1, hw, None])
+                else:
+                    found = plog.offset_for_timestamp(int(timestamp))
+                    if found is None or found[0] >= hw:
+                        out.append([partition, 0, -1, -1, None])
+                    else:
+                        out.append([partition, 0, found[1], found[0], None])
+            except RaftlogError as e:
+                out.append([partition, e.code, -1, -1, str(e)])
+        results.append([topic, out])
+    return Response({"topics": results})

@@ -1,0 +1,58 @@
+"""Produce: append the batches of many partitions from one request.
+
+Body: {"acks": 0|1|-1, "timeout_ms": int, "topics": [[topic, [[partition, nbytes], ...]], ...]};
+the payload is the partitions' batch bytes back to back, in body order. The broker validates
+each batch (checksum, lengths, count) without decoding records, stamps offsets and the leader
+epoch, and appends. Response: {"topics": [[topic, [[partition, error, base_offset,
+log_start_offset, message], ...]], ...]}. acks=0 gets no response.
+
+Seam for replication: acks=all will wait for the high watermark to pass the batch; on a single
+node the ISR is this node alone, so the local append is the commit.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from raftlog.broker.connection import Response
+from raftlog.errors import InvalidRequestError, RaftlogError, UnknownTopicOrPartitionError
+from raftlog.protocol import split_payload
+from raftlog.topics import TopicPartition
+
+if TYPE_CHECKING:
+    from raftlog.broker.connection import Connection
+    from raftlog.broker.server import Broker
+
+
+def handle_produce(
+    broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
+) -> Response | None:
+    acks = body.get("acks", 1)
+    if acks not in (0, 1, -1):
+        raise InvalidRequestError(f"acks must be 0, 1 or -1 (all), got {acks!r}")
+    topics = body["topics"]
+    sizes = [int(p[1]) for _, parts in topics for p in parts]
+    chunks = iter(split_payload(payload, sizes))
+    results = []
+    logs = broker.logs
+    for topic, parts in topics:
+        out = []
+        for partition, _nbytes in parts:
+            chunk = next(chunks)
+            tp = TopicPartition(topic, partition)
+            try:
+                plog = logs.find(tp)
+                if plog is None:
+                    plog = broker.maybe_auto_create(tp)
+                    if plog is None:
+                        raise UnknownTopicOrPartitionError(f"unknown topic or partition {tp}")
+                info = plog.append(chunk, broker.leader_epoch(tp))
+            except RaftlogError as e:
+                out.append([partition, e.code, -1, -1, str(e)])
+                continue
+            logs.notify(tp)
+            out.append([partition, 0, info.base_offset, info.log_start_offset, None])
+        results.append([topic, out])
+    if acks == 0:
+        return None
+    return Response({"topics": results})

@@ -1,0 +1,337 @@
+"""Client commands, after Kafka's tools: `topic`, `produce`, `consume`, `offsets`.
+
+All take `-b/--bootstrap-server HOST:PORT[,HOST:PORT]` (default $RAFTLOG_BOOTSTRAP or
+127.0.0.1:9092). Errors (unreachable server, unknown topic) print one line and exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from raftlog.client import Admin, Consumer, Producer
+from raftlog.errors import InvalidConfigError
+from raftlog.topics import TopicPartition
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+
+def _bootstrap(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-b",
+        "--bootstrap-server",
+        default=os.environ.get("RAFTLOG_BOOTSTRAP", DEFAULT_BOOTSTRAP),
+        help="HOST:PORT[,HOST:PORT...] of any broker (default: $RAFTLOG_BOOTSTRAP or "
+        f"{DEFAULT_BOOTSTRAP})",
+    )
+
+
+def _config_pair(s: str) -> tuple[str, str]:
+    key, sep, value = s.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{s!r} must be KEY=VALUE, e.g. retention.ms=60000")
+    return key, value
+
+
+def _positive(s: str) -> int:
+    v = int(s)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{s} must be >= 1")
+    return v
+
+
+def _non_negative(s: str) -> int:
+    v = int(s)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"{s} must be >= 0")
+    return v
+
+
+def register(sub: Any) -> None:
+    t = sub.add_parser("topic", help="create, list, describe and delete topics")
+    tsub = t.add_subparsers(dest="topic_command", required=True, metavar="SUBCOMMAND")
+    c = tsub.add_parser("create", help="create a topic")
+    c.add_argument("topic")
+    c.add_argument("-p", "--partitions", type=_positive, default=1)
+    c.add_argument("-r", "--replication-factor", type=_positive, default=1)
+    c.add_argument(
+        "-c",
+        "--config",
+        type=_config_pair,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="topic config, e.g. retention.ms=60000",
+    )
+    c.add_argument("--if-not-exists", action="store_true")
+    _bootstrap(c)
+    c.set_defaults(func=_topic_create)
+    ls = tsub.add_parser("list", help="list topics")
+    _bootstrap(ls)
+    ls.set_defaults(func=_topic_list)
+    d = tsub.add_parser("describe", help="partitions, leaders, offsets and configs")
+    d.add_argument("topic", nargs="*")
+    d.add_argument("--json", action="store_true")
+    _bootstrap(d)
+    d.set_defaults(func=_topic_describe)
+    rm = tsub.add_parser("delete", help="delete topics and their data")
+    rm.add_argument("topic", nargs="+")
+    _bootstrap(rm)
+    rm.set_defaults(func=_topic_delete)
+
+    p = sub.add_parser("produce", help="send lines from stdin as records")
+    p.add_argument("topic")
+    p.add_argument("--key-separator", help="split each line into KEY<SEP>VALUE at the first SEP")
+    p.add_argument("--acks", default="all", choices=["all", "-1", "0", "1"])
+    p.add_argument("--partition", type=_non_negative)
+    p.add_argument("--linger-ms", type=_non_negative, default=5)
+    p.add_argument("--batch-size", type=_positive, default=64 * 1024)
+    _bootstrap(p)
+    p.set_defaults(func=_produce)
+
+    co = sub.add_parser("consume", help="print records to stdout")
+    co.add_argument("topic")
+    co.add_argument("--from-beginning", action="store_true")
+    co.add_argument(
+        "--partition",
+        type=_non_negative,
+        action="append",
+        help="only these partitions (repeat for several)",
+    )
+    co.add_argument("--offset", type=_non_negative, help="start here (needs one --partition)")
+    co.add_argument("--max-messages", type=_positive)
+    co.add_argument(
+        "--timeout-ms",
+        type=_non_negative,
+        help="exit when no record arrives for this long (default: wait forever)",
+    )
+    co.add_argument(
+        "--format",
+        choices=["value", "kv", "json"],
+        default="value",
+        help="value: the value; kv: key<TAB>value; json: one object per record",
+    )
+    _bootstrap(co)
+    co.set_defaults(func=_consume)
+
+    o = sub.add_parser("offsets", help="earliest and latest offset of each partition")
+    o.add_argument("topic")
+    o.add_argument("--time", type=int, help="also the first offset at or after this ms timestamp")
+    o.add_argument("--json", action="store_true")
+    _bootstrap(o)
+    o.set_defaults(func=_offsets)
+
+
+def _topic_create(args: argparse.Namespace) -> int:
+    from raftlog.errors import TopicAlreadyExistsError
+
+    with Admin(args.bootstrap_server) as admin:
+        try:
+            admin.create_topic(
+                args.topic, args.partitions, args.replication_factor, dict(args.config)
+            )
+        except TopicAlreadyExistsError:
+            if not args.if_not_exists:
+                raise
+            print(f"topic {args.topic} already exists")
+            return 0
+    print(f"created topic {args.topic} with {args.partitions} partition(s)")
+    return 0
+
+
+def _topic_list(args: argparse.Namespace) -> int:
+    with Admin(args.bootstrap_server) as admin:
+        for name in sorted(admin.list_topics()):
+            print(name)
+    return 0
+
+
+def _topic_describe(args: argparse.Namespace) -> int:
+    with Admin(args.bootstrap_server) as admin:
+        topics = admin.describe_topics(args.topic or None)
+    if args.json:
+        print(json.dumps([_desc_json(t) for t in topics], indent=2))
+        return 0
+    for t in topics:
+        overrides = ",".join(f"{k}={v}" for k, v in sorted(t.overrides.items())) or "-"
+        print(
+            f"Topic: {t.name}  TopicId: {t.topic_id}  Partitions: {len(t.partitions)}  "
+            f"Configs: {overrides}"
+        )
+        for p in t.partitions:
+            print(
+                f"  Partition: {p.partition}  Leader: {p.leader}  "
+                f"Replicas: {','.join(map(str, p.replicas))}  Isr: {','.join(map(str, p.isr))}"
+                f"  LogStart: {p.log_start_offset}  LogEnd: {p.log_end_offset}  "
+                f"HighWatermark: {p.high_watermark}  Size: {p.size_bytes}  "
+                f"Segments: {p.segments}"
+            )
+    return 0
+
+
+def _desc_json(t: Any) -> dict[str, Any]:
+    return {
+        "name": t.name,
+        "topic_id": t.topic_id,
+        "config": t.config,
+        "overrides": t.overrides,
+        "partitions": [
+            {
+                "partition": p.partition,
+                "leader": p.leader,
+                "leader_epoch": p.leader_epoch,
+                "replicas": list(p.replicas),
+                "isr": list(p.isr),
+                "log_start_offset": p.log_start_offset,
+                "log_end_offset": p.log_end_offset,
+                "high_watermark": p.high_watermark,
+                "size_bytes": p.size_bytes,
+                "segments": p.segments,
+            }
+            for p in t.partitions
+        ],
+    }
+
+
+def _topic_delete(args: argparse.Namespace) -> int:
+    with Admin(args.bootstrap_server) as admin:
+        admin.delete_topics(args.topic)
+    print(f"deleted {', '.join(args.topic)}")
+    return 0
+
+
+def _produce(args: argparse.Namespace) -> int:
+    producer = Producer(
+        bootstrap_servers=args.bootstrap_server,
+        acks=args.acks,
+        linger_ms=args.linger_ms,
+        batch_size=args.batch_size,
+    )
+    futures = []
+    sent = 0
+    try:
+        producer.partitions_for(args.topic)  # an unknown topic fails here, before reading stdin
+        for raw in sys.stdin.buffer:
+            line = raw.rstrip(b"\r\n")
+            key = None
+            if args.key_separator is not None:
+                sep = args.key_separator.encode()
+                if sep in line:
+                    key, line = line.split(sep, 1)
+            futures.append(producer.send(args.topic, line, key=key, partition=args.partition))
+            sent += 1
+            if len(futures) >= 10_000:
+                for f in futures:
+                    f.result()
+                futures.clear()
+        producer.flush()
+        for f in futures:
+            f.result()
+    finally:
+        producer.close()
+    print(f"produced {sent} record(s) to {args.topic}", file=sys.stderr)
+    return 0
+
+
+def _consume(args: argparse.Namespace) -> int:
+    if args.offset is not None and (not args.partition or len(args.partition) != 1):
+        raise InvalidConfigError("--offset needs exactly one --partition")
+    consumer = Consumer(
+        bootstrap_servers=args.bootstrap_server,
+        auto_offset_reset="earliest" if args.from_beginning else "latest",
+    )
+    shown = 0
+    out = sys.stdout
+    try:
+        if args.partition:
+            consumer.assign([TopicPartition(args.topic, p) for p in args.partition])
+        else:
+            consumer.subscribe([args.topic])
+        if args.offset is not None:
+            consumer.seek(TopicPartition(args.topic, args.partition[0]), args.offset)
+        elif args.from_beginning:
+            consumer.seek_to_beginning()
+        idle_since = time.monotonic()
+        while args.max_messages is None or shown < args.max_messages:
+            wait = 500 if args.timeout_ms is None else min(500, args.timeout_ms)
+            remaining = None if args.max_messages is None else args.max_messages - shown
+            batch = consumer.poll(wait, max_records=remaining)
+            if not batch:
+                if (
+                    args.timeout_ms is not None
+                    and (time.monotonic() - idle_since) * 1000 >= args.timeout_ms
+                ):
+                    break
+                continue
+            idle_since = time.monotonic()
+            for records in batch.values():
+                for r in records:
+                    out.write(_format(r, args.format))
+                    shown += 1
+            out.flush()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        consumer.close()
+    print(f"consumed {shown} record(s)", file=sys.stderr)
+    return 0
+
+
+def _text(b: bytes | None) -> str | None:
+    if b is None:
+        return None
+    try:
+        return b.decode()
+    except UnicodeDecodeError:
+        return "base64:" + base64.b64encode(b).decode()
+
+
+def _format(r: Any, fmt: str) -> str:
+    if fmt == "value":
+        return f"{_text(r.value) or ''}\n"
+    if fmt == "kv":
+        return f"{_text(r.key) or ''}\t{_text(r.value) or ''}\n"
+    return (
+        json.dumps(
+            {
+                "topic": r.topic,
+                "partition": r.partition,
+                "offset": r.offset,
+                "timestamp": r.timestamp,
+                "key": _text(r.key),
+                "value": _text(r.value),
+                "headers": {k: _text(v) for k, v in r.headers},
+            }
+        )
+        + "\n"
+    )
+
+
+def _offsets(args: argparse.Namespace) -> int:
+    with Admin(args.bootstrap_server) as admin:
+        (desc,) = admin.describe_topics([args.topic])
+        tps = [TopicPartition(args.topic, p.partition) for p in desc.partitions]
+        earliest = admin.list_offsets({tp: -2 for tp in tps})
+        latest = admin.list_offsets({tp: -1 for tp in tps})
+        at = admin.list_offsets({tp: args.time for tp in tps}) if args.time is not None else {}
+    rows = []
+    for tp in tps:
+        row = {"partition": tp.partition, "earliest": earliest[tp][0], "latest": latest[tp][0]}
+        if args.time is not None:
+            row["at_time"] = at[tp][0]
+        rows.append(row)
+    if args.json:
+        print(json.dumps(rows))
+    else:
+        for row in rows:
+            extra = f"  at {args.time}: {row['at_time']}" if args.time is not None else ""
+            print(
+                f"{args.topic}:{row['partition']}  earliest {row['earliest']}  "
+                f"latest {row['latest']}{extra}"
+            )
+    return 0

@@ -1,0 +1,24 @@
+"""Client library: producers, consumers and admin clients, sync and asyncio.
+
+Rules: imports the codec (records, protocol) and never the broker; options carry Kafka's names
+(`acks`, `linger_ms`, `batch_size`, `auto_offset_reset`, ...) so a Kafka user finds their way.
+"""
+
+from raftlog.client.admin import Admin, AsyncAdmin, TopicDescription
+from raftlog.client.consumer import AsyncConsumer, Consumer, ConsumerRecord
+from raftlog.client.producer import AsyncProducer, Producer, RecordFuture, RecordMetadata
+from raftlog.topics import TopicPartition
+
+__all__ = [
+    "Admin",
+    "AsyncAdmin",
+    "AsyncConsumer",
+    "AsyncProducer",
+    "Consumer",
+    "ConsumerRecord",
+    "Producer",
+    "RecordFuture",
+    "RecordMetadata",
+    "TopicDescription",
+    "TopicPartition",
+]

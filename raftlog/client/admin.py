@@ -1,0 +1,189 @@
+"""Admin clients: create, delete, list and describe topics, and list offsets.
+
+`AsyncAdmin` for asyncio code; `Admin` runs it on a private event loop in the caller's thread.
+Errors come back as the matching RaftlogError (TopicAlreadyExistsError, InvalidTopicError, ...)
+with the broker's message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from raftlog import protocol
+from raftlog.client.cluster import ClusterClient
+from raftlog.errors import error_from_code
+from raftlog.metadata.model import BrokerInfo, TopicInfo
+from raftlog.topics import TopicPartition
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionDescription:
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    size_bytes: int
+    segments: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDescription:
+    name: str
+    topic_id: str
+    partitions: tuple[PartitionDescription, ...]
+    config: dict[str, Any]
+    overrides: dict[str, str]
+
+
+class AsyncAdmin:
+    def __init__(
+        self,
+        bootstrap_servers: str | Sequence[str] = "127.0.0.1:9092",
+        client_id: str = "raftlog-admin",
+        request_timeout_ms: int = 30_000,
+    ):
+        self.client = ClusterClient(bootstrap_servers, client_id, request_timeout_ms)
+
+    async def __aenter__(self) -> AsyncAdmin:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        replication_factor: int = 1,
+        config: dict[str, Any] | None = None,
+    ) -> None:
+        body, _ = await self.client.request(
+            None,
+            protocol.ApiKey.CREATE_TOPICS,
+            {
+                "topics": [
+                    {
+                        "name": name,
+                        "partitions": partitions,
+                        "replication_factor": replication_factor,
+                        "config": {k: str(v) for k, v in (config or {}).items()},
+                    }
+                ]
+            },
+        )
+        for _name, error, message in body["topics"]:
+            if error:
+                raise error_from_code(error, message or "")
+
+    async def delete_topics(self, names: Iterable[str]) -> None:
+        body, _ = await self.client.request(
+            None, protocol.ApiKey.DELETE_TOPICS, {"topics": list(names)}
+        )
+        for _name, error, message in body["topics"]:
+            if error:
+                raise error_from_code(error, message or "")
+
+    async def list_topics(self) -> dict[str, TopicInfo]:
+        await self.client.refresh_metadata(None)
+        return dict(self.client.topics)
+
+    async def brokers(self) -> list[BrokerInfo]:
+        await self.client.refresh_metadata([])
+        return list(self.client.brokers.values())
+
+    async def describe_topics(self, names: Iterable[str] | None = None) -> list[TopicDescription]:
+        wanted = None if names is None else list(names)
+        await self.client.refresh_metadata(wanted)
+        body, _ = await self.client.request(
+            None, protocol.ApiKey.DESCRIBE_CONFIGS, {"topics": wanted}
+        )
+        out = []
+        for t in body["topics"]:
+            if t["error"]:
+                raise error_from_code(t["error"], t["message"] or "")
+            info = self.client.topics.get(t["name"])
+            parts = []
+            for p, start, end, hw, size, segments in t["partitions"]:
+                meta = info.partitions[p] if info is not None else None
+                parts.append(
+                    PartitionDescription(
+                        p,
+                        meta.leader if meta else -1,
+                        meta.leader_epoch if meta else -1,
+                        meta.replicas if meta else (),
+                        meta.isr if meta else (),
+                        start,
+                        end,
+                        hw,
+                        size,
+                        segments,
+                    )
+                )
+            out.append(
+                TopicDescription(
+                    t["name"], t["topic_id"], tuple(parts), t["config"], t["overrides"]
+                )
+            )
+        return out
+
+    async def list_offsets(
+        self, specs: dict[TopicPartition, int]
+    ) -> dict[TopicPartition, tuple[int, int]]:
+        """{tp: -2 earliest | -1 latest | timestamp ms} -> {tp: (offset, timestamp)}."""
+        return await self.client.list_offsets(specs)
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+class Admin:
+    def __init__(self, bootstrap_servers: str | Sequence[str] = "127.0.0.1:9092", **kw: Any):
+        self._loop = asyncio.new_event_loop()
+        self._async = AsyncAdmin(bootstrap_servers, **kw)
+
+    def _run(self, coro: Any) -> Any:
+        return self._loop.run_until_complete(coro)
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        replication_factor: int = 1,
+        config: dict[str, Any] | None = None,
+    ) -> None:
+        self._run(self._async.create_topic(name, partitions, replication_factor, config))
+
+    def delete_topics(self, names: Iterable[str]) -> None:
+        self._run(self._async.delete_topics(names))
+
+    def list_topics(self) -> dict[str, TopicInfo]:
+        return self._run(self._async.list_topics())  # type: ignore[no-any-return]
+
+    def brokers(self) -> list[BrokerInfo]:
+        return self._run(self._async.brokers())  # type: ignore[no-any-return]
+
+    def describe_topics(self, names: Iterable[str] | None = None) -> list[TopicDescription]:
+        return self._run(self._async.describe_topics(names))  # type: ignore[no-any-return]
+
+    def list_offsets(
+        self, specs: dict[TopicPartition, int]
+    ) -> dict[TopicPartition, tuple[int, int]]:
+        return self._run(self._async.list_offsets(specs))  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        if not self._loop.is_closed():
+            self._run(self._async.close())
+            self._loop.close()

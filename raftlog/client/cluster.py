@@ -1,0 +1,218 @@
+"""`ClusterClient`: bootstrap, metadata cache and one connection per broker, for every client.
+
+Producers, consumers and admin clients route requests by this metadata: the leader of a
+partition, the brokers' addresses. A retriable error (NotLeaderOrFollower, UnknownTopic, a
+lost connection) makes the caller refresh metadata and retry; this is what lets clients follow
+leader changes without user code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from raftlog import protocol
+from raftlog.client.connection import BrokerConnection, ResponseT
+from raftlog.errors import (
+    BrokerNotAvailableError,
+    InvalidConfigError,
+    RaftlogError,
+    UnknownTopicOrPartitionError,
+    error_from_code,
+)
+from raftlog.metadata.model import BrokerInfo, TopicInfo
+from raftlog.topics import TopicPartition
+
+log = logging.getLogger(__name__)
+
+
+def parse_bootstrap(servers: str | Sequence[str]) -> list[tuple[str, int]]:
+    """'host:port,host:port' or a list of 'host:port' -> [(host, port)]."""
+    items = servers.split(",") if isinstance(servers, str) else list(servers)
+    out = []
+    for item in items:
+        item = item.strip()
+        if not item:
+            continue
+        host, sep, port = item.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise InvalidConfigError(
+                f"bootstrap server {item!r} must be host:port with a port in 1..65535"
+            )
+        out.append((host, int(port)))
+    if not out:
+        raise InvalidConfigError("bootstrap_servers is empty")
+    return out
+
+
+class ClusterClient:
+    def __init__(
+        self,
+        bootstrap_servers: str | Sequence[str],
+        client_id: str = "raftlog",
+        request_timeout_ms: int = 30_000,
+        connect_timeout_ms: int = 10_000,
+    ):
+        self.bootstrap = parse_bootstrap(bootstrap_servers)
+        self.client_id = client_id
+        self.request_timeout_s = request_timeout_ms / 1000
+        self.connect_timeout_s = connect_timeout_ms / 1000
+        self.brokers: dict[int, BrokerInfo] = {}
+        self.topics: dict[str, TopicInfo] = {}
+        self.controller_id = -1
+        self._conns: dict[int | tuple[str, int], BrokerConnection] = {}
+        self._connecting: dict[int | tuple[str, int], asyncio.Future[BrokerConnection]] = {}
+        self._metadata_lock: asyncio.Lock | None = None
+
+    # -- connections ---------------------------------------------------------------------------
+
+    async def _connect(self, key: int | tuple[str, int], host: str, port: int) -> BrokerConnection:
+        conn = self._conns.get(key)
+        if conn is not None and not conn.closed:
+            return conn
+        pending = self._connecting.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        fut: asyncio.Future[BrokerConnection] = asyncio.get_running_loop().create_future()
+        self._connecting[key] = fut
+        try:
+            conn = await BrokerConnection.connect(
+                host, port, self.client_id, self.connect_timeout_s
+            )
+            self._conns[key] = conn
+            fut.set_result(conn)
+            return conn
+        except BaseException as e:
+            fut.set_exception(e)
+            fut.exception()  # mark retrieved: the awaiting caller gets it via raise
+            raise
+        finally:
+            del self._connecting[key]
+
+    async def connection(self, node_id: int) -> BrokerConnection:
+        broker = self.brokers.get(node_id)
+        if broker is None:
+            raise BrokerNotAvailableError(f"broker {node_id} is not in the cluster metadata")
+        return await self._connect(node_id, broker.host, broker.port)
+
+    async def any_connection(self) -> BrokerConnection:
+        """A connection to some broker: a known one, else a bootstrap server."""
+        candidates: list[tuple[int | tuple[str, int], str, int]] = [
+            (b.node_id, b.host, b.port) for b in self.brokers.values()
+        ]
+        random.shuffle(candidates)
+        candidates += [((h, p), h, p) for h, p in self.bootstrap]
+        errors = []
+        for key, host, port in candidates:
+            try:
+                return await self._connect(key, host, port)
+            except BrokerNotAvailableError as e:
+                errors.append(str(e))
+        raise BrokerNotAvailableError("no broker reachable: " + "; ".join(dict.fromkeys(errors)))
+
+    async def request(
+        self,
+        node_id: int | None,
+        api_key: int,
+        body: dict[str, Any],
+        payload: Sequence[bytes | memoryview] = (),
+    ) -> ResponseT:
+        conn = await (self.any_connection() if node_id is None else self.connection(node_id))
+        return await conn.request(api_key, body, payload, self.request_timeout_s)
+
+    # -- metadata ------------------------------------------------------------------------------
+
+    async def refresh_metadata(
+        self, topics: Iterable[str] | None = None, allow_auto_create: bool = False
+    ) -> dict[str, Any]:
+        if self._metadata_lock is None:
+            self._metadata_lock = asyncio.Lock()
+        async with self._metadata_lock:
+            body, _ = await self.request(
+                None,
+                protocol.ApiKey.METADATA,
+                {
+                    "topics": None if topics is None else list(topics),
+                    "allow_auto_create": allow_auto_create,
+                },
+            )
+        self.brokers = {b.node_id: b for b in (BrokerInfo.from_wire(w) for w in body["brokers"])}
+        self.controller_id = body["controller_id"]
+        if topics is None:
+            self.topics = {}
+        for t in body["topics"]:
+            if t["error"]:
+                self.topics.pop(t["name"], None)
+            else:
+                self.topics[t["name"]] = TopicInfo.from_wire(t)
+        return body
+
+    async def topic(self, name: str, allow_auto_create: bool = False) -> TopicInfo:
+        """Topic metadata, fetched if not cached; UnknownTopicOrPartitionError if none."""
+        info = self.topics.get(name)
+        if info is not None:
+            return info
+        body = await self.refresh_metadata([name], allow_auto_create)
+        for t in body["topics"]:
+            if t["name"] == name and t["error"]:
+                raise error_from_code(t["error"], t["message"] or f"unknown topic {name!r}")
+        info = self.topics.get(name)
+        if info is None:
+            raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+        return info
+
+    def leader_for(self, tp: TopicPartition) -> int:
+        info = self.topics.get(tp.topic)
+        if info is None or not 0 <= tp.partition < len(info.partitions):
+            raise UnknownTopicOrPartitionError(f"unknown topic or partition {tp}")
+        leader = info.partitions[tp.partition].leader
+        if leader < 0:
+            raise BrokerNotAvailableError(f"partition {tp} has no leader")
+        return leader
+
+    async def list_offsets(
+        self, specs: dict[TopicPartition, int]
+    ) -> dict[TopicPartition, tuple[int, int]]:
+        """{tp: -2 earliest | -1 latest | timestamp ms} -> {tp: (offset, timestamp)}.
+
+        An offset of -1 means no record has a timestamp that late."""
+        out: dict[TopicPartition, tuple[int, int]] = {}
+        by_node: dict[int, dict[str, list[list[int]]]] = {}
+        for tp, ts in specs.items():
+            await self.topic(tp.topic)
+            node = self.leader_for(tp)
+            by_node.setdefault(node, {}).setdefault(tp.topic, []).append([tp.partition, ts])
+        for node, topics in by_node.items():
+            body, _ = await self.request(
+                node,
+                protocol.ApiKey.LIST_OFFSETS,
+                {"topics": [[t, ps] for t, ps in topics.items()]},
+            )
+            for topic, parts in body["topics"]:
+                for partition, error, timestamp, offset, message in parts:
+                    if error:
+                        raise error_from_code(error, message or "")
+                    out[TopicPartition(topic, partition)] = (offset, timestamp)
+        return out
+
+    def invalidate(self, topic: str | None = None) -> None:
+        if topic is None:
+            self.topics.clear()
+        else:
+            self.topics.pop(topic, None)
+
+    async def close(self) -> None:
+        for conn in self._conns.values():
+            conn.close()
+        self._conns.clear()
+
+
+def check_error(code: int, message: str | None, what: str) -> None:
+    if code:
+        raise error_from_code(code, message or what)
+
+
+__all__ = ["ClusterClient", "RaftlogError", "check_error", "parse_bootstrap"]

@@ -1,0 +1,455 @@
+"""Consumers: `AsyncConsumer` for asyncio code and `Consumer` (sync), with Kafka's options.
+
+A consumer owns its position per partition (brokers keep no consumer state, as in the paper):
+`poll` returns records from the position on and advances it; `seek`, `seek_to_beginning` and
+`seek_to_end` rewind or skip, so replay is one call. One Fetch request per broker covers all of
+that broker's assigned partitions and long-polls (`fetch_min_bytes`, `fetch_max_wait_ms`).
+Batch checksums are verified on receipt (`check_crcs`), so a corrupted byte anywhere between the
+producer and here is an error, not a wrong record.
+
+Positions start from `auto_offset_reset` ("latest", "earliest", or "none" to raise) when none
+was set, and are reset the same way if the broker says the position is out of range (retention
+deleted it). Group membership and committed offsets come with the metadata quorum; until then a
+`group_id` is refused with a clear error rather than silently ignored.
+
+`Consumer` drives the same code on a private event loop in the calling thread, so it needs no
+thread of its own; `for record in consumer:` blocks for new data and never ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from raftlog import protocol
+from raftlog.client.cluster import ClusterClient
+from raftlog.errors import (
+    CorruptRecordError,
+    InvalidConfigError,
+    OffsetOutOfRangeError,
+    RaftlogError,
+    error_from_code,
+)
+from raftlog.records import HEADER, HEADER_SIZE, LOG_OVERHEAD, decode_records, validate_batch
+from raftlog.topics import TopicPartition
+
+log = logging.getLogger(__name__)
+
+
+class ConsumerRecord(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerConfig:
+    bootstrap_servers: str | Sequence[str] = "127.0.0.1:9092"
+    client_id: str = "raftlog-consumer"
+    group_id: str | None = None
+    auto_offset_reset: str = "latest"
+    max_poll_records: int = 500
+    fetch_min_bytes: int = 1
+    fetch_max_wait_ms: int = 500
+    fetch_max_bytes: int = 50 * 1024 * 1024
+    max_partition_fetch_bytes: int = 1024 * 1024
+    check_crcs: bool = True
+    request_timeout_ms: int = 30_000
+    retry_backoff_ms: int = 100
+
+    def __post_init__(self) -> None:
+        if self.auto_offset_reset not in ("latest", "earliest", "none"):
+            raise InvalidConfigError(
+                f"auto_offset_reset={self.auto_offset_reset!r}: must be latest, earliest or none"
+            )
+        if self.group_id is not None:
+            raise InvalidConfigError(
+                "group_id: consumer groups need the metadata quorum, which this version does not "
+                "have yet; use assign()/seek() or subscribe without a group"
+            )
+        for name in ("max_poll_records", "fetch_max_bytes", "max_partition_fetch_bytes"):
+            if getattr(self, name) < 1:
+                raise InvalidConfigError(f"{name}={getattr(self, name)}: must be >= 1")
+        for name in ("fetch_min_bytes", "fetch_max_wait_ms"):
+            if getattr(self, name) < 0:
+                raise InvalidConfigError(f"{name}={getattr(self, name)}: must be >= 0")
+
+
+class AsyncConsumer:
+    def __init__(self, *topics: str, **options: Any):
+        self.config = ConsumerConfig(**options)
+        self.client = ClusterClient(
+            self.config.bootstrap_servers, self.config.client_id, self.config.request_timeout_ms
+        )
+        self._subscription = list(topics)
+        # Invariant: every assigned partition has an entry; None = reset by policy first.
+        self._positions: dict[TopicPartition, int | None] = {}
+        self._paused: set[TopicPartition] = set()
+        self._buffer: collections.deque[ConsumerRecord] = collections.deque()
+        self._started = False
+
+    async def start(self) -> None:
+        await self.client.any_connection()
+        if self._subscription:
+            await self.subscribe(self._subscription)
+        self._started = True
+
+    async def __aenter__(self) -> AsyncConsumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- assignment and positions --------------------------------------------------------------
+
+    async def subscribe(self, topics: Sequence[str]) -> None:
+        """Consume every partition of these topics (no group: this consumer takes them all)."""
+        self._subscription = list(topics)
+        tps = []
+        for t in topics:
+            info = await self.client.topic(t)
+            tps.extend(TopicPartition(t, p.partition) for p in info.partitions)
+        self.assign(tps)
+
+    def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
+        tps = [TopicPartition(*tp) for tp in partitions]
+        self._positions = {tp: self._positions.get(tp) for tp in tps}
+        self._paused &= set(tps)
+        self._drop_buffered(lambda r: TopicPartition(r.topic, r.partition) not in self._positions)
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._positions)
+
+    def subscription(self) -> list[str]:
+        return list(self._subscription)
+
+    def seek(self, tp: TopicPartition | tuple[str, int], offset: int) -> None:
+        tp = TopicPartition(*tp)
+        self._check_assigned(tp)
+        if offset < 0:
+            raise InvalidConfigError(f"seek({tp}, {offset}): offset must be >= 0")
+        self._positions[tp] = offset
+        self._drop_buffered(lambda r: (r.topic, r.partition) == tp)
+
+    async def seek_to_beginning(self, *tps: TopicPartition | tuple[str, int]) -> None:
+        await self._seek_to(protocol.EARLIEST_TIMESTAMP, tps)
+
+    async def seek_to_end(self, *tps: TopicPartition | tuple[str, int]) -> None:
+        await self._seek_to(protocol.LATEST_TIMESTAMP, tps)
+
+    async def _seek_to(
+        self, timestamp: int, tps: Sequence[TopicPartition | tuple[str, int]]
+    ) -> None:
+        targets = [TopicPartition(*tp) for tp in tps] or list(self._positions)
+        for tp in targets:
+            self._check_assigned(tp)
+        offsets = await self.list_offsets({tp: timestamp for tp in targets})
+        for tp, (offset, _) in offsets.items():
+            self.seek(tp, offset)
+
+    async def position(self, tp: TopicPartition | tuple[str, int]) -> int:
+        tp = TopicPartition(*tp)
+        self._check_assigned(tp)
+        pos = self._positions[tp]
+        if pos is None:
+            await self._reset_positions([tp])
+            pos = self._positions[tp]
+            assert pos is not None
+        return pos
+
+    def pause(self, *tps: TopicPartition | tuple[str, int]) -> None:
+        for tp in tps:
+            tp = TopicPartition(*tp)
+            self._check_assigned(tp)
+            self._paused.add(tp)
+        self._drop_buffered(lambda r: TopicPartition(r.topic, r.partition) in self._paused)
+
+    def resume(self, *tps: TopicPartition | tuple[str, int]) -> None:
+        for tp in tps:
+            self._paused.discard(TopicPartition(*tp))
+
+    def paused(self) -> set[TopicPartition]:
+        return set(self._paused)
+
+    def _check_assigned(self, tp: TopicPartition) -> None:
+        if tp not in self._positions:
+            raise InvalidConfigError(f"partition {tp} is not assigned to this consumer")
+
+    def _drop_buffered(self, pred: Any) -> None:
+        """Forget buffered records matching `pred`; positions already point before them."""
+        if self._buffer:
+            self._buffer = collections.deque(r for r in self._buffer if not pred(r))
+
+    # -- offsets -------------------------------------------------------------------------------
+
+    async def list_offsets(
+        self, specs: dict[TopicPartition, int]
+    ) -> dict[TopicPartition, tuple[int, int]]:
+        """{tp: -2 earliest | -1 latest | timestamp ms} -> {tp: (offset, timestamp)}."""
+        return await self.client.list_offsets(specs)
+
+    async def beginning_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        res = await self.list_offsets(
+            {TopicPartition(*tp): protocol.EARLIEST_TIMESTAMP for tp in tps}
+        )
+        return {tp: o for tp, (o, _) in res.items()}
+
+    async def end_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        res = await self.list_offsets(
+            {TopicPartition(*tp): protocol.LATEST_TIMESTAMP for tp in tps}
+        )
+        return {tp: o for tp, (o, _) in res.items()}
+
+    async def _reset_positions(self, tps: Sequence[TopicPartition]) -> None:
+        policy = self.config.auto_offset_reset
+        if policy == "none":
+            raise OffsetOutOfRangeError(
+                f"no position for {', '.join(map(str, tps))} and auto_offset_reset='none'"
+            )
+        ts = protocol.EARLIEST_TIMESTAMP if policy == "earliest" else protocol.LATEST_TIMESTAMP
+        offsets = await self.list_offsets({tp: ts for tp in tps})
+        for tp, (offset, _) in offsets.items():
+            if tp in self._positions:
+                self._positions[tp] = offset
+
+    # -- fetching ------------------------------------------------------------------------------
+
+    async def poll(
+        self, timeout_ms: int = 0, max_records: int | None = None
+    ) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Records from the current positions, at most `max_records` (max_poll_records).
+
+        Waits up to `timeout_ms` for data; returns {} when none came.
+        """
+        limit = max_records or self.config.max_poll_records
+        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+        while not self._buffer:
+            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            await self._fetch(max(remaining_ms, 0))
+            if self._buffer or time.monotonic() >= deadline:
+                break
+        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+        buf = self._buffer
+        n = 0
+        while buf and n < limit:
+            r = buf.popleft()
+            tp = TopicPartition(r.topic, r.partition)
+            out.setdefault(tp, []).append(r)
+            self._positions[tp] = r.offset + 1
+            n += 1
+        return out
+
+    async def getone(self) -> ConsumerRecord:
+        """Block until one record is available and return it (a never-ending stream's step)."""
+        while True:
+            batch = await self.poll(self.config.fetch_max_wait_ms, max_records=1)
+            for records in batch.values():
+                return records[0]
+
+    def __aiter__(self) -> AsyncConsumer:
+        return self
+
+    async def __anext__(self) -> ConsumerRecord:
+        return await self.getone()
+
+    async def _fetch(self, max_wait_ms: int) -> None:
+        active = [tp for tp in self._positions if tp not in self._paused]
+        if not active:
+            if max_wait_ms:
+                await asyncio.sleep(min(max_wait_ms, self.config.fetch_max_wait_ms) / 1000)
+            return
+        unknown = [tp for tp in active if self._positions[tp] is None]
+        if unknown:
+            await self._reset_positions(unknown)
+        by_node: dict[int, list[TopicPartition]] = {}
+        for tp in active:
+            try:
+                await self.client.topic(tp.topic)
+                by_node.setdefault(self.client.leader_for(tp), []).append(tp)
+            except RaftlogError as e:
+                log.debug("no leader for %s yet: %s", tp, e)
+                self.client.invalidate(tp.topic)
+        if not by_node:
+            await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+            return
+        wait = min(max_wait_ms, self.config.fetch_max_wait_ms)
+        results = await asyncio.gather(
+            *(self._fetch_from(node, tps, wait) for node, tps in by_node.items()),
+            return_exceptions=True,
+        )
+        for r in results:
+            if isinstance(r, RaftlogError) and r.retriable:
+                log.debug("fetch failed, will retry: %s", r)
+                self.client.invalidate()
+            elif isinstance(r, BaseException):
+                raise r
+
+    async def _fetch_from(self, node: int, tps: list[TopicPartition], max_wait_ms: int) -> None:
+        topics: dict[str, list[list[int]]] = {}
+        for tp in tps:
+            pos = self._positions[tp]
+            assert pos is not None
+            topics.setdefault(tp.topic, []).append(
+                [tp.partition, pos, self.config.max_partition_fetch_bytes]
+            )
+        requested = {tp: self._positions[tp] for tp in tps}
+        body, payload = await self.client.request(
+            node,
+            protocol.ApiKey.FETCH,
+            {
+                "replica_id": -1,
+                "max_wait_ms": max_wait_ms,
+                "min_bytes": self.config.fetch_min_bytes,
+                "max_bytes": self.config.fetch_max_bytes,
+                "topics": [[t, ps] for t, ps in topics.items()],
+            },
+        )
+        pos = 0
+        reset: list[TopicPartition] = []
+        for topic, parts in body["topics"]:
+            for partition, error, _hw, _log_start, nbytes, message in parts:
+                tp = TopicPartition(topic, partition)
+                chunk = payload[pos : pos + nbytes]
+                pos += nbytes
+                if tp not in self._positions or self._positions[tp] != requested.get(tp):
+                    continue  # reassigned or sought while the fetch was in flight
+                if error:
+                    err = error_from_code(error, message or "")
+                    if (
+                        isinstance(err, OffsetOutOfRangeError)
+                        and self.config.auto_offset_reset != "none"
+                    ):
+                        log.warning("%s; resetting to %s", err, self.config.auto_offset_reset)
+                        reset.append(tp)
+                        continue
+                    if err.retriable:
+                        self.client.invalidate(topic)
+                        continue
+                    raise err
+                if nbytes:
+                    self._buffer.extend(self._decode(tp, chunk, requested[tp] or 0))
+        if reset:
+            await self._reset_positions(reset)
+
+    def _decode(
+        self, tp: TopicPartition, chunk: memoryview, start: int
+    ) -> Iterator[ConsumerRecord]:
+        pos, end = 0, len(chunk)
+        topic, partition = tp
+        check = self.config.check_crcs
+        while pos < end:
+            if end - pos < HEADER_SIZE:
+                break  # a partial batch at the end of a fetch is not an error
+            if check:
+                try:
+                    h = validate_batch(chunk, pos, end)
+                except CorruptRecordError as e:
+                    raise CorruptRecordError(f"{tp}: {e}") from None
+            else:
+                h = HEADER.unpack_from(chunk, pos)
+                if pos + h[1] + LOG_OVERHEAD > end:
+                    break
+            for r in decode_records(chunk, pos):
+                if r.offset >= start:
+                    yield ConsumerRecord(
+                        topic, partition, r.offset, r.timestamp, r.key, r.value, r.headers
+                    )
+            pos += h[1] + LOG_OVERHEAD
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+class Consumer:
+    """Synchronous consumer: the AsyncConsumer on a private event loop in the caller's thread."""
+
+    def __init__(self, *topics: str, **options: Any):
+        self._loop = asyncio.new_event_loop()
+        self._async = AsyncConsumer(*topics, **options)
+        self.config = self._async.config
+        try:
+            self._run(self._async.start())
+        except BaseException:
+            self._loop.close()
+            raise
+
+    def _run(self, coro: Any) -> Any:
+        return self._loop.run_until_complete(coro)
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def subscribe(self, topics: Sequence[str]) -> None:
+        self._run(self._async.subscribe(topics))
+
+    def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
+        self._async.assign(partitions)
+
+    def assignment(self) -> set[TopicPartition]:
+        return self._async.assignment()
+
+    def subscription(self) -> list[str]:
+        return self._async.subscription()
+
+    def poll(
+        self, timeout_ms: int = 0, max_records: int | None = None
+    ) -> dict[TopicPartition, list[ConsumerRecord]]:
+        return self._run(self._async.poll(timeout_ms, max_records))  # type: ignore[no-any-return]
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        while True:
+            for records in self.poll(self.config.fetch_max_wait_ms).values():
+                yield from records
+
+    def seek(self, tp: TopicPartition | tuple[str, int], offset: int) -> None:
+        self._async.seek(tp, offset)
+
+    def seek_to_beginning(self, *tps: TopicPartition | tuple[str, int]) -> None:
+        self._run(self._async.seek_to_beginning(*tps))
+
+    def seek_to_end(self, *tps: TopicPartition | tuple[str, int]) -> None:
+        self._run(self._async.seek_to_end(*tps))
+
+    def position(self, tp: TopicPartition | tuple[str, int]) -> int:
+        return self._run(self._async.position(tp))  # type: ignore[no-any-return]
+
+    def pause(self, *tps: TopicPartition | tuple[str, int]) -> None:
+        self._async.pause(*tps)
+
+    def resume(self, *tps: TopicPartition | tuple[str, int]) -> None:
+        self._async.resume(*tps)
+
+    def paused(self) -> set[TopicPartition]:
+        return self._async.paused()
+
+    def beginning_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return self._run(self._async.beginning_offsets(tps))  # type: ignore[no-any-return]
+
+    def end_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return self._run(self._async.end_offsets(tps))  # type: ignore[no-any-return]
+
+    def offsets_for_times(
+        self, timestamps: dict[TopicPartition, int]
+    ) -> dict[TopicPartition, tuple[int, int] | None]:
+        res = self._run(
+            self._async.list_offsets({TopicPartition(*tp): ts for tp, ts in timestamps.items()})
+        )
+        return {tp: (o, ts) if o >= 0 else None for tp, (o, ts) in res.items()}
+
+    def close(self) -> None:
+        if not self._loop.is_closed():
+            self._run(self._async.close())
+            self._loop.close()

@@ -1,0 +1,62 @@
+"""The metadata records the broker and clients exchange (also the wire shape of Metadata)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+    def to_wire(self) -> list[Any]:
+        return [self.node_id, self.host, self.port, self.rack]
+
+    @classmethod
+    def from_wire(cls, w: list[Any]) -> BrokerInfo:
+        return cls(int(w[0]), str(w[1]), int(w[2]), w[3])
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+    def to_wire(self) -> list[Any]:
+        return [self.partition, self.leader, self.leader_epoch, list(self.replicas), list(self.isr)]
+
+    @classmethod
+    def from_wire(cls, w: list[Any]) -> PartitionInfo:
+        return cls(int(w[0]), int(w[1]), int(w[2]), tuple(w[3]), tuple(w[4]))
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    topic_id: str
+    partitions: tuple[PartitionInfo, ...]
+    config: dict[str, str] = field(default_factory=dict)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "topic_id": self.topic_id,
+            "partitions": [p.to_wire() for p in self.partitions],
+            "config": dict(self.config),
+        }
+
+    @classmethod
+    def from_wire(cls, w: dict[str, Any]) -> TopicInfo:
+        return cls(
+            str(w["name"]),
+            str(w["topic_id"]),
+            tuple(PartitionInfo.from_wire(p) for p in w["partitions"]),
+            {str(k): str(v) for k, v in (w.get("config") or {}).items()},
+        )
