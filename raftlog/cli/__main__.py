@@ -1,0 +1,5 @@
+import sys
+
+from raftlog.cli import main
+
+sys.exit(main())

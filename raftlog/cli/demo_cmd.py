@@ -1,0 +1,204 @@
+"""`raftlog demo`: the main job end to end on the local default.
+
+Starts a local node as its own process, creates the `pageviews` topic, produces a stream of
+page-view events keyed by user (acks=all), consumes the whole topic back, checks that every
+record arrived once and in order per partition, prints what happened, and stops the node with
+SIGTERM (a clean shutdown). Exit status 0 means the pipeline moved every event.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+from raftlog.client import Admin, Consumer, Producer
+from raftlog.topics import TopicPartition
+
+PAGES = ["/", "/pricing", "/docs", "/blog", "/signup", "/login", "/docs/install", "/careers"]
+READY_TIMEOUT_S = 30
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("demo", help="run the page-view pipeline on a local node and report")
+    p.add_argument("--events", type=int, default=200_000, help="page views to produce")
+    p.add_argument("--partitions", type=int, default=3)
+    p.add_argument("--data-dir", help="keep the node's data here (default: a temp dir, removed)")
+    p.set_defaults(func=_demo)
+
+
+def _progress(label: str, done: int, total: int, started: float) -> None:
+    width = 30
+    filled = int(width * done / max(total, 1))
+    rate = done / max(time.monotonic() - started, 1e-9)
+    sys.stderr.write(
+        f"\r  {label} [{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,} {rate:,.0f}/s"
+    )
+    if done >= total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+
+
+def start_node(data_dir: str, extra: list[str] | None = None) -> tuple[subprocess.Popen[str], str]:
+    """Start `raftlog dev` on a free port; returns (process, "host:port") once it is ready."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "raftlog.cli",
+        "dev",
+        "--data-dir",
+        data_dir,
+        "--port",
+        "0",
+        "--log-level",
+        "WARNING",
+        *(extra or []),
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the node exited with status {proc.wait()} before it was ready")
+        if "ready on" in line:
+            return proc, line.rsplit(" ", 1)[1].strip()
+    proc.kill()
+    raise RuntimeError(f"the node was not ready after {READY_TIMEOUT_S} s")
+
+
+def stop_node(proc: subprocess.Popen[str]) -> int:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
+
+
+def _demo(args: argparse.Namespace) -> int:
+    if args.events < 1 or args.partitions < 1:
+        raise ValueError("--events and --partitions must be >= 1")
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(line_buffering=True)  # keep lines in order with the progress bars
+    data_dir = args.data_dir or tempfile.mkdtemp(prefix="raftlog-demo-")
+    print(f"1. starting a local raftlog node (data in {data_dir})")
+    t0 = time.monotonic()
+    proc, bootstrap = start_node(data_dir)
+    print(f"   node ready on {bootstrap} in {time.monotonic() - t0:.1f} s")
+    try:
+        return _pipeline(bootstrap, args.events, args.partitions)
+    finally:
+        status = stop_node(proc)
+        print(f"5. stopped the node cleanly (exit status {status})")
+        if args.data_dir is None:
+            shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def _pipeline(bootstrap: str, events: int, partitions: int) -> int:
+    topic = "pageviews"
+    with Admin(bootstrap) as admin:
+        if topic not in admin.list_topics():
+            admin.create_topic(topic, partitions, config={"retention.ms": str(7 * 86400000)})
+        partitions = len(admin.describe_topics([topic])[0].partitions)
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        start = {
+            tp: offset for tp, (offset, _) in admin.list_offsets({tp: -1 for tp in tps}).items()
+        }
+    print(
+        f"2. topic {topic!r} has {partitions} partitions; new events start at offsets "
+        + ", ".join(f"{tp.partition}:{o}" for tp, o in start.items())
+    )
+
+    print(f"3. producing {events:,} page-view events keyed by user (acks=all)")
+    rng = random.Random(7)
+    sent_per_user: dict[str, int] = collections.Counter()
+    started = time.monotonic()
+    last_shown = 0.0
+    with Producer(bootstrap_servers=bootstrap, acks="all", linger_ms=5) as producer:
+        futures = []
+        for i in range(events):
+            user = f"user-{rng.randrange(1000):04d}"
+            event = {
+                "user": user,
+                "page": rng.choice(PAGES),
+                "seq": sent_per_user[user],
+                "ts": int(time.time() * 1000),
+            }
+            sent_per_user[user] += 1
+            futures.append(producer.send(topic, json.dumps(event).encode(), key=user.encode()))
+            if time.monotonic() - last_shown > 0.25:
+                _progress("produce", i + 1, events, started)
+                last_shown = time.monotonic()
+        producer.flush()
+        for f in futures:
+            f.result()
+    _progress("produce", events, events, started)
+    produce_s = time.monotonic() - started
+
+    print("4. consuming the new events back (seek to where this run started)")
+    started = time.monotonic()
+    pages: collections.Counter[str] = collections.Counter()
+    per_partition: collections.Counter[int] = collections.Counter()
+    next_seq: dict[str, int] = collections.defaultdict(int)
+    last_offset: dict[int, int] = {}
+    problems = 0
+    seen = 0
+    consumer = Consumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+    try:
+        for tp, offset in start.items():
+            consumer.seek(tp, offset)
+        while seen < events:
+            batch = consumer.poll(5000)
+            if not batch:
+                print(f"\n   no records for 5 s after {seen:,} of {events:,}")
+                problems += 1
+                break
+            for tp, records in batch.items():
+                for r in records:
+                    e = json.loads(r.value or b"{}")
+                    if last_offset.get(tp.partition, r.offset - 1) != r.offset - 1:
+                        problems += 1
+                    last_offset[tp.partition] = r.offset
+                    if e["seq"] != next_seq[e["user"]]:
+                        problems += 1  # per-key order broken
+                    next_seq[e["user"]] = e["seq"] + 1
+                    pages[e["page"]] += 1
+                    per_partition[tp.partition] += 1
+                    seen += 1
+            if seen % 20_000 < 500 or seen >= events:
+                _progress("consume", min(seen, events), events, started)
+        ends = consumer.end_offsets(tps)
+    finally:
+        consumer.close()
+    consume_s = time.monotonic() - started
+
+    print("\nWhat happened:")
+    print(
+        f"  produced  {events:>10,} events in {produce_s:6.2f} s "
+        f"({events / produce_s:,.0f} events/s, every one acknowledged)"
+    )
+    print(
+        f"  consumed  {seen:>10,} events in {consume_s:6.2f} s "
+        f"({seen / max(consume_s, 1e-9):,.0f} events/s)"
+    )
+    for p in range(partitions):
+        print(
+            f"  partition {p}: {per_partition[p]:,} events, log end offset "
+            f"{ends[TopicPartition(topic, p)]:,}"
+        )
+    print("  top pages: " + ", ".join(f"{page} {n:,}" for page, n in pages.most_common(4)))
+    ok = seen == events and problems == 0 and sum(ends[tp] - start[tp] for tp in tps) == events
+    print(
+        f"  check: {'every event arrived once, in order per user' if ok else 'FAILED'}"
+        + ("" if ok else f" ({problems} order problems, {seen:,}/{events:,} seen)")
+    )
+    return 0 if ok else 1
