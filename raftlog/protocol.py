@@ -147,7 +147,7 @@ class FrameDecoder:
 
 
 def _frame(header: Any, payload_size: int) -> bytes:
-    packed = msgpack.packb(header, use_bin_type=True)
+    packed: bytes = msgpack.packb(header, use_bin_type=True)
     return FRAME_PREFIX.pack(4 + len(packed) + payload_size, len(packed)) + packed
 
 
