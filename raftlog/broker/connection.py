@@ -154,8 +154,16 @@ class Connection(asyncio.Protocol):
         except RaftlogError as e:
             self._respond_error(correlation_id, e)
             return
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
-            # The body had the wrong shape for this API: the client's bug, not ours.
+        except protocol.RemoteProtocolError as e:
+            # The body does not match the frame (e.g. payload sizes that do not add up).
+            if e.fatal:
+                self._protocol_error(correlation_id, e)
+            else:
+                self._respond_error(correlation_id, InvalidRequestError(str(e)))
+            return
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as e:
+            # The body had the wrong shape for this API: the client's bug, not ours. (Overflow:
+            # int() of an infinite float.)
             self._respond_error(
                 correlation_id,
                 InvalidRequestError(
@@ -180,7 +188,7 @@ class Connection(asyncio.Protocol):
             slot.response = await pending
         except RaftlogError as e:
             slot.response = error_response(e)
-        except (KeyError, TypeError, ValueError, IndexError) as e:
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as e:
             slot.response = error_response(
                 InvalidRequestError(
                     f"malformed {protocol.ApiKey(api_key).name} request: {type(e).__name__}: {e}"
@@ -213,26 +221,23 @@ class Connection(asyncio.Protocol):
             slot = self._slots.popleft()
             resp = slot.response
             assert resp is not None
+            header, resp = _encode_header(slot.correlation_id, resp)
             if any(isinstance(p, FileSlice) for p in resp.parts):
                 self._sending = True
-                task = asyncio.ensure_future(self._sendfile(slot.correlation_id, resp))
+                task = asyncio.ensure_future(self._sendfile(header, resp))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
                 return
             parts: list[Any] = resp.parts
-            size = sum(len(p) for p in parts)
-            transport.writelines(
-                [protocol.encode_response_header(slot.correlation_id, resp.body, size), *parts]
-            )
+            transport.writelines([header, *parts])
         self._update_reading()
 
-    async def _sendfile(self, correlation_id: int, resp: Response) -> None:
+    async def _sendfile(self, header: bytes, resp: Response) -> None:
         transport = self.transport
         assert transport is not None
         loop = asyncio.get_running_loop()
         try:
-            size = sum(p.size if isinstance(p, FileSlice) else len(p) for p in resp.parts)
-            transport.write(protocol.encode_response_header(correlation_id, resp.body, size))
+            transport.write(header)
             for part in resp.parts:
                 if isinstance(part, FileSlice):
                     if part.size:
@@ -265,3 +270,16 @@ class Connection(asyncio.Protocol):
 
 def error_response(error: RaftlogError) -> Response:
     return Response({"error": error.code, "message": str(error)})
+
+
+def _encode_header(correlation_id: int, resp: Response) -> tuple[bytes, Response]:
+    """The response's frame prefix and header; an error response instead if the body cannot
+    be encoded (it echoes a value msgpack refuses, e.g. an int past 64 bits that a handler
+    made from a float the client sent). Bad input must cost the client an error, not the
+    connection."""
+    size = sum(p.size if isinstance(p, FileSlice) else len(p) for p in resp.parts)
+    try:
+        return protocol.encode_response_header(correlation_id, resp.body, size), resp
+    except (TypeError, ValueError, OverflowError) as e:
+        resp = error_response(InvalidRequestError(f"the response cannot be encoded: {e}"))
+        return protocol.encode_response_header(correlation_id, resp.body, 0), resp

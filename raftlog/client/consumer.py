@@ -95,6 +95,8 @@ class AsyncConsumer:
         self._positions: dict[TopicPartition, int | None] = {}
         self._paused: set[TopicPartition] = set()
         self._buffer: collections.deque[ConsumerRecord] = collections.deque()
+        # Which assigned partition leads the next fetch (see _fetch).
+        self._fetch_rotation = 0
         self._started = False
 
     async def start(self) -> None:
@@ -268,6 +270,12 @@ class AsyncConsumer:
             if max_wait_ms:
                 await asyncio.sleep(min(max_wait_ms, self.config.fetch_max_wait_ms) / 1000)
             return
+        # The broker fills a fetch response in request order until fetch_max_bytes is used up,
+        # so a fixed order would starve the partitions behind a busy one: rotate which
+        # partition comes first on every fetch (Kafka's KIP-74 does the same).
+        k = self._fetch_rotation % len(active)
+        self._fetch_rotation += 1
+        active = active[k:] + active[:k]
         unknown = [tp for tp in active if self._positions[tp] is None]
         if unknown:
             await self._reset_positions(unknown)

@@ -38,11 +38,13 @@ import xxhash
 from raftlog import protocol
 from raftlog.client.cluster import ClusterClient
 from raftlog.errors import (
+    BrokerNotAvailableError,
     InvalidConfigError,
     RaftlogError,
     RaftlogTimeoutError,
     error_from_code,
 )
+from raftlog.metadata.model import TopicInfo
 from raftlog.records import BatchBuilder
 from raftlog.topics import TopicPartition
 
@@ -339,6 +341,20 @@ class _ProducerCore:
         self._idle = asyncio.Event()
         self._sender = asyncio.create_task(self._run())
 
+    async def topic_metadata(self, topic: str) -> TopicInfo:
+        """The topic's metadata for send(). A broker that cannot be reached (restarting, or
+        the cached metadata was dropped after a failed batch) is retried until max_block_ms, as
+        send() promises; an unknown topic fails at once, unless the broker auto-creates topics
+        (a producer asks it to, as Kafka's does; the broker's setting decides)."""
+        deadline = time.monotonic() + self.config.max_block_ms / 1000
+        while True:
+            try:
+                return await self.client.topic(topic, allow_auto_create=True)
+            except BrokerNotAvailableError:
+                if time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+
     # -- called from any thread ----------------------------------------------------------------
 
     def choose_partition(
@@ -443,6 +459,12 @@ class _ProducerCore:
                     return
             else:
                 self._idle.clear()
+            if ready and pending:
+                # More batches wait and a request just left: drain again at once (after the
+                # new send tasks ran), so that every free in-flight slot is used, rather than
+                # waiting for a wake-up that may only come with a response.
+                await asyncio.sleep(0)
+                continue
             timeout = None if next_ready is None else max(next_ready - time.monotonic(), 0)
             if pending and not ready and next_ready is None:
                 # Batches wait for metadata or a free in-flight slot: poll again soon.
@@ -559,6 +581,12 @@ class _ProducerCore:
 
     async def wait_idle(self) -> None:
         assert self._idle is not None and self.wakeup is not None
+        # `_idle` is only updated when the sender runs: records appended since its last pass
+        # (an AsyncProducer's sends do not yield to it) must not find it still set.
+        with self.acc.lock:
+            busy = self.acc.pending() > 0 or self._inflight_batches > 0
+        if busy:
+            self._idle.clear()
         self.wakeup.set()
         await self._idle.wait()
 
@@ -592,7 +620,11 @@ class AsyncProducer:
 
     async def start(self) -> None:
         self._core.start()
-        await self._core.client.any_connection()
+        try:
+            await self._core.client.any_connection()
+        except BaseException:
+            await self._core.close(None)  # the sender task must not outlive a failed start
+            raise
         self._started = True
 
     async def __aenter__(self) -> AsyncProducer:
@@ -603,7 +635,7 @@ class AsyncProducer:
         await self.close()
 
     async def partitions_for(self, topic: str) -> int:
-        info = await self._core.client.topic(topic)
+        info = await self._core.topic_metadata(topic)
         return len(info.partitions)
 
     async def send(
@@ -621,7 +653,7 @@ class AsyncProducer:
         info = self._core.client.topics.get(topic)
         if info is None:
             info = await asyncio.wait_for(
-                self._core.client.topic(topic), self.config.max_block_ms / 1000
+                self._core.topic_metadata(topic), self.config.max_block_ms / 1000
             )
         n = len(info.partitions)
         p = self._core.choose_partition(topic, key, partition, n)
@@ -683,7 +715,11 @@ class Producer:
 
     async def _start(self) -> None:
         self._core.start()
-        await self._core.client.any_connection()
+        try:
+            await self._core.client.any_connection()
+        except BaseException:
+            await self._core.close(None)  # the sender task must not outlive a failed start
+            raise
 
     def _call(self, coro: Any, timeout: float | None) -> Any:
         fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
@@ -702,7 +738,7 @@ class Producer:
     def partitions_for(self, topic: str) -> int:
         info = self._core.client.topics.get(topic)
         if info is None:
-            info = self._call(self._core.client.topic(topic), self.config.max_block_ms / 1000)
+            info = self._call(self._core.topic_metadata(topic), self.config.max_block_ms / 1000)
         return len(info.partitions)
 
     def send(

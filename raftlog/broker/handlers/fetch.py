@@ -87,14 +87,18 @@ def _read(
             if plog is None:
                 raise UnknownTopicOrPartitionError(f"unknown topic or partition {tp}")
             hw = broker.high_watermark(tp, plog)
-            limit = min(partition_max, remaining) if total else partition_max
             if total and remaining <= 0:
                 out.append([tp.partition, 0, hw, plog.log_start_offset, 0, None])
                 continue
-            sl = plog.read_slice(offset, limit, max_offset=hw)
+            # read_slice returns at least one whole batch, however small the limit: that is
+            # the progress guarantee, and only the response's first batch may use it.
+            sl = plog.read_slice(offset, min(partition_max, remaining), max_offset=hw)
         except RaftlogError as e:
             out.append([tp.partition, e.code, -1, -1, 0, str(e)])
             errors += 1
+            continue
+        if total and sl.size > remaining:
+            out.append([tp.partition, 0, hw, plog.log_start_offset, 0, None])
             continue
         if sl.size:
             parts.append(sl if zero_copy else sl.read())

@@ -1,0 +1,403 @@
+"""Shared pieces of the integration tests: a real broker process, waits, a raw wire client.
+
+Rules these helpers keep (STYLE.md, Tests): brokers are real `raftlog dev` processes on
+127.0.0.1 with their data in a temporary directory; every wait is a poll of observable state
+(a log file, a socket, a process status) with a deadline, never a bare sleep; a broker that
+dies unexpectedly, exits non-zero after SIGTERM, or logs a Python traceback fails the test.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from raftlog import protocol
+from raftlog.client import Consumer, ConsumerRecord
+from raftlog.topics import TopicPartition
+
+T = TypeVar("T")
+
+HOST = "127.0.0.1"
+READY = re.compile(rb"raftlog broker (\d+) ready on (\S+):(\d+)")
+# Generous deadlines: a 2-core CI machine under load starts Python slowly; a healthy broker
+# meets them with a wide margin, and a hung one still fails the test in bounded time.
+START_TIMEOUT_S = 30.0
+# The broker's own shutdown_timeout_ms is 10 s; a graceful stop must fit in it with room to spare.
+STOP_TIMEOUT_S = 15.0
+POLL_INTERVAL_S = 0.005
+CLI_TIMEOUT_S = 60.0
+
+
+def wait_for(
+    predicate: Callable[[], T], timeout_s: float, what: str, interval_s: float = POLL_INTERVAL_S
+) -> T:
+    """Poll `predicate` until it returns something truthy; fail naming `what` at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(interval_s)
+
+
+def cli_command(*args: str) -> list[str]:
+    """The `raftlog` command line, run with this interpreter (the test venv's)."""
+    return [sys.executable, "-m", "raftlog.cli", *args]
+
+
+def run_cli(
+    *args: str, input: bytes | None = None, timeout_s: float = CLI_TIMEOUT_S
+) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        cli_command(*args),
+        input=input,
+        capture_output=True,
+        timeout=timeout_s,
+        env=_child_env(),
+    )
+    return subprocess.CompletedProcess(
+        proc.args, proc.returncode, proc.stdout.decode(), proc.stderr.decode()
+    )
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.pop("RAFTLOG_BOOTSTRAP", None)  # every test names its broker explicitly
+    return env
+
+
+class BrokerProcess:
+    """One `raftlog dev` node as a child process; restartable on the same data dir and port.
+
+    `host`, `port`, `data_dir` and `proc` are the fixture's contract. Each incarnation writes
+    its stdout and stderr to its own files under `log_dir`, so a restart keeps the earlier logs
+    for the traceback check and for failure messages.
+    """
+
+    def __init__(self, data_dir: Path, log_dir: Path, extra_args: Sequence[str] = ()):
+        self.host = HOST
+        self.port = 0  # the first start asks for any free port; restarts reuse the bound one
+        self.data_dir = data_dir
+        self.log_dir = log_dir
+        self.extra_args = list(extra_args)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.incarnation = 0
+        self.log_files: list[Path] = []
+        # False while the broker should be running: a process exit then is a failure.
+        self.expect_exit = True
+        self.unexpected_exits: list[str] = []
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def stderr_path(self) -> Path:
+        return self.log_files[-1]
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        assert self.proc is None or self.proc.poll() is not None, "broker already running"
+        self.incarnation += 1
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        out_path = self.log_dir / f"broker-{self.incarnation}.out"
+        err_path = self.log_dir / f"broker-{self.incarnation}.err"
+        self.log_files.append(err_path)
+        cmd = cli_command(
+            "dev",
+            "--data-dir",
+            str(self.data_dir),
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            *self.extra_args,
+        )
+        # Append mode: every writer (the broker, a test adding a line) writes at the end.
+        with open(out_path, "ab") as out, open(err_path, "ab") as err:
+            self.proc = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=_child_env()
+            )
+        proc = self.proc
+
+        def ready() -> re.Match[bytes] | bool | None:
+            m = READY.search(out_path.read_bytes())
+            if m is None and proc.poll() is not None:
+                return True  # died before listening: reported below
+            return m
+
+        m = wait_for(ready, timeout_s, f"broker ready line in {out_path}")
+        if not isinstance(m, re.Match):
+            raise AssertionError(
+                f"broker exited with status {proc.returncode} before it was ready:\n"
+                + self.log_tail()
+            )
+        self.port = int(m.group(3))
+        self.expect_exit = False
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
+        """SIGTERM, wait for a graceful exit; SIGKILL and fail if it does not come in time."""
+        return self._signal_and_wait(signal.SIGTERM, timeout_s)
+
+    def interrupt(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
+        return self._signal_and_wait(signal.SIGINT, timeout_s)
+
+    def _signal_and_wait(self, sig: signal.Signals, timeout_s: float) -> int:
+        proc = self.proc
+        assert proc is not None
+        self.check_alive()
+        self.expect_exit = True
+        proc.send_signal(sig)
+        try:
+            return proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise AssertionError(
+                f"broker did not exit within {timeout_s} s of {sig.name}:\n" + self.log_tail()
+            ) from None
+
+    def kill9(self) -> None:
+        """SIGKILL: no flush, no close; the next start runs storage recovery."""
+        proc = self.proc
+        assert proc is not None
+        self.check_alive()
+        self.expect_exit = True
+        proc.kill()
+        proc.wait(STOP_TIMEOUT_S)
+
+    def restart(self) -> None:
+        """Graceful stop (which must exit 0), then start on the same data dir and port."""
+        rc = self.stop()
+        assert rc == 0, f"broker exited with status {rc} on SIGTERM:\n{self.log_tail()}"
+        self.start()
+
+    def crash_restart(self) -> None:
+        self.kill9()
+        self.start()
+
+    # -- health --------------------------------------------------------------------------------
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def check_alive(self) -> None:
+        if self.proc is None or self.expect_exit:
+            return
+        rc = self.proc.poll()
+        if rc is not None:
+            self.expect_exit = True
+            self.unexpected_exits.append(f"incarnation {self.incarnation} exited with {rc}")
+            raise AssertionError(f"broker died unexpectedly with status {rc}:\n" + self.log_tail())
+
+    def tracebacks(self) -> list[str]:
+        """Every log file that contains a Python traceback, with the traceback's first lines."""
+        found = []
+        for path in self.log_files:
+            text = path.read_text(errors="replace") if path.exists() else ""
+            at = text.find("Traceback")
+            if at >= 0:
+                found.append(f"{path.name}:\n{text[max(at - 300, 0) : at + 3000]}")
+        return found
+
+    def log_tail(self, nbytes: int = 4000) -> str:
+        if not self.log_files or not self.stderr_path.exists():
+            return "(no broker log)"
+        data = self.stderr_path.read_bytes()[-nbytes:]
+        return f"--- {self.stderr_path} (tail) ---\n" + data.decode(errors="replace")
+
+    def shutdown_and_check(self) -> list[str]:
+        """Fixture teardown: stop the broker however it is, and list what went wrong."""
+        problems = list(self.unexpected_exits)
+        proc = self.proc
+        if proc is not None:
+            if not self.expect_exit and proc.poll() is not None:
+                problems.append(f"broker died unexpectedly with status {proc.returncode}")
+            elif proc.poll() is None:
+                try:
+                    rc = self.stop()
+                except AssertionError as e:
+                    problems.append(str(e))
+                else:
+                    if rc != 0:
+                        problems.append(f"broker exited with status {rc} on SIGTERM")
+        problems.extend(f"broker logged a traceback in {tb}" for tb in self.tracebacks())
+        if problems:
+            problems.append(self.log_tail())
+        return problems
+
+
+# -- a raw wire client ------------------------------------------------------------------------
+
+
+class RawClient:
+    """A blocking socket speaking the wire protocol by hand: for fuzzing and exact checks."""
+
+    def __init__(self, host: str, port: int, timeout_s: float = 10.0):
+        self.sock = socket.create_connection((host, port), timeout=timeout_s)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.timeout_s = timeout_s
+        self.decoder = protocol.FrameDecoder(1 << 31)
+        self._next_corr = 1
+
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def next_corr(self) -> int:
+        corr = self._next_corr
+        self._next_corr += 1
+        return corr
+
+    def send_request(
+        self,
+        api_key: int,
+        body: Any,
+        payload: Sequence[bytes] = (),
+        api_version: int = 0,
+        corr: int | None = None,
+    ) -> int:
+        corr = self.next_corr() if corr is None else corr
+        frame = protocol.encode_request(api_key, api_version, corr, "raw-test", body, payload)
+        self.sock.sendall(b"".join(bytes(p) for p in frame))
+        return corr
+
+    def recv_frame(self, timeout_s: float | None = None) -> tuple[list[Any], bytes] | None:
+        """The next frame as (header, payload), or None if the broker closed the connection."""
+        deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
+        while True:
+            frame = self.decoder.next_frame()
+            if frame is not None:
+                return frame[0], bytes(frame[1])
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("no whole response frame before the deadline")
+            self.sock.settimeout(remaining)
+            try:
+                data = self.sock.recv(1 << 20)
+            except TimeoutError:
+                raise TimeoutError("no whole response frame before the deadline") from None
+            if not data:
+                return None
+            self.decoder.feed(data)
+
+    def recv_response(self, timeout_s: float | None = None) -> tuple[int, dict[str, Any], bytes]:
+        frame = self.recv_frame(timeout_s)
+        assert frame is not None, "broker closed the connection instead of answering"
+        corr, body = protocol.parse_response_header(frame[0])
+        return corr, body, frame[1]
+
+    def request(
+        self, api_key: int, body: Any, payload: Sequence[bytes] = (), api_version: int = 0
+    ) -> tuple[dict[str, Any], bytes]:
+        corr = self.send_request(api_key, body, payload, api_version)
+        got, resp, data = self.recv_response()
+        assert got == corr, f"response for correlation id {got}, expected {corr}"
+        return resp, data
+
+    def response_pending(self, within_s: float) -> bool:
+        """True if no response byte arrives within `within_s` (the request is being held)."""
+        readable, _, _ = select.select([self.sock], [], [], within_s)
+        return not readable
+
+    def drain_until_closed(self, timeout_s: float = 10.0) -> list[tuple[list[Any], bytes]]:
+        """Read whole frames until the broker closes the connection; fail at the deadline.
+
+        A reset counts as closed: the broker may close with our unread bytes in its buffer.
+        """
+        frames = []
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                frame = self.recv_frame(max(deadline - time.monotonic(), 0.001))
+            except ConnectionResetError:
+                return frames
+            except TimeoutError:
+                raise AssertionError(
+                    f"broker kept the connection open for {timeout_s} s "
+                    f"({self.decoder.buffered_bytes} bytes of a partial frame buffered)"
+                ) from None
+            if frame is None:
+                assert self.decoder.buffered_bytes == 0, "broker sent a truncated frame"
+                return frames
+            frames.append(frame)
+
+
+def fetch_body(
+    tps: dict[TopicPartition, int], max_wait_ms: int = 0, min_bytes: int = 1
+) -> dict[str, Any]:
+    topics: dict[str, list[list[int]]] = {}
+    for tp, offset in tps.items():
+        topics.setdefault(tp.topic, []).append([tp.partition, offset, 1 << 20])
+    return {
+        "replica_id": -1,
+        "max_wait_ms": max_wait_ms,
+        "min_bytes": min_bytes,
+        "max_bytes": 50 << 20,
+        "topics": [[t, ps] for t, ps in topics.items()],
+    }
+
+
+def produce_body(topic: str, sizes: dict[int, int], acks: int = 1) -> dict[str, Any]:
+    return {
+        "acks": acks,
+        "timeout_ms": 10_000,
+        "topics": [[topic, [[p, n] for p, n in sizes.items()]]],
+    }
+
+
+def list_offsets_body(tps: dict[TopicPartition, int]) -> dict[str, Any]:
+    topics: dict[str, list[list[int]]] = {}
+    for tp, ts in tps.items():
+        topics.setdefault(tp.topic, []).append([tp.partition, ts])
+    return {"topics": [[t, ps] for t, ps in topics.items()]}
+
+
+# -- consuming everything -----------------------------------------------------------------
+
+
+def consume_exactly(
+    bootstrap: str, topic: str, end_offsets: dict[int, int], timeout_s: float = 30.0
+) -> dict[int, list[ConsumerRecord]]:
+    """Every record of `topic` from offset 0 up to the given end offsets, by partition.
+
+    Fails if a partition's offsets are not exactly 0, 1, ..., end - 1 (nothing lost, nothing
+    duplicated, nothing past the end).
+    """
+    expected = sum(end_offsets.values())
+    got: dict[int, list[ConsumerRecord]] = {p: [] for p in end_offsets}
+    with Consumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest") as consumer:
+        assert {tp.partition for tp in consumer.assignment()} == set(end_offsets)
+        deadline = time.monotonic() + timeout_s
+        n = 0
+        while n < expected:
+            assert time.monotonic() < deadline, f"consumed {n} of {expected} records of {topic}"
+            for tp, records in consumer.poll(timeout_ms=500).items():
+                got[tp.partition].extend(records)
+                n += len(records)
+        # Whatever the broker still has past the expected ends is a duplicate or a stray.
+        for tp in consumer.assignment():
+            assert consumer.position(tp) == end_offsets[tp.partition], tp
+        ends = consumer.end_offsets(consumer.assignment())
+    for p, records in got.items():
+        assert [r.offset for r in records] == list(range(end_offsets[p])), f"{topic}-{p}"
+        assert ends[TopicPartition(topic, p)] == end_offsets[p], f"{topic}-{p} log end"
+    return got
