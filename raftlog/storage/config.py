@@ -67,14 +67,14 @@ class LogConfig:
     @classmethod
     def from_topic_config(cls, config: Mapping[str, Any]) -> LogConfig:
         """Build from Kafka-style dotted keys ("segment.bytes") or our snake_case keys."""
-        fields = {f.name for f in dataclasses.fields(cls)}
+        defaults = {f.name: f.default for f in dataclasses.fields(cls)}
         kwargs: dict[str, Any] = {}
         for key, value in config.items():
             name = key.replace(".", "_")
-            if name not in fields:
+            if name not in defaults:
                 continue  # a topic config that is not the log's (e.g. cleanup.policy)
-            if value is None or value == "":
-                kwargs[name] = None
+            if (value is None or value == "") and defaults[name] is None:
+                kwargs[name] = None  # unset: only the optional settings (flush_*) may be
                 continue
             try:
                 kwargs[name] = int(value)

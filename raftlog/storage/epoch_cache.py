@@ -18,7 +18,7 @@ epoch that the log holds; after a crash, entries beyond the log end are dropped 
 from __future__ import annotations
 
 import itertools
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 
 from raftlog.storage.checkpoint import read_entries, write_entries
 
@@ -69,12 +69,13 @@ class LeaderEpochCache:
         """
         if epoch <= self.latest_epoch:
             return False
-        while self._starts and self._starts[-1] >= start_offset:
-            self._epochs.pop()
-            self._starts.pop()
-        self._epochs.append(epoch)
-        self._starts.append(start_offset)
-        self._flush()
+        epochs, starts = self._epochs[:], self._starts[:]
+        while starts and starts[-1] >= start_offset:
+            epochs.pop()
+            starts.pop()
+        epochs.append(epoch)
+        starts.append(start_offset)
+        self._commit(epochs, starts)
         return True
 
     def end_offset_for_epoch(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
@@ -99,13 +100,9 @@ class LeaderEpochCache:
 
     def truncate_from_end(self, end_offset: int) -> None:
         """Drop epochs that start at or after `end_offset` (the log was cut there)."""
-        changed = False
-        while self._starts and self._starts[-1] >= end_offset:
-            self._epochs.pop()
-            self._starts.pop()
-            changed = True
-        if changed:
-            self._flush()
+        keep = bisect_left(self._starts, end_offset)
+        if keep < len(self._starts):
+            self._commit(self._epochs[:keep], self._starts[:keep])
 
     def truncate_from_start(self, start_offset: int) -> None:
         """Forget epochs wholly before `start_offset`; the one that covers it starts there."""
@@ -114,13 +111,12 @@ class LeaderEpochCache:
             return
         if i == 1 and self._starts[0] == start_offset:
             return
-        self._epochs = self._epochs[i - 1 :]
-        self._starts = [start_offset, *self._starts[i:]]
-        self._flush()
+        self._commit(self._epochs[i - 1 :], [start_offset, *self._starts[i:]])
 
     def clear(self) -> None:
-        self._epochs, self._starts = [], []
-        self._flush()
+        self._commit([], [])
 
-    def _flush(self) -> None:
-        write_entries(self.path, self.entries())
+    def _commit(self, epochs: list[int], starts: list[int]) -> None:
+        """Write the new entries, then adopt them: if the write fails (OSError), nothing changed."""
+        write_entries(self.path, list(zip(epochs, starts, strict=True)))
+        self._epochs, self._starts = epochs, starts

@@ -164,8 +164,13 @@ class PartitionLog:
     ) -> PartitionLog:
         """Open (creating if needed) the log in directory `path`, recovering after a crash."""
         self = cls(path, config or LogConfig(), clock_ms)
-        os.makedirs(path, exist_ok=True)
-        self._recover()
+        try:
+            os.makedirs(path, exist_ok=True)
+            self._recover()
+        except OSError as e:
+            # E.g. a full disk: recovery rewrites indices and checkpoints. Close what was opened.
+            _close_all(self._segments)
+            raise StorageError(f"{self.name}: opening {path} failed ({e.strerror or e})") from e
         return self
 
     def _recover(self) -> None:
@@ -194,7 +199,8 @@ class PartitionLog:
         if not os.path.exists(self.epoch_cache.path) and bases:
             rebuild_epochs = True
 
-        segments: list[LogSegment] = []
+        # The log's own list, so that a failing open can close every segment opened so far.
+        segments: list[LogSegment] = self._segments
         for i, base in enumerate(bases):
             seg = LogSegment.open(path, base)
             seg.index_interval = self.config.index_interval_bytes
@@ -210,6 +216,7 @@ class PartitionLog:
                 self._delete_files_from(bases[i:])
                 seg.close()
                 break
+            segments.append(seg)
             next_base = bases[i + 1] if i + 1 < len(bases) else None
             trusted = next_base is not None and next_base <= recovery_point
             needs_check = not trusted
@@ -232,7 +239,6 @@ class PartitionLog:
                         truncated,
                         reason,
                     )
-                    segments.append(seg)
                     later = bases[i + 1 :]
                     if later:
                         log.warning(
@@ -243,7 +249,6 @@ class PartitionLog:
                         )
                         self._delete_files_from(later)
                     break
-            segments.append(seg)
         if not segments:
             seg = LogSegment.create(path, log_start)
             seg.index_interval = self.config.index_interval_bytes
@@ -255,7 +260,11 @@ class PartitionLog:
         self._delete_segments_below(self._log_start)
         if rebuild_epochs:
             self._rebuild_epoch_cache()
-        self.epoch_cache.truncate_from_end(self._next_offset)
+        # Epochs starting at or after the log end never wrote a batch here (assigned just before
+        # a crash), except in an empty log: there the epoch covering the log start starts at the
+        # log end, as the running log keeps it after delete_records_before(log_end).
+        empty = self._log_start == self._next_offset
+        self.epoch_cache.truncate_from_end(self._next_offset + 1 if empty else self._next_offset)
         self.epoch_cache.truncate_from_start(self._log_start)
         # Everything that survived was checked; make it durable and start from a clean point.
         for seg in self._segments:
@@ -365,7 +374,7 @@ class PartitionLog:
                 max_ts = h.max_timestamp
             pos += size
         if leader_epoch > latest:
-            self.epoch_cache.assign(leader_epoch, self._next_offset)
+            self._assign_epoch(leader_epoch, self._next_offset)
         return self._write(iov, n, batches, offset, records, max_ts)
 
     def append_as_follower(self, batch_bytes: bytes | bytearray | memoryview) -> AppendInfo:
@@ -404,8 +413,18 @@ class PartitionLog:
                 max_ts = h.max_timestamp
             pos += size
         for epoch, start in epochs:
-            self.epoch_cache.assign(epoch, start)
+            self._assign_epoch(epoch, start)
         return self._write([mv], n, batches, expected, records, max_ts)
+
+    def _assign_epoch(self, epoch: int, start_offset: int) -> None:
+        """Persist a new epoch before any batch of it is written (epoch_cache.py's rule)."""
+        try:
+            self.epoch_cache.assign(epoch, start_offset)
+        except OSError as e:
+            raise StorageError(
+                f"{self.name}: writing {self.epoch_cache.path} for epoch {epoch} failed "
+                f"({e.strerror or e}); nothing appended"
+            ) from e
 
     def _write(
         self,
@@ -467,7 +486,17 @@ class PartitionLog:
             self._offline = f"{what}, and undoing it failed ({e2.strerror or e2})"
             log.error("%s; the log is offline until reopened", self._offline)
             raise LogOfflineError(self._offline) from error
-        self.epoch_cache.truncate_from_end(self._next_offset)
+        try:
+            self.epoch_cache.truncate_from_end(self._next_offset)
+        except OSError as e2:
+            # The file keeps an epoch starting at the log end, which wrote nothing: harmless,
+            # and recovery drops it from a non-empty log.
+            log.warning(
+                "%s: could not drop the unused epoch from %s (%s)",
+                self.name,
+                self.epoch_cache.path,
+                e2.strerror or e2,
+            )
         log.warning("%s; rolled back, the log is unchanged", what)
         raise StorageError(f"{what}; nothing appended") from error
 
@@ -535,7 +564,14 @@ class PartitionLog:
         self._unflushed_messages = 0
         self._last_flush_ms = now
         if now - self._last_rp_checkpoint_ms >= self.config.recovery_point_checkpoint_ms:
-            self._rp_checkpoint.write(self._recovery_point)
+            try:
+                self._rp_checkpoint.write(self._recovery_point)
+            except OSError as e:
+                # The data is fsynced; only the checkpoint lags, which recovery tolerates.
+                raise StorageError(
+                    f"{self.name}: writing {self._rp_checkpoint.path} failed "
+                    f"({e.strerror or e}); the data is flushed"
+                ) from e
             self._last_rp_checkpoint_ms = now
 
     def maybe_flush(self) -> bool:
@@ -644,6 +680,11 @@ class PartitionLog:
                 del self._segments[i + 1 :]
                 del self._bases[i + 1 :]
                 self._next_offset = self._segments[i].truncate_to(offset)
+                if self._next_offset < self._log_start:
+                    # The batch holding `offset` began below the log start: the log is now
+                    # empty, and must start where it ends (invariant log_start <= next_offset).
+                    self._log_start = self._next_offset
+                    self._start_checkpoint.write(self._log_start)
             self.epoch_cache.truncate_from_end(self._next_offset)
             if self._recovery_point > self._next_offset:
                 self._recovery_point = self._next_offset
@@ -687,7 +728,9 @@ class PartitionLog:
     def enforce_retention(self, now_ms: int | None = None) -> int:
         """Delete the oldest closed segments beyond `retention_ms` / `retention_bytes`.
 
-        Only a prefix of closed segments goes, never the active one. Returns how many went.
+        Closed segments wholly below the log start offset go too (one that was active when
+        `delete_records_before` passed it, and rolled since). Only a prefix of closed segments
+        goes, never the active one. Returns how many went.
         """
         self._check_writable()
         now = self._clock_ms() if now_ms is None else now_ms
@@ -695,9 +738,10 @@ class PartitionLog:
         total = self.size_bytes
         count = 0
         for seg in self._segments[:-1]:
+            below_start = seg.next_offset <= self._log_start
             expired = retention_ms >= 0 and now - seg.max_timestamp > retention_ms
             oversize = retention_bytes >= 0 and total - seg.size >= retention_bytes
-            if not (expired or oversize):
+            if not (below_start or expired or oversize):
                 break
             total -= seg.size
             count += 1
@@ -732,20 +776,35 @@ class PartitionLog:
     # -- closing -------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Flush everything, checkpoint, and close the files. The log is unusable after."""
+        """Flush everything, checkpoint, and close the files. The log is unusable after.
+
+        Every file is closed even if flushing fails (a full disk, an I/O error); the failure is
+        then raised as StorageError. The next open recovers whatever was not checkpointed.
+        """
+        failure: OSError | StorageError | None = None
         if self._offline is None:
-            self._finish_roll_flush()
-            for seg in self._segments:
-                if seg.unflushed:
-                    os.fdatasync(seg.fd)
-                    seg.unflushed = False
-                seg.index.persist(fsync=True)
-            self._recovery_point = self._next_offset
-            self._rp_checkpoint.write(self._recovery_point)
-            self._start_checkpoint.write(self._log_start)
-        for seg in self._segments:
-            seg.close()
+            try:
+                self._finish_roll_flush()
+                for seg in self._segments:
+                    if seg.unflushed:
+                        os.fdatasync(seg.fd)
+                        seg.unflushed = False
+                    seg.index.persist(fsync=True)
+                self._recovery_point = self._next_offset
+                self._rp_checkpoint.write(self._recovery_point)
+                self._start_checkpoint.write(self._log_start)
+            except (OSError, StorageError) as e:
+                failure = e
+        closing_failure = _close_all(self._segments)
+        failure = failure or closing_failure
         self._offline = f"{self.name} is closed"
+        if isinstance(failure, StorageError):
+            raise failure
+        if failure is not None:
+            raise StorageError(
+                f"{self.name}: closing failed ({failure.strerror or failure}); the next open "
+                "recovers the log"
+            ) from failure
 
     def __enter__(self) -> PartitionLog:
         return self
@@ -754,15 +813,43 @@ class PartitionLog:
         self.close()
 
 
+def _close_all(segments: list[LogSegment]) -> OSError | None:
+    """Close every segment's file, even if writing some indices fails; the first failure."""
+    failure = None
+    for seg in segments:
+        try:
+            seg.close()
+        except OSError as e:
+            failure = failure or e
+    return failure
+
+
 def _pwritev_all(fd: int, iov: list[bytes | memoryview], position: int) -> int:
-    """pwritev in chunks of at most IOV_MAX buffers; returns the bytes written."""
+    """pwritev all of `iov` (at most IOV_MAX buffers per call); returns the bytes written.
+
+    A short write is continued rather than taken as the error: the kernel writes what fits and
+    then reports why the rest does not (ENOSPC, EFBIG, EIO) as an OSError on the next call.
+    """
+    total = sum(len(b) for b in iov)
     if len(iov) <= IOV_MAX:
-        return os.pwritev(fd, iov, position)
-    written = 0
-    for i in range(0, len(iov), IOV_MAX):
-        chunk = iov[i : i + IOV_MAX]
-        n = os.pwritev(fd, chunk, position + written)
-        written += n
-        if n != sum(len(b) for b in chunk):
+        written = os.pwritev(fd, iov, position)
+        if written == total:
+            return written
+    else:
+        written = 0
+    views = [memoryview(b) for b in iov]
+    skip = written
+    while views and skip >= len(views[0]):
+        skip -= len(views.pop(0))
+    if skip:
+        views[0] = views[0][skip:]
+    while views:
+        n = os.pwritev(fd, views[:IOV_MAX], position + written)
+        if n == 0:
             break
+        written += n
+        while views and n >= len(views[0]):
+            n -= len(views.pop(0))
+        if n:
+            views[0] = views[0][n:]
     return written

@@ -147,6 +147,12 @@ class LogSegment:
                     f"{self.log_path}: batch at byte {pos} has offset {base_offset}, "
                     f"expected {expected}"
                 )
+            if last_delta < 0:
+                # Offsets never go backwards; without this check a bit flip here could make a
+                # damaged segment look as if it ended below the recovery point, and be trusted.
+                raise CorruptRecordError(
+                    f"{self.log_path}: batch at byte {pos} has last offset delta {last_delta}"
+                )
             if rebuild_index or pos > start:
                 self.note_batch(pos, base_offset, size, max_ts, index=rebuild_index)
             else:
@@ -323,9 +329,11 @@ class LogSegment:
 
     def close(self) -> None:
         if self.fd >= 0:
-            self.index.persist(fsync=False)
-            os.close(self.fd)
-            self.fd = -1
+            try:
+                self.index.persist(fsync=False)
+            finally:
+                os.close(self.fd)
+                self.fd = -1
 
     def delete(self) -> None:
         if self.fd >= 0:
