@@ -164,3 +164,66 @@ def error_from_code(code: int, message: str) -> RaftlogError:
     if cls is OffsetOutOfRangeError:
         return OffsetOutOfRangeError(message)
     return cls(message)
+
+
+class InconsistentGroupProtocolError(RaftlogError, ValueError):
+    """The members of a group share no partition assignor (Kafka: INCONSISTENT_GROUP_PROTOCOL).
+
+    Not retriable: the members' configurations must change first.
+    """
+
+    code = 22
+
+
+class CommitFailedError(RaftlogError):
+    """An offset commit was refused: stale generation, not a member, or not the owner."""
+
+    code = 23
+
+
+class GroupNotEmptyError(RaftlogError):
+    """The operation needs a group with no active members (reset-offsets, delete)."""
+
+    code = 24
+
+
+class UnknownMemberIdError(RaftlogError):
+    """The member is not (or no longer) in the group: rejoin."""
+
+    code = 25
+    retriable = True
+
+
+class IllegalGenerationError(RaftlogError):
+    """The group has moved to a newer generation: rejoin."""
+
+    code = 26
+    retriable = True
+
+
+class NotCoordinatorError(RaftlogError):
+    """This node is not the group coordinator (the active controller): find it again."""
+
+    code = 27
+    retriable = True
+
+
+class InvalidReplicationFactorError(RaftlogError):
+    code = 28
+
+
+class StaleBrokerEpochError(RaftlogError):
+    """A broker spoke with an epoch from an old incarnation: it is a zombie and is ignored."""
+
+    code = 29
+
+
+class GroupIdNotFoundError(RaftlogError):
+    code = 30
+
+
+class NotControllerError(RaftlogError):
+    """This node is not the active controller."""
+
+    code = 31
+    retriable = True

@@ -1,0 +1,544 @@
+"""The cluster metadata as a deterministic state machine: what the Raft quorum replicates.
+
+It holds the registries that ZooKeeper held for early Kafka, plus partition state (KRaft):
+
+- brokers: id, endpoint, rack, incarnation and broker epoch, fenced or not (broker registry);
+- topics: id, config, and per partition the replicas, leader, leader epoch, ISR and partition
+  epoch;
+- consumer groups: members, generation, chosen assignor and the assignment (consumer and
+  ownership registries);
+- committed offsets per group and partition (offset registry);
+- the next producer id block (for idempotent producers).
+
+Rules (etcd raft / TigerBeetle style):
+- Every change is a command applied with `apply(command)`; a command is `(name, kwargs)` of
+  plain values. The same commands in the same order give the same state on every replica:
+  no clock (time arrives inside the command as `now_ms`), no randomness, no iteration over
+  sets or str hashes, no I/O.
+- `apply` never raises for a refused command: it returns `("err", code, message)` so every
+  replica refuses identically and the proposer gets the error; `("ok", value)` otherwise.
+- All fields are plain dicts, lists, ints and strs, so the state pickles into pysyncobj
+  snapshots and compares with `==` in tests.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from raftlog.errors import (
+    CommitFailedError,
+    GroupIdNotFoundError,
+    GroupNotEmptyError,
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    InvalidRequestError,
+    RaftlogError,
+    StaleBrokerEpochError,
+    TopicAlreadyExistsError,
+    UnknownMemberIdError,
+    UnknownTopicOrPartitionError,
+)
+from raftlog.metadata import assignors
+from raftlog.storage.config import LogConfig
+from raftlog.topics import validate_topic_name
+
+NO_LEADER = -1
+MAX_PARTITIONS = 10_000
+PRODUCER_ID_BLOCK = 1000
+Result = tuple[Any, ...]
+
+
+def _ok(value: Any = None) -> Result:
+    return ("ok", value)
+
+
+def _err(error: RaftlogError) -> Result:
+    return ("err", error.code, str(error))
+
+
+class MetadataState:
+    """The replicated state. Mutate it only through `apply`."""
+
+    def __init__(self) -> None:
+        # node_id -> {"node_id", "host", "port", "rack", "incarnation", "broker_epoch",
+        #             "fenced", "registered_ms"}
+        self.brokers: dict[int, dict[str, Any]] = {}
+        # Invariant: strictly increases; every registration takes the next value.
+        self.next_broker_epoch = 1
+        # name -> {"name", "topic_id", "config": {str: str},
+        #          "partitions": [{"replicas", "leader", "leader_epoch", "isr",
+        #                          "partition_epoch"}]}
+        self.topics: dict[str, dict[str, Any]] = {}
+        # Partitions ever created: spreads the first replica of new topics across brokers.
+        self.partitions_created = 0
+        # group -> {"group_id", "generation", "protocol", "members": {member_id: {...}},
+        #           "assignment": {member_id: [[topic, partition], ...]}, "next_member": int}
+        self.groups: dict[str, dict[str, Any]] = {}
+        # group -> {"topic:partition": [offset, metadata, commit_ms]}
+        self.offsets: dict[str, dict[str, list[Any]]] = {}
+        self.next_producer_id = 0
+        # Count of applied commands: a cheap "has anything changed" for watchers.
+        self.version = 0
+
+    # -- the one entry point -------------------------------------------------------------------
+
+    def apply(self, command: tuple[str, dict[str, Any]]) -> Result:
+        name, args = command
+        handler = getattr(self, "_cmd_" + name, None)
+        if handler is None:
+            return _err(InvalidRequestError(f"unknown metadata command {name!r}"))
+        try:
+            result: Result = handler(**args)
+        except RaftlogError as e:
+            return _err(e)
+        self.version += 1
+        return result
+
+    def snapshot(self) -> MetadataState:
+        return copy.deepcopy(self)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, MetadataState) and self.__dict__ == other.__dict__
+
+    # -- brokers -------------------------------------------------------------------------------
+
+    def _cmd_register_broker(
+        self, node_id: int, host: str, port: int, rack: str | None, incarnation: str, now_ms: int
+    ) -> Result:
+        """A broker (re)starts: a new epoch fences any older incarnation still running."""
+        epoch = self.next_broker_epoch
+        self.next_broker_epoch += 1
+        self.brokers[node_id] = {
+            "node_id": node_id,
+            "host": host,
+            "port": port,
+            "rack": rack,
+            "incarnation": incarnation,
+            "broker_epoch": epoch,
+            "fenced": False,
+            "registered_ms": now_ms,
+        }
+        self._elect_for_returning(node_id)
+        return _ok(epoch)
+
+    def _check_epoch(self, node_id: int, broker_epoch: int) -> dict[str, Any]:
+        broker = self.brokers.get(node_id)
+        if broker is None or broker["broker_epoch"] != broker_epoch:
+            raise StaleBrokerEpochError(
+                f"broker {node_id} epoch {broker_epoch} is not the registered one "
+                f"({broker['broker_epoch'] if broker else 'none'})"
+            )
+        return broker
+
+    def _cmd_fence_broker(self, node_id: int, broker_epoch: int) -> Result:
+        """The controller lost the broker's heartbeats: move its leaderships away."""
+        broker = self._check_epoch(node_id, broker_epoch)
+        if broker["fenced"]:
+            return _ok(0)
+        broker["fenced"] = True
+        moved = 0
+        for topic in self._sorted_topics():
+            unclean = topic["config"].get("unclean.leader.election.enable") == "true"
+            for p in topic["partitions"]:
+                if node_id not in p["isr"] and p["leader"] != node_id:
+                    continue
+                if p["leader"] == node_id:
+                    moved += 1
+                    self._elect(p, exclude=node_id, unclean=unclean)
+                elif len(p["isr"]) > 1:
+                    p["isr"] = [r for r in p["isr"] if r != node_id]
+                    p["partition_epoch"] += 1
+        return _ok(moved)
+
+    def _cmd_unfence_broker(self, node_id: int, broker_epoch: int) -> Result:
+        broker = self._check_epoch(node_id, broker_epoch)
+        if not broker["fenced"]:
+            return _ok(0)
+        broker["fenced"] = False
+        return _ok(self._elect_for_returning(node_id))
+
+    def _live(self, node_id: int) -> bool:
+        b = self.brokers.get(node_id)
+        return b is not None and not b["fenced"]
+
+    def _elect(self, p: dict[str, Any], exclude: int, unclean: bool) -> None:
+        """New leader for `p` from its ISR (replica order), never outside it unless unclean."""
+        candidates = [r for r in p["replicas"] if r in p["isr"] and r != exclude and self._live(r)]
+        if candidates:
+            p["leader"] = candidates[0]
+            p["isr"] = [r for r in p["isr"] if r != exclude]
+        elif unclean and (out := [r for r in p["replicas"] if r != exclude and self._live(r)]):
+            p["leader"] = out[0]
+            p["isr"] = [out[0]]
+        else:
+            # No eligible replica: the partition is offline. The ISR keeps its last member so
+            # that broker, and only it, can lead again without losing committed records.
+            p["leader"] = NO_LEADER
+        p["leader_epoch"] += 1
+        p["partition_epoch"] += 1
+
+    def _elect_for_returning(self, node_id: int) -> int:
+        """Offline partitions whose ISR holds `node_id` get it back as leader."""
+        elected = 0
+        for topic in self._sorted_topics():
+            for p in topic["partitions"]:
+                if p["leader"] == NO_LEADER and node_id in p["isr"]:
+                    p["leader"] = node_id
+                    p["isr"] = [node_id]
+                    p["leader_epoch"] += 1
+                    p["partition_epoch"] += 1
+                    elected += 1
+        return elected
+
+    # -- topics --------------------------------------------------------------------------------
+
+    def _sorted_topics(self) -> list[dict[str, Any]]:
+        return [self.topics[name] for name in sorted(self.topics)]
+
+    def _assign_replicas(self, partitions: int, replication_factor: int) -> list[list[int]]:
+        """Replicas per partition: leaders spread evenly; replicas in distinct racks if set.
+
+        Brokers are ordered so that racks alternate (Kafka's rack-aware order); partition p's
+        replicas are the `replication_factor` brokers from position start + p in that ring.
+        """
+        live = sorted(n for n in self.brokers if self._live(n))
+        if replication_factor > len(live):
+            raise InvalidReplicationFactorError(
+                f"replication factor {replication_factor} needs {replication_factor} live "
+                f"brokers; {len(live)} are live"
+            )
+        by_rack: dict[str, list[int]] = {}
+        for n in live:
+            by_rack.setdefault(self.brokers[n]["rack"] or "", []).append(n)
+        ring: list[int] = []
+        racks = sorted(by_rack)
+        while len(ring) < len(live):
+            for rack in racks:
+                if by_rack[rack]:
+                    ring.append(by_rack[rack].pop(0))
+        start = self.partitions_created % len(ring)
+        return [
+            [ring[(start + p + j) % len(ring)] for j in range(replication_factor)]
+            for p in range(partitions)
+        ]
+
+    def _cmd_create_topic(
+        self,
+        name: str,
+        topic_id: str,
+        partitions: int,
+        replication_factor: int,
+        config: dict[str, str],
+    ) -> Result:
+        validate_topic_name(name)
+        if name in self.topics:
+            raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+        if not isinstance(partitions, int) or not 1 <= partitions <= MAX_PARTITIONS:
+            raise InvalidPartitionsError(
+                f"topic {name!r}: partitions must be 1..{MAX_PARTITIONS}, got {partitions!r}"
+            )
+        if not isinstance(replication_factor, int) or replication_factor < 1:
+            raise InvalidReplicationFactorError(
+                f"topic {name!r}: replication factor must be >= 1, got {replication_factor!r}"
+            )
+        config = {str(k): str(v) for k, v in config.items()}
+        LogConfig.from_topic_config(config)
+        replicas = self._assign_replicas(partitions, replication_factor)
+        self.partitions_created += partitions
+        self.topics[name] = {
+            "name": name,
+            "topic_id": topic_id,
+            "config": config,
+            "partitions": [
+                {
+                    "replicas": r,
+                    "leader": r[0],
+                    "leader_epoch": 0,
+                    "isr": list(r),
+                    "partition_epoch": 0,
+                }
+                for r in replicas
+            ],
+        }
+        self._rebalance_groups_for(name)
+        return _ok(topic_id)
+
+    def _cmd_delete_topic(self, name: str) -> Result:
+        if name not in self.topics:
+            raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+        del self.topics[name]
+        prefix = name + ":"
+        for offsets in self.offsets.values():
+            for key in [k for k in offsets if k.startswith(prefix)]:
+                del offsets[key]
+        self._rebalance_groups_for(name)
+        return _ok()
+
+    def _cmd_alter_isr(
+        self,
+        topic: str,
+        partition: int,
+        leader_id: int,
+        leader_epoch: int,
+        partition_epoch: int,
+        isr: list[int],
+    ) -> Result:
+        """A partition leader changes its ISR; only with the current epochs (no zombies)."""
+        p = self._partition(topic, partition)
+        if p["leader"] != leader_id or p["leader_epoch"] != leader_epoch:
+            raise StaleBrokerEpochError(
+                f"{topic}-{partition}: ISR change from leader {leader_id} epoch {leader_epoch}, "
+                f"but the leader is {p['leader']} at epoch {p['leader_epoch']}"
+            )
+        if p["partition_epoch"] != partition_epoch:
+            raise StaleBrokerEpochError(
+                f"{topic}-{partition}: partition epoch {partition_epoch} is stale "
+                f"(current {p['partition_epoch']})"
+            )
+        if leader_id not in isr or any(r not in p["replicas"] for r in isr):
+            raise InvalidRequestError(
+                f"{topic}-{partition}: ISR {isr} must contain the leader and only replicas "
+                f"{p['replicas']}"
+            )
+        p["isr"] = [r for r in p["replicas"] if r in isr]
+        p["partition_epoch"] += 1
+        return _ok(p["partition_epoch"])
+
+    def _partition(self, topic: str, partition: int) -> dict[str, Any]:
+        t = self.topics.get(topic)
+        if t is None or not 0 <= partition < len(t["partitions"]):
+            raise UnknownTopicOrPartitionError(f"unknown partition {topic}-{partition}")
+        p: dict[str, Any] = t["partitions"][partition]
+        return p
+
+    # -- consumer groups -----------------------------------------------------------------------
+
+    def _cmd_join_group(
+        self,
+        group_id: str,
+        member_id: str,
+        client_id: str,
+        instance_id: str | None,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        topics: list[str],
+        protocols: list[str],
+        now_ms: int,
+    ) -> Result:
+        """Add (or refresh) a member; a change of membership starts a new generation whose
+        assignment is computed here, so every replica agrees on who owns what."""
+        if not group_id:
+            raise InvalidRequestError("group id must not be empty")
+        if not protocols:
+            raise InvalidRequestError("a member must offer at least one assignor")
+        group = self.groups.get(group_id)
+        if group is None:
+            group = self.groups[group_id] = {
+                "group_id": group_id,
+                "generation": 0,
+                "protocol": None,
+                "members": {},
+                "assignment": {},
+                "next_member": 0,
+            }
+        members = group["members"]
+        if instance_id is not None:
+            # Static membership: the same instance keeps its member id across restarts.
+            for mid, m in members.items():
+                if m["instance_id"] == instance_id:
+                    member_id = mid
+                    break
+        if member_id and member_id not in members and instance_id is None:
+            raise UnknownMemberIdError(
+                f"member {member_id!r} is not in group {group_id!r}; join with an empty id"
+            )
+        if not member_id:
+            member_id = f"{client_id}-{group['next_member']}"
+            group["next_member"] += 1
+        member: dict[str, Any] = {
+            "member_id": member_id,
+            "client_id": client_id,
+            "instance_id": instance_id,
+            "session_timeout_ms": session_timeout_ms,
+            "rebalance_timeout_ms": rebalance_timeout_ms,
+            "topics": sorted(set(topics)),
+            "protocols": list(protocols),
+            "joined_ms": now_ms,
+        }
+        # Refuse a member that shares no assignor with the others before changing anything.
+        assignors.choose_assignor(
+            {
+                **{mid: m["protocols"] for mid, m in sorted(members.items())},
+                member_id: member["protocols"],
+            }
+        )
+        old = members.get(member_id)
+        members[member_id] = member
+        if (
+            old is None
+            or old["topics"] != member["topics"]
+            or old["protocols"] != member["protocols"]
+        ):
+            self._rebalance(group)
+        return _ok(self._member_view(group, member_id))
+
+    def _member_view(self, group: dict[str, Any], member_id: str) -> dict[str, Any]:
+        return {
+            "member_id": member_id,
+            "generation": group["generation"],
+            "protocol": group["protocol"],
+            "assignment": [list(tp) for tp in group["assignment"].get(member_id, [])],
+        }
+
+    def _rebalance(self, group: dict[str, Any]) -> None:
+        """New generation: choose the assignor all members support and assign partitions."""
+        group["generation"] += 1
+        members = group["members"]
+        if not members:
+            group["protocol"] = None
+            group["assignment"] = {}
+            return
+        protocol = assignors.choose_assignor(
+            {mid: m["protocols"] for mid, m in sorted(members.items())}
+        )
+        subscriptions = {mid: m["topics"] for mid, m in sorted(members.items())}
+        wanted = sorted({t for m in members.values() for t in m["topics"]})
+        partitions = {t: len(self.topics[t]["partitions"]) for t in wanted if t in self.topics}
+        current = {
+            mid: [tuple(tp) for tp in tps]
+            for mid, tps in sorted(group["assignment"].items())
+            if mid in members
+        }
+        result = assignors.ASSIGNORS[protocol](subscriptions, partitions, current)
+        group["protocol"] = protocol
+        group["assignment"] = {
+            mid: [[t, p] for t, p in result.get(mid, [])] for mid in sorted(members)
+        }
+
+    def _rebalance_groups_for(self, topic: str) -> None:
+        for gid in sorted(self.groups):
+            group = self.groups[gid]
+            if any(topic in m["topics"] for m in group["members"].values()):
+                self._rebalance(group)
+
+    def _cmd_leave_group(self, group_id: str, member_ids: list[str]) -> Result:
+        """Members leave (on close) or expire (the coordinator saw no heartbeat)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            raise GroupIdNotFoundError(f"unknown group {group_id!r}")
+        gone = [m for m in member_ids if m in group["members"]]
+        for m in gone:
+            del group["members"][m]
+        if gone:
+            self._rebalance(group)
+        return _ok(len(gone))
+
+    def _cmd_commit_offsets(
+        self, group_id: str, member_id: str, generation: int, offsets: list[list[Any]], now_ms: int
+    ) -> Result:
+        """Store offsets; refused from a stale generation, a non-member or a non-owner.
+
+        A group with no members accepts commits with generation -1 (a consumer that assigns
+        partitions itself and uses the group only to keep offsets, as Kafka allows).
+        """
+        group = self.groups.get(group_id)
+        members = group["members"] if group else {}
+        if members or generation != -1:
+            if group is None or member_id not in members:
+                raise CommitFailedError(
+                    f"commit to group {group_id!r} refused: {member_id!r} is not a member "
+                    "(it was removed or never joined; rejoin the group)"
+                )
+            if generation != group["generation"]:
+                raise CommitFailedError(
+                    f"commit to group {group_id!r} refused: generation {generation} is stale, "
+                    f"the group is at generation {group['generation']} (a rebalance happened; "
+                    "the partitions may belong to another member now)"
+                )
+            owned = {(t, p) for t, p in group["assignment"].get(member_id, [])}
+            foreign = [f"{t}-{p}" for t, p, *_ in offsets if (t, p) not in owned]
+            if foreign:
+                raise CommitFailedError(
+                    f"commit to group {group_id!r} refused: member {member_id!r} does not own "
+                    f"{', '.join(foreign)} in generation {generation}"
+                )
+        for topic, partition, offset, _metadata in offsets:
+            if not isinstance(offset, int) or offset < 0:
+                raise InvalidRequestError(f"offset for {topic}-{partition} must be >= 0")
+        store = self.offsets.setdefault(group_id, {})
+        for topic, partition, offset, metadata in offsets:
+            store[f"{topic}:{partition}"] = [offset, metadata, now_ms]
+        if group_id not in self.groups:
+            self.groups[group_id] = {
+                "group_id": group_id,
+                "generation": 0,
+                "protocol": None,
+                "members": {},
+                "assignment": {},
+                "next_member": 0,
+            }
+        return _ok(len(offsets))
+
+    def _cmd_commit_batch(self, commits: list[dict[str, Any]]) -> Result:
+        """Many commits in one Raft entry (the coordinator batches them); one result each."""
+        results = []
+        for c in commits:
+            try:
+                results.append(self._cmd_commit_offsets(**c))
+            except RaftlogError as e:
+                results.append(_err(e))
+        return _ok(results)
+
+    def _cmd_reset_offsets(self, group_id: str, offsets: list[list[Any]], now_ms: int) -> Result:
+        """Set committed offsets by hand (the replay primitive); only for an empty group."""
+        group = self.groups.get(group_id)
+        if group is not None and group["members"]:
+            raise GroupNotEmptyError(
+                f"group {group_id!r} has {len(group['members'])} active members; stop them "
+                "before resetting offsets"
+            )
+        for topic, partition, offset in offsets:
+            if not isinstance(offset, int) or offset < 0:
+                raise InvalidRequestError(f"offset for {topic}-{partition} must be >= 0")
+        store = self.offsets.setdefault(group_id, {})
+        for topic, partition, offset in offsets:
+            store[f"{topic}:{partition}"] = [offset, "reset", now_ms]
+        if group is None:
+            self.groups[group_id] = {
+                "group_id": group_id,
+                "generation": 0,
+                "protocol": None,
+                "members": {},
+                "assignment": {},
+                "next_member": 0,
+            }
+        return _ok(len(offsets))
+
+    def _cmd_delete_group(self, group_id: str) -> Result:
+        group = self.groups.get(group_id)
+        if group is None:
+            raise GroupIdNotFoundError(f"unknown group {group_id!r}")
+        if group["members"]:
+            raise GroupNotEmptyError(
+                f"group {group_id!r} has {len(group['members'])} active members"
+            )
+        del self.groups[group_id]
+        self.offsets.pop(group_id, None)
+        return _ok()
+
+    # -- producer ids --------------------------------------------------------------------------
+
+    def _cmd_allocate_producer_ids(self, count: int = PRODUCER_ID_BLOCK) -> Result:
+        start = self.next_producer_id
+        self.next_producer_id += count
+        return _ok(start)
+
+    # -- reads (not commands) ------------------------------------------------------------------
+
+    def committed(self, group_id: str) -> dict[tuple[str, int], tuple[int, str, int]]:
+        out = {}
+        for key, (offset, metadata, ts) in self.offsets.get(group_id, {}).items():
+            topic, _, partition = key.rpartition(":")
+            out[(topic, int(partition))] = (offset, metadata, ts)
+        return out
