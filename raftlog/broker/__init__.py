@@ -4,6 +4,6 @@ Rules: the asyncio shell stays thin; storage calls are synchronous on the loop t
 writer per log); handlers are split by API so that no coordinating class grows without bound.
 """
 
-from raftlog.broker.server import Broker, BrokerConfig, run_broker
+from raftlog.broker.server import Broker, BrokerConfig
 
-__all__ = ["Broker", "BrokerConfig", "run_broker"]
+__all__ = ["Broker", "BrokerConfig"]

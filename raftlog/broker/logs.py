@@ -19,13 +19,24 @@ from typing import Any
 from raftlog.errors import RaftlogError, UnknownTopicOrPartitionError
 from raftlog.metadata.model import TopicInfo
 from raftlog.storage import LogConfig, PartitionLog
+from raftlog.storage.checkpoint import atomic_write
 from raftlog.topics import TopicPartition
 
 log = logging.getLogger(__name__)
 
+TOPIC_ID_FILE = "topic-id"
+
 
 def partition_dir_name(tp: TopicPartition) -> str:
     return f"{tp.topic}-{tp.partition}"
+
+
+def _read_topic_id(path: str) -> str | None:
+    try:
+        with open(os.path.join(path, TOPIC_ID_FILE), "rb") as f:
+            return f.read().decode("ascii", "replace").strip()
+    except FileNotFoundError:
+        return None
 
 
 def parse_partition_dir(name: str) -> TopicPartition | None:
@@ -41,46 +52,57 @@ class LogManager:
         os.makedirs(self.root, exist_ok=True)
         self.defaults = dict(defaults or {})
         self._logs: dict[TopicPartition, PartitionLog] = {}
+        self._topic_ids: dict[TopicPartition, str] = {}
         # Long-polling fetches waiting for a partition to grow.
         self._waiters: dict[TopicPartition, set[asyncio.Future[None]]] = {}
 
     def config_for(self, topic_config: dict[str, str]) -> LogConfig:
         return LogConfig.from_topic_config({**self.defaults, **topic_config})
 
-    def open_topics(self, topics: Iterable[TopicInfo], node_id: int) -> None:
-        """Open the logs this node hosts; delete directories of topics that no longer exist."""
+    def reconcile(self, topics: Iterable[TopicInfo], node_id: int) -> None:
+        """Make the hosted logs match the metadata: open partitions whose replicas include
+        `node_id`; close and delete the others, and any whose topic was deleted and re-created
+        (a different topic id, kept in each partition directory's `topic-id` file)."""
         wanted: dict[TopicPartition, TopicInfo] = {}
         for t in topics:
             for p in t.partitions:
                 if node_id in p.replicas:
                     wanted[TopicPartition(t.name, p.partition)] = t
+        for tp in list(self._logs):
+            t = wanted.get(tp)
+            if t is None or self._topic_ids.get(tp) != t.topic_id:
+                self._drop(tp, "its topic was deleted or it moved away")
         for name in sorted(os.listdir(self.root)):
+            path = os.path.join(self.root, name)
             tp = parse_partition_dir(name)
-            if tp is None or tp not in wanted:
-                log.warning("deleting %s: not a partition of any existing topic", name)
-                shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
+            t = wanted.get(tp) if tp is not None else None
+            if tp in self._logs:
+                continue
+            if t is None or _read_topic_id(path) not in (None, t.topic_id):
+                log.warning("deleting %s: not a partition this node hosts", path)
+                shutil.rmtree(path, ignore_errors=True)
         for tp, t in wanted.items():
-            self._open(tp, t)
+            if tp not in self._logs:
+                self._open(tp, t)
 
     def _open(self, tp: TopicPartition, topic: TopicInfo) -> PartitionLog:
         plog = self._logs.get(tp)
         if plog is None:
             path = os.path.join(self.root, partition_dir_name(tp))
             plog = PartitionLog.open(path, self.config_for(topic.config))
+            if _read_topic_id(path) is None:
+                atomic_write(os.path.join(path, TOPIC_ID_FILE), topic.topic_id.encode())
             self._logs[tp] = plog
+            self._topic_ids[tp] = topic.topic_id
         return plog
 
-    def create_topic(self, topic: TopicInfo, node_id: int) -> None:
-        for p in topic.partitions:
-            if node_id in p.replicas:
-                self._open(TopicPartition(topic.name, p.partition), topic)
-
-    def delete_topic(self, name: str) -> None:
-        for tp in [tp for tp in self._logs if tp.topic == name]:
-            plog = self._logs.pop(tp)
-            plog.close()
-            shutil.rmtree(plog.path, ignore_errors=True)
-            self.notify(tp)  # waiting fetches wake up and see the topic is gone
+    def _drop(self, tp: TopicPartition, why: str) -> None:
+        plog = self._logs.pop(tp)
+        self._topic_ids.pop(tp, None)
+        plog.close()
+        shutil.rmtree(plog.path, ignore_errors=True)
+        log.info("deleted partition %s: %s", tp, why)
+        self.notify(tp)  # waiting fetches wake up and see the partition is gone
 
     def get(self, tp: TopicPartition) -> PartitionLog:
         try:

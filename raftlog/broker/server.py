@@ -1,12 +1,17 @@
 """The broker: an asyncio TCP server in front of the partition logs.
 
-`Broker` owns the metadata store, the LogManager and the listening socket; `run_broker` runs one
-until SIGTERM/SIGINT and then shuts down gracefully: stop accepting, let in-flight requests
-finish (bounded by `shutdown_timeout_ms`), flush and close every log. After kill -9 instead,
-the next start runs storage recovery and every acknowledged record is there.
+`Broker` owns the LogManager and the listening socket and reads the cluster metadata (the Raft
+state, through `ClusterMetadata`). It hosts the partitions whose replicas include its node,
+serves produce and fetch only for partitions it leads (NotLeaderOrFollowerError otherwise, so
+clients refresh metadata and follow the leader), and reconciles its logs with the metadata
+whenever the metadata changes: open new partitions, delete deleted topics.
 
-Seams for the cluster work: `leader_epoch(tp)` and `high_watermark(tp, log)` come from the
-metadata and replication layers; on a single node they are 0 and the log end offset.
+Shutdown (`stop`): stop accepting, let in-flight requests finish (bounded by
+`shutdown_timeout_ms`), flush and close every log. After kill -9 instead, the next start runs
+storage recovery and every acknowledged record is there.
+
+Seam for replication: `high_watermark(tp, log)` is the log end offset until followers
+replicate; then it comes from the ISR.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import contextlib
 import functools
 import logging
 import os
-import signal
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,8 +29,15 @@ from raftlog import protocol
 from raftlog.broker.connection import Connection
 from raftlog.broker.handlers import admin, fetch, produce
 from raftlog.broker.logs import LogManager
-from raftlog.errors import InvalidConfigError, UnknownTopicOrPartitionError
-from raftlog.metadata import BrokerInfo, LocalMetadata, TopicInfo
+from raftlog.errors import (
+    InvalidConfigError,
+    NotLeaderOrFollowerError,
+    RaftlogError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from raftlog.metadata.cluster import ClusterMetadata
+from raftlog.metadata.model import TopicInfo
 from raftlog.storage import PartitionLog
 from raftlog.topics import TopicPartition
 
@@ -46,6 +58,7 @@ class BrokerConfig:
     # Off by default (Kafka's modern advice): a typo must not silently create a topic.
     auto_create_topics: bool = False
     default_partitions: int = 1
+    default_replication_factor: int = 1
     # Buffered (pread + write) by default: measured faster than sendfile on these VMs
     # (docs/ARCHITECTURE.md has the figures); True serves fetches with sendfile.
     fetch_zero_copy: bool = False
@@ -67,12 +80,12 @@ class BrokerConfig:
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig):
+    def __init__(self, config: BrokerConfig, metadata: ClusterMetadata):
         self.config = config
         os.makedirs(config.data_dir, exist_ok=True)
-        self.metadata = LocalMetadata(
-            config.data_dir, BrokerInfo(config.node_id, config.host, config.port)
-        )
+        self.metadata = metadata
+        self._reconcile_scheduled = False
+        self._metadata_ready = False
         self.logs = LogManager(config.data_dir, config.log_defaults)
         self.handlers: dict[int, Any] = {}
         for key, fn in (
@@ -95,14 +108,12 @@ class Broker:
     # -- lifecycle -----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        self.logs.open_topics(self.metadata.topics().values(), self.config.node_id)
+        """Listen. Call `metadata_ready()` once the local metadata has caught up."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: Connection(self), self.config.host, self.config.port, reuse_address=True
         )
         self.port = self._server.sockets[0].getsockname()[1]
-        if self.port != self.metadata.broker.port:
-            self.metadata.broker = BrokerInfo(self.config.node_id, self.config.host, self.port)
         self._housekeeping = asyncio.create_task(self._housekeep())
         log.info(
             "broker %d listening on %s:%d, data in %s, %d partitions",
@@ -156,9 +167,35 @@ class Broker:
     def unregister_connection(self, conn: Connection) -> None:
         self._connections.discard(conn)
 
-    # -- topics --------------------------------------------------------------------------------
+    # -- metadata ------------------------------------------------------------------------------
 
-    def create_topic(
+    def metadata_ready(self) -> None:
+        """The local metadata has caught up: from now on, reconcile the logs with it."""
+        self._metadata_ready = True
+        self.reconcile()
+
+    def on_metadata_change(self) -> None:
+        """Called on the event loop after the metadata changed (coalesced)."""
+        self._reconcile_scheduled = False
+        if self._metadata_ready:
+            self.reconcile()
+
+    def reconcile(self) -> None:
+        """Open the partitions this node hosts; remove partitions of deleted topics.
+
+        Only once the metadata has caught up: an unknown directory is deleted only when the
+        metadata is known to be current, never because a lagging replica has not seen a topic.
+        """
+        if self._metadata_ready and not self.stopping:
+            self.logs.reconcile(self.metadata.topics().values(), self.config.node_id)
+
+    def schedule_reconcile(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Thread-safe: the Raft tick thread calls this after every applied command."""
+        if not self._reconcile_scheduled:
+            self._reconcile_scheduled = True
+            loop.call_soon_threadsafe(self.on_metadata_change)
+
+    async def create_topic(
         self,
         name: str,
         partitions: int,
@@ -173,47 +210,62 @@ class Broker:
             validate_topic_name(name)
             LogConfig.from_topic_config(config)
             return TopicInfo(name, "", ())
-        info = self.metadata.create_topic(name, partitions, replication_factor, config)
-        self.logs.create_topic(info, self.config.node_id)
+        info = await self.metadata.create_topic(name, partitions, replication_factor, config)
+        self.reconcile()
         log.info("created topic %s with %d partitions", name, len(info.partitions))
         return info
 
-    def delete_topic(self, name: str) -> None:
-        self.metadata.delete_topic(name)
-        self.logs.delete_topic(name)
+    async def delete_topic(self, name: str) -> None:
+        await self.metadata.delete_topic(name)
+        self.reconcile()
         log.info("deleted topic %s", name)
 
-    def maybe_auto_create(self, tp: TopicPartition) -> PartitionLog | None:
+    def topics_to_auto_create(self, topics: Iterable[Any]) -> list[str]:
+        """The unknown topics among `topics`, if this broker auto-creates topics."""
         if not self.config.auto_create_topics:
-            return None
-        try:
-            self.metadata.topic(tp.topic)
-        except UnknownTopicOrPartitionError:
-            self.create_topic(tp.topic, self.config.default_partitions, 1, {})
-        return self.logs.find(tp)
+            return []
+        known = self.metadata.topics()
+        return sorted({t for t in topics if isinstance(t, str) and t not in known})
+
+    async def auto_create(self, topics: list[str]) -> dict[str, RaftlogError]:
+        """Create `topics` with the broker's defaults; returns the errors by topic (an
+        invalid name, no quorum). A topic created meanwhile by someone else is fine."""
+        errors: dict[str, RaftlogError] = {}
+        for topic in topics:
+            try:
+                await self.create_topic(
+                    topic,
+                    self.config.default_partitions,
+                    self.config.default_replication_factor,
+                    {},
+                )
+            except TopicAlreadyExistsError:
+                pass
+            except RaftlogError as e:
+                errors[topic] = e
+        return errors
+
+    def leader_log(self, tp: TopicPartition) -> PartitionLog:
+        """The log of a partition this broker leads, or the error a client should act on."""
+        p = self.metadata.partition(tp.topic, tp.partition)
+        if p is None:
+            raise UnknownTopicOrPartitionError(f"unknown topic or partition {tp}")
+        if p.leader != self.config.node_id:
+            raise NotLeaderOrFollowerError(
+                f"broker {self.config.node_id} is not the leader of {tp} "
+                f"(the leader is {p.leader if p.leader >= 0 else 'none: partition offline'})"
+            )
+        plog = self.logs.find(tp)
+        if plog is None:
+            # Metadata says we lead it but the log is not open yet (a reconcile is pending).
+            raise NotLeaderOrFollowerError(f"broker {self.config.node_id} is opening {tp}")
+        return plog
 
     # -- replication seams ---------------------------------------------------------------------
 
     def leader_epoch(self, tp: TopicPartition) -> int:
-        return 0
+        p = self.metadata.partition(tp.topic, tp.partition)
+        return 0 if p is None else p.leader_epoch
 
     def high_watermark(self, tp: TopicPartition, plog: PartitionLog) -> int:
         return plog.log_end_offset
-
-
-async def run_broker(config: BrokerConfig, ready: asyncio.Event | None = None) -> None:
-    """Run a broker until SIGTERM or SIGINT, then stop it gracefully."""
-    broker = Broker(config)
-    await broker.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    if ready is not None:
-        ready.set()
-    print(f"raftlog broker {config.node_id} ready on {config.host}:{broker.port}", flush=True)
-    try:
-        await stop.wait()
-    finally:
-        log.info("shutting down")
-        await broker.stop()

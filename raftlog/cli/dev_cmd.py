@@ -1,4 +1,12 @@
-"""`raftlog dev`: run a local node in the foreground; Ctrl-C (or SIGTERM) stops it cleanly."""
+"""`raftlog dev` (a local cluster in the foreground) and `raftlog node` (one node of a real one).
+
+`raftlog dev --nodes 1` runs one combined controller+broker node in this process, with its data
+directly in --data-dir. `raftlog dev --nodes 3` writes `DIR/node-<id>/node.toml` for three
+combined nodes on 127.0.0.1 (client ports PORT, PORT+1, ...; Raft ports PORT+100, ...), starts
+each as its own process (`raftlog node --config ...`), and stops them all on Ctrl-C or SIGTERM.
+A restart with the same DIR reuses the written configs, so the cluster and its data come back.
+Each node writes its pid to its data directory's `node.pid`.
+"""
 
 from __future__ import annotations
 
@@ -6,20 +14,30 @@ import argparse
 import asyncio
 import logging
 import os
+import signal
+import socket
+import subprocess
 import sys
+import time
 from typing import Any
 
-from raftlog.broker import BrokerConfig, run_broker
-from raftlog.errors import InvalidConfigError
+from raftlog.errors import InvalidConfigError, RaftlogError
+from raftlog.node import NodeConfig, run_node
+
+RAFT_PORT_OFFSET = 100
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("dev", help="run a local raftlog node in the foreground")
-    p.add_argument("--nodes", type=int, default=1, help="number of nodes (1 for now)")
-    p.add_argument("--data-dir", default="./data", help="where partitions live (default ./data)")
+    p = sub.add_parser("dev", help="run a local raftlog cluster in the foreground")
+    p.add_argument("--nodes", type=int, default=1, help="number of nodes (1, 3 or 5 typical)")
+    p.add_argument("--data-dir", default="./data", help="where the nodes keep their data")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=9092, help="client port (0 = any free port)")
-    p.add_argument("--node-id", type=int, default=1)
+    p.add_argument(
+        "--port",
+        type=int,
+        default=9092,
+        help="client port of node 1; node i uses PORT+i-1 (0 = any free ports)",
+    )
     p.add_argument(
         "--auto-create-topics",
         action="store_true",
@@ -30,31 +48,172 @@ def register(sub: Any) -> None:
         action="store_true",
         help="serve fetches with sendfile instead of pread+write",
     )
+    p.add_argument(
+        "--session-timeout-ms",
+        type=int,
+        default=3000,
+        help="fence a broker silent this long (broker_session_timeout_ms)",
+    )
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(func=_dev)
 
+    n = sub.add_parser("node", help="run one node of a cluster from its TOML config")
+    n.add_argument("--config", required=True, help="path of the node's TOML config")
+    n.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    n.set_defaults(func=_node)
 
-def _dev(args: argparse.Namespace) -> int:
-    if args.nodes != 1:
-        raise InvalidConfigError(
-            f"--nodes {args.nodes}: this version runs one node; the multi-node local cluster "
-            "comes with the metadata quorum"
-        )
-    logging.getLogger().setLevel(args.log_level)
-    os.makedirs(args.data_dir, exist_ok=True)
-    with open(os.path.join(args.data_dir, "node.pid"), "w") as f:
+
+def _free_ports(n: int, host: str) -> list[int]:
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind((host, 0))
+        socks.append(s)
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def write_node_config(path: str, settings: dict[str, Any]) -> None:
+    lines = [f"{k} = {_toml_value(v)}" for k, v in settings.items() if v is not None]
+    with open(path, "w") as f:
+        f.write("# written by `raftlog dev`; edit or delete to change the cluster\n")
+        f.write("\n".join(lines) + "\n")
+
+
+def _run_in_process(config: NodeConfig) -> int:
+    os.makedirs(config.data_dir, exist_ok=True)
+    with open(os.path.join(config.data_dir, "node.pid"), "w") as f:
         f.write(f"{os.getpid()}\n")
-    config = BrokerConfig(
-        data_dir=args.data_dir,
-        node_id=args.node_id,
-        host=args.host,
-        port=args.port,
-        auto_create_topics=args.auto_create_topics,
-        fetch_zero_copy=args.fetch_zero_copy,
-    )
+    failure: BaseException | None = None
     try:
-        asyncio.run(run_broker(config))
-    except OSError as e:
-        print(f"raftlog: cannot start the broker on {args.host}:{args.port}: {e}", file=sys.stderr)
+        asyncio.run(run_node(config))
+    except* (OSError, RaftlogError) as group:
+        failure = group.exceptions[0]
+    if failure is not None:
+        print(f"raftlog: node {config.node_id} cannot start: {failure}", file=sys.stderr)
         return 1
     return 0
+
+
+def _node(args: argparse.Namespace) -> int:
+    logging.getLogger().setLevel(args.log_level)
+    return _run_in_process(NodeConfig.load(args.config))
+
+
+def _dev(args: argparse.Namespace) -> int:
+    if not 1 <= args.nodes <= 9:
+        raise InvalidConfigError(f"--nodes {args.nodes}: must be 1..9")
+    logging.getLogger().setLevel(args.log_level)
+    if args.nodes == 1:
+        # The Raft address is chosen once and kept in DIR/raft-address, so that restarts
+        # (even on another client port) find the same single-voter quorum.
+        os.makedirs(args.data_dir, exist_ok=True)
+        address_file = os.path.join(args.data_dir, "raft-address")
+        if os.path.exists(address_file):
+            with open(address_file) as f:
+                raft_address = f.read().strip()
+        else:
+            raft_address = f"{args.host}:{_free_ports(1, args.host)[0]}"
+            with open(address_file, "w") as f:
+                f.write(raft_address + "\n")
+        config = NodeConfig(
+            node_id=1,
+            data_dir=args.data_dir,
+            controller_voters=[f"1@{raft_address}"],
+            client_listener=f"{args.host}:{args.port}",
+            auto_create_topics=args.auto_create_topics,
+            fetch_zero_copy=args.fetch_zero_copy,
+            broker_session_timeout_ms=args.session_timeout_ms,
+        )
+        return _run_in_process(config)
+    return _run_cluster(args)
+
+
+def _run_cluster(args: argparse.Namespace) -> int:
+    n = args.nodes
+    paths = [os.path.join(args.data_dir, f"node-{i}", "node.toml") for i in range(1, n + 1)]
+    if not all(os.path.exists(p) for p in paths):
+        if args.port == 0:
+            ports = _free_ports(2 * n, args.host)
+            client, raft = ports[:n], ports[n:]
+        else:
+            client = [args.port + i for i in range(n)]
+            raft = [args.port + RAFT_PORT_OFFSET + i for i in range(n)]
+        voters = [f"{i + 1}@{args.host}:{raft[i]}" for i in range(n)]
+        for i, path in enumerate(paths):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            write_node_config(
+                path,
+                {
+                    "node_id": i + 1,
+                    "roles": ["controller", "broker"],
+                    "data_dir": os.path.abspath(os.path.dirname(path)),
+                    "client_listener": f"{args.host}:{client[i]}",
+                    "controller_voters": voters,
+                    "auto_create_topics": args.auto_create_topics,
+                    "fetch_zero_copy": args.fetch_zero_copy,
+                    "broker_session_timeout_ms": args.session_timeout_ms,
+                },
+            )
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "raftlog.cli",
+                "node",
+                "--config",
+                p,
+                "--log-level",
+                args.log_level,
+            ]
+        )
+        for p in paths
+    ]
+    stopping = False
+
+    def stop(signum: int, frame: Any) -> None:
+        nonlocal stopping
+        stopping = True
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    status = 0
+    reported: set[int] = set()
+    try:
+        while any(p.poll() is None for p in procs):
+            for i, p in enumerate(procs):
+                code = p.poll()
+                if code is not None and not stopping and i not in reported:
+                    reported.add(i)
+                    print(
+                        f"raftlog dev: node {i + 1} exited with status {code}; the others "
+                        "keep running",
+                        file=sys.stderr,
+                    )
+                    status = 1
+            time.sleep(0.2)
+    finally:
+        stop(signal.SIGTERM, None)
+        deadline = time.monotonic() + 30
+        for p in procs:
+            try:
+                p.wait(max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                p.kill()
+    return status

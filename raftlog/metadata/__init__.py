@@ -1,12 +1,14 @@
-"""Cluster metadata: topics, partitions, leaders and (later) brokers, groups and offsets.
+"""Cluster metadata, replicated by a Raft quorum (KRaft-style): the only package that imports
+pysyncobj.
 
-`MetadataStore` is the interface the broker consults. `LocalMetadata` (local.py) is the
-single-node implementation that keeps topics in a JSON file in the data directory; the Raft
-quorum (pysyncobj) replaces it in a multi-node cluster, behind the same interface. This package
-is the only one that will import pysyncobj.
+- state.py: the deterministic state machine (brokers, topics and partitions, groups, offsets).
+- assignors.py: deterministic partition assignors for consumer groups.
+- quorum.py: the state on pysyncobj, seen from asyncio.
+- cluster.py: the broker's read/propose view of it.
+- controller.py: broker liveness (UDP heartbeats, fencing) on the active controller.
+- model.py: the metadata records exchanged with clients.
 """
 
-from raftlog.metadata.local import LocalMetadata
 from raftlog.metadata.model import BrokerInfo, PartitionInfo, TopicInfo
 
-__all__ = ["BrokerInfo", "LocalMetadata", "PartitionInfo", "TopicInfo"]
+__all__ = ["BrokerInfo", "PartitionInfo", "TopicInfo"]

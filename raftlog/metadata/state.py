@@ -92,6 +92,11 @@ class MetadataState:
             result: Result = handler(**args)
         except RaftlogError as e:
             return _err(e)
+        except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
+            # A malformed command (wrong argument names or types) is refused the same way on
+            # every replica instead of raising on the Raft thread. Proposers validate first,
+            # so this is the last line, not the first.
+            return _err(InvalidRequestError(f"malformed metadata command {name}: {e!r}"))
         self.version += 1
         return result
 
@@ -265,7 +270,7 @@ class MetadataState:
         return _ok(topic_id)
 
     def _cmd_delete_topic(self, name: str) -> Result:
-        if name not in self.topics:
+        if not isinstance(name, str) or name not in self.topics:
             raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
         del self.topics[name]
         prefix = name + ":"

@@ -33,6 +33,7 @@ One writer per log; reads and writes from one thread (the broker's event loop) o
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -49,6 +50,7 @@ from raftlog.errors import (
     InvalidOffsetError,
     LogOfflineError,
     OffsetOutOfRangeError,
+    RaftlogError,
     RecordTooLargeError,
     StorageError,
 )
@@ -435,34 +437,27 @@ class PartitionLog:
         records: int,
         max_ts: int,
     ) -> AppendInfo:
+        """Write the batches, rolling first (and between batches) as the segment rules say.
+
+        `iov` holds two buffers per batch (leader: stamp + body) or one buffer for all of
+        them (follower). The whole append is one unit: if any part fails, all of it is undone.
+        """
         if self._roll_flush is not None and self._roll_flush.done():
             self._finish_roll_flush()
         seg = self._segments[-1]
-        if seg.size and (
-            seg.size + nbytes > self.config.segment_bytes
-            or next_offset - 1 - seg.base_offset > INT32_MAX
-            or (
-                seg.first_batch_timestamp >= 0
-                and max_ts - seg.first_batch_timestamp > self.config.segment_ms
-            )
-        ):
+        if self._should_roll(seg, nbytes, next_offset - 1, max_ts):
             seg = self._roll()
-        start = seg.size
-        try:
-            written = _pwritev_all(seg.fd, iov, start)
-            if written != nbytes:
-                raise OSError(errno.EIO, f"short write: {written} of {nbytes} bytes")
-        except OSError as e:
-            self._undo_write(seg, start, nbytes, e)
-        pos = start
-        for base, size, batch_max_ts in batches:
-            seg.note_batch(pos, base, size, batch_max_ts)
-            if pos == 0:
-                seg.first_batch_timestamp = batch_max_ts
-            pos += size
-        seg.size = pos
-        seg.next_offset = next_offset
-        seg.unflushed = True
+        if len(batches) > 1 and seg.size + nbytes > self.config.segment_bytes:
+            self._write_split(iov, batches, next_offset)  # many batches, more than one segment
+        else:
+            start = seg.size
+            try:
+                written = _pwritev_all(seg.fd, iov, start)
+                if written != nbytes:
+                    raise OSError(errno.EIO, f"short write: {written} of {nbytes} bytes")
+            except OSError as e:
+                self._undo_write(seg, start, nbytes, e)
+            self._note_written(seg, start, batches, next_offset)
         base_offset = self._next_offset
         self._next_offset = next_offset
         self._unflushed_messages += records
@@ -474,6 +469,95 @@ class PartitionLog:
         return AppendInfo(
             base_offset, next_offset - 1, records, len(batches), nbytes, max_ts, self._log_start
         )
+
+    def _should_roll(self, seg: LogSegment, nbytes: int, last_offset: int, max_ts: int) -> bool:
+        return bool(seg.size) and (
+            seg.size + nbytes > self.config.segment_bytes
+            or last_offset - seg.base_offset > INT32_MAX
+            or (
+                seg.first_batch_timestamp >= 0
+                and max_ts - seg.first_batch_timestamp > self.config.segment_ms
+            )
+        )
+
+    def _note_written(
+        self, seg: LogSegment, start: int, batches: list[tuple[int, int, int]], next_offset: int
+    ) -> None:
+        pos = start
+        for base, size, batch_max_ts in batches:
+            seg.note_batch(pos, base, size, batch_max_ts)
+            if pos == 0:
+                seg.first_batch_timestamp = batch_max_ts
+            pos += size
+        seg.size = pos
+        seg.next_offset = next_offset
+        seg.unflushed = True
+
+    def _write_split(
+        self, iov: list[bytes | memoryview], batches: list[tuple[int, int, int]], next_offset: int
+    ) -> None:
+        """Write batches group by group, rolling between groups so that every segment stays
+        within `segment_bytes` (a segment holds at least one batch). Undone as one unit."""
+        per_batch = len(iov) == 2 * len(batches)
+        first_index = len(self._segments) - 1
+        first = self._segments[first_index]
+        saved = (
+            first.size,
+            first.next_offset,
+            first.max_timestamp,
+            first.first_batch_timestamp,
+            first.bytes_since_index,
+        )
+        byte_at = [0]
+        for _, size, _ in batches:
+            byte_at.append(byte_at[-1] + size)
+        i = 0
+        try:
+            while i < len(batches):
+                seg = self._segments[-1]
+                base_i, size_i, ts_i = batches[i]
+                if i and self._should_roll(seg, size_i, base_i, ts_i):
+                    seg = self._roll(base_i)
+                j, total = i, 0
+                while j < len(batches) and (
+                    j == i or seg.size + total + batches[j][1] <= self.config.segment_bytes
+                ):
+                    total += batches[j][1]
+                    j += 1
+                group = iov[2 * i : 2 * j] if per_batch else [iov[0][byte_at[i] : byte_at[j]]]
+                start = seg.size
+                written = _pwritev_all(seg.fd, group, start)
+                if written != total:
+                    raise OSError(errno.EIO, f"short write: {written} of {total} bytes")
+                self._note_written(
+                    seg, start, batches[i:j], batches[j][0] if j < len(batches) else next_offset
+                )
+                i = j
+        except OSError as e:
+            # Undo every group: drop the segments this append created, restore the first.
+            # The first segment's background fsync must finish before we touch it, and the
+            # recovery point it set must not stay above the restored log end.
+            with contextlib.suppress(RaftlogError):
+                self._finish_roll_flush()
+            if self._recovery_point > self._next_offset:
+                self._recovery_point = self._next_offset
+                try:
+                    self._rp_checkpoint.write(self._recovery_point)
+                except OSError as e2:
+                    self._go_offline(f"rewriting the recovery point failed ({e2})", e2)
+            for seg in self._segments[first_index + 1 :]:
+                seg.delete()
+            del self._segments[first_index + 1 :]
+            del self._bases[first_index + 1 :]
+            first.index.truncate_to_position(saved[0])
+            (
+                first.size,
+                first.next_offset,
+                first.max_timestamp,
+                first.first_batch_timestamp,
+                first.bytes_since_index,
+            ) = saved
+            self._undo_write(first, saved[0], byte_at[-1], e)
 
     def _undo_write(self, seg: LogSegment, start: int, nbytes: int, error: OSError) -> None:
         what = (
@@ -500,12 +584,15 @@ class PartitionLog:
         log.warning("%s; rolled back, the log is unchanged", what)
         raise StorageError(f"{what}; nothing appended") from error
 
-    def _roll(self) -> LogSegment:
-        """Start a new active segment; the old one is fsynced in the background."""
+    def _roll(self, base_offset: int | None = None) -> LogSegment:
+        """Start a new active segment at `base_offset` (default: the log end); the old one is
+        fsynced in the background."""
         self._finish_roll_flush()  # at most one rolled segment in flight
         old = self._segments[-1]
         try:
-            new = LogSegment.create(self.path, self._next_offset)
+            new = LogSegment.create(
+                self.path, self._next_offset if base_offset is None else base_offset
+            )
             fsync_dir(self.path)
         except OSError as e:
             self._go_offline(f"rolling {old.log_path} failed ({e.strerror or e})", e)

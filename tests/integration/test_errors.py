@@ -18,7 +18,7 @@ from raftlog.client import Admin, AsyncProducer, Consumer, Producer, TopicPartit
 from raftlog.errors import (
     BrokerNotAvailableError,
     InvalidPartitionsError,
-    InvalidRequestError,
+    InvalidReplicationFactorError,
     InvalidTopicError,
     RaftlogError,
     TopicAlreadyExistsError,
@@ -106,7 +106,9 @@ def test_topic_creation_errors(broker: BrokerProcess) -> None:
         for bad in (0, -1, 10_001):
             with pytest.raises(InvalidPartitionsError):
                 admin.create_topic("parts", bad)
-        with pytest.raises(InvalidRequestError, match="replication factor 3"):
+        with pytest.raises(
+            InvalidReplicationFactorError, match="replication factor 3 needs 3 live brokers"
+        ):
             admin.create_topic("rf", 1, replication_factor=3)
         with pytest.raises(RaftlogError, match=r"segment\.bytes"):
             admin.create_topic("cfg", 1, config={"segment.bytes": "ten"})

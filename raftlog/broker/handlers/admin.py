@@ -6,11 +6,12 @@ Bodies and responses are documented in docs/PROTOCOL.md.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from raftlog import __version__, protocol
 from raftlog.broker.connection import Response
-from raftlog.errors import InvalidRequestError, RaftlogError, UnknownTopicOrPartitionError
+from raftlog.errors import InvalidRequestError, RaftlogError
 from raftlog.topics import TopicPartition
 
 if TYPE_CHECKING:
@@ -27,24 +28,35 @@ def handle_api_versions(
 
 def handle_metadata(
     broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
-) -> Response:
+) -> Response | Awaitable[Response]:
     names = body.get("topics")
+    if names is not None and not isinstance(names, list):
+        raise InvalidRequestError("metadata 'topics' must be a list of names or null")
+    missing = broker.topics_to_auto_create(names or []) if body.get("allow_auto_create") else []
+    if missing:
+
+        async def create_then_answer() -> Response:
+            errors = await broker.auto_create(missing)
+            return _metadata(broker, names, errors)
+
+        return create_then_answer()
+    return _metadata(broker, names, {})
+
+
+def _metadata(
+    broker: Broker, names: list[Any] | None, create_errors: dict[str, RaftlogError]
+) -> Response:
     md = broker.metadata
     if names is None:
         infos = list(md.topics().values())
         topics = [{"name": t.name, "error": 0, "message": None, **t.to_wire()} for t in infos]
     else:
-        if not isinstance(names, list):
-            raise InvalidRequestError("metadata 'topics' must be a list of names or null")
         topics = []
         for name in names:
             try:
-                try:
-                    t = md.topic(name)
-                except UnknownTopicOrPartitionError:
-                    if not (body.get("allow_auto_create") and broker.config.auto_create_topics):
-                        raise
-                    t = broker.create_topic(name, broker.config.default_partitions, 1, {})
+                if name in create_errors:
+                    raise create_errors[name]
+                t = md.topic(name)
                 topics.append({"name": t.name, "error": 0, "message": None, **t.to_wire()})
             except RaftlogError as e:
                 topics.append(
@@ -66,17 +78,17 @@ def handle_metadata(
     )
 
 
-def handle_create_topics(
+async def handle_create_topics(
     broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
 ) -> Response:
     results = []
     for spec in body["topics"]:
         name = spec.get("name")
         try:
-            broker.create_topic(
+            await broker.create_topic(
                 name,
                 spec.get("partitions", broker.config.default_partitions),
-                spec.get("replication_factor", 1),
+                spec.get("replication_factor", broker.config.default_replication_factor),
                 spec.get("config") or {},
                 validate_only=bool(body.get("validate_only")),
             )
@@ -86,13 +98,15 @@ def handle_create_topics(
     return Response({"topics": results})
 
 
-def handle_delete_topics(
+async def handle_delete_topics(
     broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
 ) -> Response:
     results = []
     for name in body["topics"]:
         try:
-            broker.delete_topic(name)
+            if not isinstance(name, str):
+                raise InvalidRequestError(f"topic names must be strings, got {name!r}")
+            await broker.delete_topic(name)
             results.append([name, 0, None])
         except RaftlogError as e:
             results.append([name, e.code, str(e)])
@@ -160,7 +174,7 @@ def handle_list_offsets(
         for partition, timestamp in parts:
             tp = TopicPartition(topic, partition)
             try:
-                plog = broker.logs.get(tp)
+                plog = broker.leader_log(tp)
                 hw = broker.high_watermark(tp, plog)
                 if timestamp == protocol.EARLIEST_TIMESTAMP:
                     out.append([partition, 0, -1, plog.log_start_offset, None])

@@ -16,7 +16,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from raftlog.broker.connection import Response
-from raftlog.errors import RaftlogError, UnknownTopicOrPartitionError
+from raftlog.errors import RaftlogError
 from raftlog.storage import FileSlice
 from raftlog.topics import TopicPartition
 
@@ -83,9 +83,7 @@ def _read(
     for tp, offset, partition_max in wanted:
         out = by_topic.setdefault(tp.topic, [])
         try:
-            plog = broker.logs.find(tp)
-            if plog is None:
-                raise UnknownTopicOrPartitionError(f"unknown topic or partition {tp}")
+            plog = broker.leader_log(tp)
             hw = broker.high_watermark(tp, plog)
             if total and remaining <= 0:
                 out.append([tp.partition, 0, hw, plog.log_start_offset, 0, None])

@@ -12,10 +12,11 @@ node the ISR is this node alone, so the local append is the commit.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from raftlog.broker.connection import Response
-from raftlog.errors import InvalidRequestError, RaftlogError, UnknownTopicOrPartitionError
+from raftlog.errors import InvalidRequestError, RaftlogError
 from raftlog.protocol import split_payload
 from raftlog.topics import TopicPartition
 
@@ -26,26 +27,44 @@ if TYPE_CHECKING:
 
 def handle_produce(
     broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
-) -> Response | None:
+) -> Response | Awaitable[Response | None] | None:
     acks = body.get("acks", 1)
     if acks not in (0, 1, -1):
         raise InvalidRequestError(f"acks must be 0, 1 or -1 (all), got {acks!r}")
     topics = body["topics"]
     sizes = [int(p[1]) for _, parts in topics for p in parts]
-    chunks = iter(split_payload(payload, sizes))
+    chunks = split_payload(payload, sizes)
+    missing = broker.topics_to_auto_create(t for t, _ in topics)
+    if missing:
+        # Create first (through the quorum), then append: the first produce to a new topic
+        # succeeds, as with Kafka's auto-creation.
+        async def create_then_produce() -> Response | None:
+            errors = await broker.auto_create(missing)
+            return _produce(broker, acks, topics, chunks, errors)
+
+        return create_then_produce()
+    return _produce(broker, acks, topics, chunks, {})
+
+
+def _produce(
+    broker: Broker,
+    acks: int,
+    topics: list[Any],
+    chunks: list[memoryview],
+    topic_errors: dict[str, RaftlogError],
+) -> Response | None:
     results = []
     logs = broker.logs
+    pieces = iter(chunks)
     for topic, parts in topics:
         out = []
         for partition, _nbytes in parts:
-            chunk = next(chunks)
+            chunk = next(pieces)
             tp = TopicPartition(topic, partition)
             try:
-                plog = logs.find(tp)
-                if plog is None:
-                    plog = broker.maybe_auto_create(tp)
-                    if plog is None:
-                        raise UnknownTopicOrPartitionError(f"unknown topic or partition {tp}")
+                if topic in topic_errors:
+                    raise topic_errors[topic]
+                plog = broker.leader_log(tp)
                 info = plog.append(chunk, broker.leader_epoch(tp))
             except RaftlogError as e:
                 out.append([partition, e.code, -1, -1, str(e)])

@@ -64,13 +64,15 @@ def test_segments_roll_when_the_next_append_would_pass_segment_bytes(tmp_path: s
     ]
 
 
-def test_an_append_larger_than_segment_bytes_goes_whole_into_one_segment(tmp_path: str) -> None:
+def test_an_append_larger_than_segment_bytes_is_split_between_batches(tmp_path: str) -> None:
     small, big = batch_of(1, 10), batch_of(3, 200)
     with open_log(str(tmp_path), segment_bytes=300) as log:
         log.append(small, 0)
-        log.append(big + big, 0)  # 2 batches, far over 300 bytes: a new segment, both in it
+        # 2 batches, each over 300 bytes: a segment each (a batch is never split), so every
+        # segment holds at most segment_bytes or a single batch.
+        log.append(big + big, 0)
         log.append(small, 0)
-        assert log.segment_base_offsets == [0, 1, 7]
+        assert log.segment_base_offsets == [0, 1, 4, 7]
         assert [r.value for r in all_records(log)] == [b"A" * 10] + [
             bytes([65 + i % 3]) * 200 for i in range(6)
         ] + [b"A" * 10]

@@ -126,13 +126,33 @@ class Model:
         seg = self.segments[-1]
         nbytes = sum(b.size for b in batches)
         max_ts = max(b.max_ts for b in batches)
+        limit = self.config.segment_bytes
         if seg.batches and (
-            seg.size + nbytes > self.config.segment_bytes
+            seg.size + nbytes > limit
             or (seg.first_ts >= 0 and max_ts - seg.first_ts > self.config.segment_ms)
         ):
             seg = MSegment(self.log_end)
             self.segments.append(seg)
-        seg.batches.extend(batches)
+        if len(batches) == 1 or seg.size + nbytes <= limit:
+            seg.batches.extend(batches)
+            return
+        # Several batches that overflow the segment: split between batches, rolling by the
+        # same rules for each group's first batch; a group holds at least one batch.
+        i = 0
+        while i < len(batches):
+            b = batches[i]
+            if i and seg.batches and (
+                seg.size + b.size > limit
+                or (seg.first_ts >= 0 and b.max_ts - seg.first_ts > self.config.segment_ms)
+            ):
+                seg = MSegment(b.base)
+                self.segments.append(seg)
+            j, total = i, 0
+            while j < len(batches) and (j == i or seg.size + total + batches[j].size <= limit):
+                total += batches[j].size
+                j += 1
+            seg.batches.extend(batches[i:j])
+            i = j
 
     def truncate_to(self, offset: int) -> None:
         if offset >= self.log_end:

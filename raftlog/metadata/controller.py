@@ -1,0 +1,176 @@
+"""The controller: broker liveness on the active controller (the Raft leader), and the
+heartbeats brokers send it.
+
+Every voter runs a `Controller`; only the one whose node leads the Raft quorum acts. Brokers
+send a UDP datagram (asyncio-dgram) every `broker_heartbeat_interval_ms` to the active
+controller, at the same host and port number as its Raft TCP listener. Only state changes go
+through Raft: the controller proposes `fence_broker` for a broker silent for
+`broker_session_timeout_ms` (which moves its leaderships to other ISR members) and
+`unfence_broker` when it is heard again.
+
+Rules:
+- A heartbeat counts only with the broker's current epoch (from its latest registration): a
+  zombie process from an older incarnation cannot keep itself, or its successor, alive.
+- A controller that has just become active gives every broker a full session timeout of grace,
+  because the heartbeats went to the previous controller until now.
+- A broker whose registration the controller has not seen before starts its timeout when the
+  controller first sees it, so a new registration is never fenced at once.
+
+Heartbeat datagram: msgpack array [node_id, broker_epoch].
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+import asyncio_dgram
+import msgpack
+
+from raftlog.errors import RaftlogError
+from raftlog.metadata.quorum import MetadataQuorum
+
+log = logging.getLogger(__name__)
+
+CHECK_INTERVAL_S = 0.1
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host, int(port)
+
+
+class Controller:
+    def __init__(
+        self,
+        quorum: MetadataQuorum,
+        listen_address: str,
+        session_timeout_ms: int,
+        clock_ms: Callable[[], int] = monotonic_ms,
+        on_active: Callable[[bool], None] | None = None,
+    ):
+        self.quorum = quorum
+        self.listen_address = listen_address
+        self.session_timeout_ms = session_timeout_ms
+        self.clock_ms = clock_ms
+        self.on_active = on_active or (lambda active: None)
+        # node_id -> (broker_epoch, clock_ms): the last heartbeat with the current epoch, and
+        # when this controller first saw that registration (the start of its grace).
+        self._heard: dict[int, tuple[int, int]] = {}
+        self._first_seen: dict[int, tuple[int, int]] = {}
+        self.active = False
+        self._proposing: set[int] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def run(self) -> None:
+        host, port = split_address(self.listen_address)
+        stream = await asyncio_dgram.bind((host, port))
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self._receive(stream))
+                tg.create_task(self._check_loop())
+        finally:
+            stream.close()
+
+    async def _receive(self, stream: asyncio_dgram.aio.DatagramServer) -> None:
+        while True:
+            data, _addr = await stream.recv()
+            try:
+                node_id, epoch = msgpack.unpackb(data)
+                node_id, epoch = int(node_id), int(epoch)
+            except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError):
+                log.debug("ignoring a malformed heartbeat datagram of %d bytes", len(data))
+                continue
+            self.heard(node_id, epoch)
+
+    def heard(self, node_id: int, epoch: int) -> None:
+        current = self._current_epoch(node_id)
+        if current is not None and epoch == current:
+            self._heard[node_id] = (epoch, self.clock_ms())
+
+    def _current_epoch(self, node_id: int) -> int | None:
+        broker = self.quorum.read(lambda s: s.brokers.get(node_id))
+        return None if broker is None else int(broker["broker_epoch"])
+
+    async def _check_loop(self) -> None:
+        while True:
+            await asyncio.sleep(CHECK_INTERVAL_S)
+            self.check()
+
+    def check(self) -> None:
+        """One pass: follow leadership changes, fence the silent, unfence the returned."""
+        leader = self.quorum.is_leader
+        now = self.clock_ms()
+        if leader != self.active:
+            self.active = leader
+            log.info("node is %s the active controller", "now" if leader else "no longer")
+            if leader:
+                self._first_seen = {}  # grace: everyone's timeout starts now
+            self.on_active(leader)
+        if not leader:
+            return
+        brokers = self.quorum.read(
+            lambda s: [(n, b["broker_epoch"], b["fenced"]) for n, b in sorted(s.brokers.items())]
+        )
+        for node_id, epoch, fenced in brokers:
+            first = self._first_seen.get(node_id)
+            if first is None or first[0] != epoch:
+                self._first_seen[node_id] = first = (epoch, now)
+            heard = self._heard.get(node_id)
+            heard_at = heard[1] if heard is not None and heard[0] == epoch else None
+            silent_ms = now - max(first[1], heard_at if heard_at is not None else first[1])
+            if not fenced and silent_ms > self.session_timeout_ms:
+                self._propose(node_id, "fence_broker", epoch, silent_ms)
+            elif fenced and heard_at is not None and now - heard_at <= self.session_timeout_ms:
+                self._propose(node_id, "unfence_broker", epoch, now - heard_at)
+
+    def _propose(self, node_id: int, command: str, epoch: int, silent_ms: int) -> None:
+        if node_id in self._proposing:
+            return
+        self._proposing.add(node_id)
+
+        async def go() -> None:
+            try:
+                moved = await self.quorum.propose(command, node_id=node_id, broker_epoch=epoch)
+                log.info(
+                    "%s broker %d (epoch %d, silent %d ms): %s partitions re-led",
+                    "fenced" if command == "fence_broker" else "unfenced",
+                    node_id,
+                    epoch,
+                    silent_ms,
+                    moved,
+                )
+            except RaftlogError as e:
+                log.warning("%s of broker %d failed: %s", command, node_id, e)
+            finally:
+                self._proposing.discard(node_id)
+
+        task = asyncio.ensure_future(go())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+async def send_heartbeats(
+    node_id: int,
+    broker_epoch: Callable[[], int | None],
+    controller_address: Callable[[], str | None],
+    interval_ms: int,
+) -> None:
+    """Broker side: a datagram to the active controller every `interval_ms`, forever."""
+    stream = await asyncio_dgram.bind(("0.0.0.0", 0))
+    try:
+        while True:
+            epoch, target = broker_epoch(), controller_address()
+            if epoch is not None and target is not None:
+                with contextlib.suppress(OSError):
+                    await stream.send(msgpack.packb([node_id, epoch]), split_address(target))
+            await asyncio.sleep(interval_ms / 1000)
+    finally:
+        stream.close()

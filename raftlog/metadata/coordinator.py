@@ -1,0 +1,690 @@
+"""The consumer-group coordinator: runs on the active controller (the metadata Raft leader).
+
+Kafka's group protocol, simplified to one round trip per join: a `join` is one `join_group`
+command, and the replicated state machine (state.py) computes the new generation and its
+assignment when it applies the command, so every replica agrees on who owns what without a
+separate SyncGroup step. Members learn of a rebalance from their heartbeat's answer (the
+group's current generation) and join again.
+
+Rules this module keeps, and why:
+
+- Only state changes go through Raft: joins, leaves, expiries, commits, resets, deletes.
+  Heartbeats do not. A heartbeat changes no replicated state, and a Raft entry per heartbeat
+  (every member, every few seconds) would cost a disk write and a round trip on every voter.
+  Heartbeat times live in this object's memory, on the one node that acts on them.
+- Liveness is judged only while active. A new controller knows nothing of the heartbeats its
+  predecessor saw, so `become_active()` gives every member in the state a fresh heartbeat time
+  (a grace period of one session timeout): members that were alive under the old controller
+  are not expired for the failover itself. A member seen in the state without a heartbeat time
+  (it joined through another node) gets the same grace on first sight. `become_inactive()`
+  stops expiry and makes the member operations raise `NotCoordinatorError`, so clients go and
+  find the new active controller.
+- The caller calls `become_active()` only once this node's copy of the state is current (after
+  a proposal of its own term has been applied), so the grace covers every member and the local
+  reads below see every commit that was acknowledged.
+- Expiry proposes `leave_group` for the expired members of a group, one proposal per group per
+  sweep. A failed proposal is logged and tried again on the next sweep; the sweep loop never
+  dies of it. The clock is read here and passed into commands as `now_ms`: the state machine
+  never reads a clock.
+- Commits are batched (group commit): commits that arrive within `commit_linger_ms` of the
+  first, or while the previous batch is in flight, go into one `commit_batch` command (one Raft
+  entry) of at most `commit_batch_max` commits, and each caller gets its own result from the
+  per-commit results. One Raft round trip takes 20-50 ms; one entry per commit would cap a
+  cluster at a few dozen commits/s, batches of up to 500 allow more than 5,000 commits/s.
+  Batches go out one at a time, in call order, so a member's later commit of a partition is
+  applied after its earlier one. Waiting commits are bounded by `commit_pending_max`; beyond it
+  `commit` waits for room (backpressure) instead of growing a queue without limit.
+- Input from the network is checked here, before it is proposed: a malformed command must be
+  refused with `InvalidRequestError`, not reach the state machine of every replica.
+- Reads (`fetch_offsets`, `list_groups`, `describe_group`) use the local copy of the state
+  under the quorum's lock; they work on any node, possibly lagging on a node that is not
+  active.
+- `NotControllerError` from the quorum (leadership lost mid-proposal) reaches group clients as
+  `NotCoordinatorError`: for them both mean "find the coordinator again".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from raftlog.errors import (
+    GroupIdNotFoundError,
+    InvalidConfigError,
+    InvalidRequestError,
+    NotControllerError,
+    NotCoordinatorError,
+    RaftlogError,
+    UnknownMemberIdError,
+    error_from_code,
+)
+from raftlog.metadata.state import MetadataState
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+TopicPartition = tuple[str, int]
+
+
+class Propose(Protocol):
+    """Apply a command through Raft; returns its value or raises its RaftlogError."""
+
+    def __call__(self, name: str, /, **args: Any) -> Awaitable[Any]: ...
+
+
+class Read(Protocol):
+    """Run `fn` on the local state under the lock `apply` takes; return its result."""
+
+    def __call__(self, fn: Callable[[MetadataState], T], /) -> T: ...
+
+
+def anchored_clock_ms() -> Callable[[], int]:
+    """A clock that never goes backwards (monotonic) but reads like wall time.
+
+    Expiry needs a monotonic clock (an NTP step must not expire every member); the timestamps
+    that go into the replicated state (`joined_ms`, the commit time) are more useful to people
+    as wall time. Anchoring the monotonic clock to the wall clock once, at start, gives both.
+    """
+    wall_ms = time.time_ns() // 1_000_000
+    mono_ms = time.monotonic_ns() // 1_000_000
+    return lambda: wall_ms + time.monotonic_ns() // 1_000_000 - mono_ms
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorConfig:
+    # 500 commits per Raft entry: at 20-50 ms per round trip, 10,000-25,000 commits/s, and an
+    # entry of a few tens of KiB, well under what pysyncobj moves in one append.
+    commit_batch_max: int = 500
+    # 2 ms: long enough to gather the commits of one burst, short next to a Raft round trip.
+    commit_linger_ms: int = 2
+    # Ten full batches may wait; past that, callers wait for room (backpressure).
+    commit_pending_max: int = 5_000
+    # A sweep every 100 ms expires a member at most 0.1 s after its session timeout.
+    sweep_interval_ms: int = 100
+    # Shorter sessions than one sweep interval cannot be honoured; Kafka's upper bound
+    # (group.max.session.timeout.ms) keeps a dead member from holding partitions for hours.
+    session_timeout_ms_min: int = 100
+    session_timeout_ms_max: int = 1_800_000
+
+    def __post_init__(self) -> None:
+        if self.commit_batch_max < 1:
+            raise InvalidConfigError(f"commit_batch_max must be >= 1, got {self.commit_batch_max}")
+        if self.commit_linger_ms < 0:
+            raise InvalidConfigError(f"commit_linger_ms must be >= 0, got {self.commit_linger_ms}")
+        if self.commit_pending_max < self.commit_batch_max:
+            raise InvalidConfigError(
+                f"commit_pending_max ({self.commit_pending_max}) must be >= commit_batch_max "
+                f"({self.commit_batch_max})"
+            )
+        if self.sweep_interval_ms < 0:
+            raise InvalidConfigError(
+                f"sweep_interval_ms must be >= 0, got {self.sweep_interval_ms}"
+            )
+        if not 1 <= self.session_timeout_ms_min <= self.session_timeout_ms_max:
+            raise InvalidConfigError(
+                f"need 1 <= session_timeout_ms_min ({self.session_timeout_ms_min}) <= "
+                f"session_timeout_ms_max ({self.session_timeout_ms_max})"
+            )
+
+
+@dataclass(slots=True)
+class _PendingCommit:
+    """One caller's commit, waiting for its batch. `args` are commit_offsets' arguments."""
+
+    args: dict[str, Any]
+    future: asyncio.Future[None]
+
+
+class GroupCoordinator:
+    """Consumer groups on the active controller: membership, expiry, offsets.
+
+    `propose` applies a command through Raft (MetadataQuorum.propose); `read` reads the local
+    state under its lock (MetadataQuorum.read); `clock_ms` is monotonic, in milliseconds.
+    A new coordinator is inactive until `become_active()`.
+    """
+
+    def __init__(
+        self,
+        propose: Propose,
+        read: Read,
+        clock_ms: Callable[[], int] | None = None,
+        commit_batch_max: int = 500,
+        commit_linger_ms: int = 2,
+        commit_pending_max: int = 5_000,
+        sweep_interval_ms: int = 100,
+        session_timeout_ms_min: int = 100,
+        session_timeout_ms_max: int = 1_800_000,
+    ) -> None:
+        self.config = CoordinatorConfig(
+            commit_batch_max=commit_batch_max,
+            commit_linger_ms=commit_linger_ms,
+            commit_pending_max=commit_pending_max,
+            sweep_interval_ms=sweep_interval_ms,
+            session_timeout_ms_min=session_timeout_ms_min,
+            session_timeout_ms_max=session_timeout_ms_max,
+        )
+        self._propose_fn = propose
+        self._read = read
+        self._clock_ms = clock_ms if clock_ms is not None else anchored_clock_ms()
+        self._active = False
+        # group id -> member id -> clock_ms of the member's last heartbeat (or join, or first
+        # sight while active). Invariant: only members of the state, pruned on every sweep, so
+        # it is bounded by the number of members.
+        self._heartbeat_ms: dict[str, dict[str, int]] = {}
+        # Commits waiting for the next batch, in call order. Invariant: at most
+        # commit_pending_max of them are not done (each holds a slot of `_pending_room` until
+        # its future is done); done ones (callers that gave up) are dropped at the next batch.
+        self._pending: list[_PendingCommit] = []
+        self._pending_room = asyncio.Semaphore(self.config.commit_pending_max)
+        self._batch_full = asyncio.Event()
+        # The task that lingers, then proposes batches until none is waiting; None when idle.
+        self._flush_task: asyncio.Task[None] | None = None
+
+    # -- role ----------------------------------------------------------------------------------
+
+    @property
+    def is_active(self) -> bool:
+        return self._active
+
+    def become_active(self) -> None:
+        """This node leads the metadata quorum: every member gets a fresh heartbeat (grace)."""
+        now = self._clock_ms()
+        members = self._read(_members_by_group)
+        self._heartbeat_ms = {g: dict.fromkeys(ms, now) for g, ms in members.items()}
+        self._active = True
+        log.info(
+            "group coordinator became active: %d groups, %d members get a grace period",
+            len(members),
+            sum(len(ms) for ms in members.values()),
+        )
+
+    def become_inactive(self) -> None:
+        """Leadership lost: stop expiring; waiting commits fail with NotCoordinatorError.
+
+        A batch already proposed is left to finish: its callers get the true outcome.
+        """
+        if self._active:
+            log.info("group coordinator became inactive")
+        self._active = False
+        self._heartbeat_ms = {}
+        pending, self._pending = self._pending, []
+        for c in pending:
+            if not c.future.done():
+                c.future.set_exception(
+                    NotCoordinatorError(
+                        f"commit to group {c.args['group_id']!r} not made: this node stopped "
+                        "being the group coordinator; find the coordinator and retry"
+                    )
+                )
+
+    async def close(self) -> None:
+        """Stop: become inactive and end the commit flusher (its callers get an error)."""
+        self.become_inactive()
+        task, self._flush_task = self._flush_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def _check_active(self, group_id: str) -> None:
+        if not self._active:
+            raise NotCoordinatorError(
+                f"this node is not the coordinator of group {group_id!r} (not the active "
+                "controller); find the coordinator and retry"
+            )
+
+    async def _propose(self, name: str, /, **args: Any) -> Any:
+        try:
+            return await self._propose_fn(name, **args)
+        except NotControllerError as e:
+            raise NotCoordinatorError(
+                f"{name} for group {args.get('group_id', '?')!r} not applied: {e}"
+            ) from e
+
+    # -- membership ----------------------------------------------------------------------------
+
+    async def join(
+        self,
+        group_id: str,
+        member_id: str,
+        client_id: str,
+        instance_id: str | None,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        topics: Sequence[str],
+        protocols: Sequence[str],
+    ) -> dict[str, Any]:
+        """Join (or rejoin) a group; returns member_id, generation, protocol and assignment.
+
+        An empty `member_id` asks for a new one. The returned generation is the one the
+        member's commits must carry.
+        """
+        _check_str("group_id", group_id, empty_ok=False)
+        _check_str("member_id", member_id)
+        _check_str("client_id", client_id)
+        if instance_id is not None:
+            _check_str("instance_id", instance_id, empty_ok=False)
+        lo, hi = self.config.session_timeout_ms_min, self.config.session_timeout_ms_max
+        if not _is_int(session_timeout_ms) or not lo <= session_timeout_ms <= hi:
+            raise InvalidRequestError(
+                f"group {group_id!r}: session_timeout_ms must be {lo}..{hi}, "
+                f"got {session_timeout_ms!r}"
+            )
+        if not _is_int(rebalance_timeout_ms) or rebalance_timeout_ms < 0:
+            raise InvalidRequestError(
+                f"group {group_id!r}: rebalance_timeout_ms must be >= 0, "
+                f"got {rebalance_timeout_ms!r}"
+            )
+        topic_list = _str_list("topics", topics)
+        protocol_list = _str_list("protocols", protocols)
+        self._check_active(group_id)
+        view: dict[str, Any] = await self._propose(
+            "join_group",
+            group_id=group_id,
+            member_id=member_id,
+            client_id=client_id,
+            instance_id=instance_id,
+            session_timeout_ms=session_timeout_ms,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            topics=topic_list,
+            protocols=protocol_list,
+            now_ms=self._clock_ms(),
+        )
+        if self._active:
+            self._heartbeat_ms.setdefault(group_id, {})[view["member_id"]] = self._clock_ms()
+        log.info(
+            "group %s: member %s (client %s) joined; generation %d, %d partitions",
+            group_id,
+            view["member_id"],
+            client_id,
+            view["generation"],
+            len(view["assignment"]),
+        )
+        return view
+
+    def heartbeat(self, group_id: str, member_id: str, generation: int) -> int:
+        """Record that the member is alive; return the group's current generation.
+
+        In memory only, no Raft. A generation other than the member's own tells it that a
+        rebalance happened and it must join again; a stale `generation` is not an error here
+        (its commits are refused until it rejoins).
+        """
+        self._check_active(group_id)
+
+        def current_generation(s: MetadataState) -> int | None:
+            group = s.groups.get(group_id)
+            if group is None or member_id not in group["members"]:
+                return None
+            gen: int = group["generation"]
+            return gen
+
+        current = self._read(current_generation)
+        if current is None:
+            raise UnknownMemberIdError(
+                f"member {member_id!r} is not in group {group_id!r} (expired, left or never "
+                "joined); join with an empty member id"
+            )
+        self._heartbeat_ms.setdefault(group_id, {})[member_id] = self._clock_ms()
+        if generation != current:
+            log.debug(
+                "group %s: member %s heartbeats at generation %s, group is at %d",
+                group_id,
+                member_id,
+                generation,
+                current,
+            )
+        return current
+
+    async def leave(self, group_id: str, member_ids: Sequence[str]) -> int:
+        """Members leave (a consumer closing); returns how many were members."""
+        _check_str("group_id", group_id, empty_ok=False)
+        ids = _str_list("member_ids", member_ids)
+        self._check_active(group_id)
+        gone: int = await self._propose("leave_group", group_id=group_id, member_ids=ids)
+        self._forget(group_id, ids)
+        log.info("group %s: %d of members %s left", group_id, gone, ids)
+        return gone
+
+    def _forget(self, group_id: str, member_ids: Iterable[str]) -> None:
+        seen = self._heartbeat_ms.get(group_id)
+        if seen is None:
+            return
+        for m in member_ids:
+            seen.pop(m, None)
+        if not seen:
+            del self._heartbeat_ms[group_id]
+
+    # -- expiry --------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Sweep for expired members every `sweep_interval_ms` until cancelled."""
+        interval_s = self.config.sweep_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.sweep()
+            except Exception:
+                # A bug in one sweep must not end expiry for good: a dead loop would leave
+                # crashed consumers owning their partitions forever. Log it loudly, go on.
+                log.exception("group expiry sweep failed; retrying on the next sweep")
+
+    async def sweep(self) -> int:
+        """Propose `leave_group` for members whose session timed out; one proposal per group.
+
+        Returns how many members were removed. Proposal errors are logged, and the members are
+        tried again on the next sweep.
+        """
+        if not self._active:
+            return 0
+        members = self._read(_members_by_group)
+        now = self._clock_ms()
+        # Prune members that are gone; give members never seen by this node their grace.
+        self._heartbeat_ms = {
+            g: {m: self._heartbeat_ms.get(g, {}).get(m, now) for m in ms}
+            for g, ms in members.items()
+            if ms
+        }
+        removed = 0
+        for group_id in sorted(members):
+            # Judge again just before proposing: earlier groups' proposals took time, and a
+            # heartbeat may have arrived meanwhile.
+            now = self._clock_ms()
+            seen = self._heartbeat_ms.get(group_id, {})
+            expired = sorted(
+                m
+                for m, session_timeout_ms in members[group_id].items()
+                if m in seen and now - seen[m] > session_timeout_ms
+            )
+            if not expired or not self._active:
+                continue
+            try:
+                gone: int = await self._propose(
+                    "leave_group", group_id=group_id, member_ids=expired
+                )
+            except RaftlogError as e:
+                log.warning(
+                    "group %s: expiring members %s failed (%s); retrying on the next sweep",
+                    group_id,
+                    expired,
+                    e,
+                )
+                continue
+            self._forget(group_id, expired)
+            removed += gone
+            log.info(
+                "group %s: members %s expired (no heartbeat within their session timeout)",
+                group_id,
+                expired,
+            )
+        return removed
+
+    # -- offsets -------------------------------------------------------------------------------
+
+    async def commit(
+        self,
+        group_id: str,
+        member_id: str,
+        generation: int,
+        offsets: Sequence[Sequence[Any]],
+    ) -> None:
+        """Commit `[topic, partition, offset, metadata]` entries; returns once applied.
+
+        Raises CommitFailedError if the generation is stale, the member is not in the group or
+        does not own a partition (generation -1 with an empty group: a consumer that assigns
+        partitions itself). The commit rides in a batch with concurrent ones.
+        """
+        _check_str("group_id", group_id, empty_ok=False)
+        _check_str("member_id", member_id)
+        if not _is_int(generation):
+            raise InvalidRequestError(f"group {group_id!r}: generation must be an int")
+        entries = _offset_entries(group_id, offsets, width=4)
+        self._check_active(group_id)
+        loop = asyncio.get_running_loop()
+        await self._pending_room.acquire()
+        future: asyncio.Future[None] = loop.create_future()
+        # The slot is freed when the outcome is known, or when the caller gives up.
+        future.add_done_callback(lambda _: self._pending_room.release())
+        if not self._active:  # lost the role while waiting for room
+            future.cancel()
+            self._check_active(group_id)
+        self._pending.append(
+            _PendingCommit(
+                args={
+                    "group_id": group_id,
+                    "member_id": member_id,
+                    "generation": generation,
+                    "offsets": entries,
+                    "now_ms": self._clock_ms(),
+                },
+                future=future,
+            )
+        )
+        if len(self._pending) >= self.config.commit_batch_max:
+            self._batch_full.set()
+        if self._flush_task is None:
+            self._flush_task = asyncio.create_task(self._flush(), name="raftlog-commit-flush")
+        await future
+
+    async def _flush(self) -> None:
+        """Linger once, then propose batches until no commit is waiting."""
+        try:
+            await self._linger()
+            while self._pending:
+                batch = self._take_batch()
+                if batch:
+                    await self._propose_batch(batch)
+        finally:
+            if self._flush_task is asyncio.current_task():
+                self._flush_task = None
+
+    async def _linger(self) -> None:
+        if self.config.commit_linger_ms == 0 or len(self._pending) >= self.config.commit_batch_max:
+            # One turn of the loop: callers already scheduled (a burst) join this batch.
+            await asyncio.sleep(0)
+            return
+        self._batch_full.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.config.commit_linger_ms / 1000):
+                await self._batch_full.wait()
+
+    def _take_batch(self) -> list[_PendingCommit]:
+        n = self.config.commit_batch_max
+        taken, self._pending = self._pending[:n], self._pending[n:]
+        # A caller that gave up (cancelled) is not committed for: it cannot learn the outcome.
+        return [c for c in taken if not c.future.done()]
+
+    async def _propose_batch(self, batch: list[_PendingCommit]) -> None:
+        try:
+            results = await self._propose("commit_batch", commits=[c.args for c in batch])
+            assert isinstance(results, list) and len(results) == len(batch), (
+                f"commit_batch of {len(batch)} commits returned {results!r}"
+            )
+        except asyncio.CancelledError:
+            for c in batch:
+                _fail(c, NotCoordinatorError(_unknown_outcome(c, "the coordinator stopped")))
+            raise
+        except RaftlogError as e:
+            # Every caller gets its own instance: one exception raised in many tasks would
+            # collect all their tracebacks.
+            for c in batch:
+                _fail(c, error_from_code(e.code, str(e)))
+            return
+        except Exception as e:
+            log.exception("commit_batch of %d commits failed", len(batch))
+            for c in batch:
+                _fail(c, e)
+            return
+        for c, result in zip(batch, results, strict=True):
+            if c.future.done():
+                continue
+            if result[0] == "ok":
+                c.future.set_result(None)
+            else:
+                c.future.set_exception(error_from_code(result[1], result[2]))
+
+    def fetch_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition] | None = None
+    ) -> dict[TopicPartition, tuple[int, str]]:
+        """Committed offsets of the group (all, or those of `partitions` that have one)."""
+        committed = self._read(lambda s: s.committed(group_id))
+        out = {tp: (offset, metadata) for tp, (offset, metadata, _ts) in committed.items()}
+        if partitions is None:
+            return out
+        wanted = {(str(t), int(p)) for t, p in partitions}
+        return {tp: v for tp, v in out.items() if tp in wanted}
+
+    async def reset_offsets(self, group_id: str, offsets: Sequence[Sequence[Any]]) -> int:
+        """Set `[topic, partition, offset]` by hand (replay); refused while members exist."""
+        _check_str("group_id", group_id, empty_ok=False)
+        entries = _offset_entries(group_id, offsets, width=3)
+        count: int = await self._propose(
+            "reset_offsets", group_id=group_id, offsets=entries, now_ms=self._clock_ms()
+        )
+        log.info("group %s: %d committed offsets reset by hand", group_id, count)
+        return count
+
+    async def delete_group(self, group_id: str) -> None:
+        """Delete an empty group and its committed offsets."""
+        _check_str("group_id", group_id, empty_ok=False)
+        await self._propose("delete_group", group_id=group_id)
+        self._heartbeat_ms.pop(group_id, None)
+        log.info("group %s deleted", group_id)
+
+    # -- describe ------------------------------------------------------------------------------
+
+    def list_groups(self) -> list[dict[str, Any]]:
+        """Every group: id, state ("Empty"/"Stable"), generation, protocol, member count."""
+
+        def groups(s: MetadataState) -> list[dict[str, Any]]:
+            return [
+                {
+                    "group_id": gid,
+                    "state": "Stable" if g["members"] else "Empty",
+                    "generation": g["generation"],
+                    "protocol": g["protocol"],
+                    "members": len(g["members"]),
+                }
+                for gid, g in sorted(s.groups.items())
+            ]
+
+        return self._read(groups)
+
+    def describe_group(self, group_id: str) -> dict[str, Any]:
+        """One group: members (client ids, subscriptions, assignment), generation, protocol,
+        state and committed offsets `[topic, partition, offset, metadata, commit_ms]`."""
+
+        def describe(s: MetadataState) -> dict[str, Any] | None:
+            g = s.groups.get(group_id)
+            if g is None:
+                return None
+            return {
+                "group_id": group_id,
+                "state": "Stable" if g["members"] else "Empty",
+                "generation": g["generation"],
+                "protocol": g["protocol"],
+                "members": [
+                    {
+                        "member_id": mid,
+                        "client_id": m["client_id"],
+                        "instance_id": m["instance_id"],
+                        "session_timeout_ms": m["session_timeout_ms"],
+                        "topics": list(m["topics"]),
+                        "assignment": [list(tp) for tp in g["assignment"].get(mid, [])],
+                    }
+                    for mid, m in sorted(g["members"].items())
+                ],
+                "offsets": [
+                    [t, p, offset, metadata, ts]
+                    for (t, p), (offset, metadata, ts) in sorted(s.committed(group_id).items())
+                ],
+            }
+
+        view = self._read(describe)
+        if view is None:
+            raise GroupIdNotFoundError(f"unknown group {group_id!r}")
+        return view
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _members_by_group(s: MetadataState) -> dict[str, dict[str, int]]:
+    """group id -> member id -> session_timeout_ms, for every member in the state."""
+    return {
+        gid: {mid: int(m["session_timeout_ms"]) for mid, m in g["members"].items()}
+        for gid, g in s.groups.items()
+    }
+
+
+def _fail(c: _PendingCommit, error: BaseException) -> None:
+    if not c.future.done():
+        c.future.set_exception(error)
+
+
+def _unknown_outcome(c: _PendingCommit, why: str) -> str:
+    return (
+        f"commit to group {c.args['group_id']!r} by {c.args['member_id']!r}: {why} before the "
+        "outcome was known; the commit may or may not have been applied (committing again is "
+        "safe)"
+    )
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_str(name: str, value: object, empty_ok: bool = True) -> None:
+    if not isinstance(value, str) or (not empty_ok and not value):
+        raise InvalidRequestError(f"{name} must be a{'' if empty_ok else ' non-empty'} string")
+
+
+def _str_list(name: str, values: object) -> list[str]:
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence):
+        raise InvalidRequestError(f"{name} must be a list of strings, got {values!r}")
+    if not all(isinstance(v, str) for v in values):
+        raise InvalidRequestError(f"{name} must be a list of strings, got {values!r}")
+    return list(values)
+
+
+def _offset_entries(group_id: str, offsets: object, width: int) -> list[list[Any]]:
+    """`[topic, partition, offset(, metadata)]` entries as plain lists, checked.
+
+    The state machine unpacks these entries; a malformed one must stop here, refused, rather
+    than fail inside `apply` on every replica. A None metadata becomes "".
+    """
+    if isinstance(offsets, str | bytes) or not isinstance(offsets, Sequence):
+        raise InvalidRequestError(f"group {group_id!r}: offsets must be a list of entries")
+    entries: list[list[Any]] = []
+    for e in offsets:
+        if isinstance(e, str | bytes) or not isinstance(e, Sequence) or len(e) != width:
+            raise InvalidRequestError(
+                f"group {group_id!r}: offset entry {e!r} must be [topic, partition, offset"
+                f"{', metadata' if width == 4 else ''}]"
+            )
+        topic, partition, offset = e[0], e[1], e[2]
+        if not isinstance(topic, str) or not _is_int(partition) or not _is_int(offset):
+            raise InvalidRequestError(
+                f"group {group_id!r}: offset entry {e!r} needs a str topic, int partition and "
+                "int offset"
+            )
+        if partition < 0 or offset < 0:
+            raise InvalidRequestError(
+                f"group {group_id!r}: {topic}-{partition} offset {offset}: partition and offset "
+                "must be >= 0"
+            )
+        if width == 4:
+            metadata = "" if e[3] is None else e[3]
+            if not isinstance(metadata, str):
+                raise InvalidRequestError(
+                    f"group {group_id!r}: metadata for {topic}-{partition} must be a string"
+                )
+            entries.append([topic, partition, offset, metadata])
+        else:
+            entries.append([topic, partition, offset])
+    return entries

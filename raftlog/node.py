@@ -1,0 +1,243 @@
+"""One raftlog node: a controller (Raft voter) and/or a broker, from a TOML config.
+
+    node_id = 1
+    roles = ["controller", "broker"]
+    data_dir = "data/node-1"
+    rack = "a"                                   # optional
+    client_listener = "127.0.0.1:9092"           # brokers: where clients connect
+    controller_voters = ["1@127.0.0.1:19092", "2@127.0.0.1:19093", "3@127.0.0.1:19094"]
+    broker_heartbeat_interval_ms = 500
+    broker_session_timeout_ms = 3000
+    auto_create_topics = false
+    fetch_zero_copy = false
+    default_replication_factor = 1
+    [log]                                        # broker-wide topic config defaults
+    "retention.ms" = "604800000"
+
+A controller's Raft address is its own entry in `controller_voters`; it also receives the
+brokers' UDP heartbeats on that host and port number. A broker that is not a controller
+follows the metadata as an observer.
+
+Start order: join the quorum, wait until the local metadata has caught up (bounded), open the
+listener, register the broker (a new incarnation, so an older process of this node is fenced),
+reconcile the logs with the metadata, then heartbeat. SIGTERM/SIGINT stop it in reverse.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import time
+import tomllib
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from raftlog.broker.server import Broker, BrokerConfig
+from raftlog.errors import InvalidConfigError, RaftlogError
+from raftlog.metadata.cluster import ClusterMetadata, parse_voters
+from raftlog.metadata.controller import Controller, send_heartbeats
+from raftlog.metadata.quorum import MetadataQuorum
+
+log = logging.getLogger(__name__)
+
+READY_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    node_id: int
+    data_dir: str
+    controller_voters: list[str]
+    roles: list[str] = field(default_factory=lambda: ["controller", "broker"])
+    rack: str | None = None
+    client_listener: str = "127.0.0.1:9092"
+    # Kafka's defaults are 2 s / 9 s; a local cluster wants faster failure detection.
+    broker_heartbeat_interval_ms: int = 500
+    broker_session_timeout_ms: int = 3000
+    auto_create_topics: bool = False
+    fetch_zero_copy: bool = False
+    default_partitions: int = 1
+    default_replication_factor: int = 1
+    log: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        bad = set(self.roles) - {"controller", "broker"}
+        if bad or not self.roles:
+            raise InvalidConfigError(f"roles={self.roles}: each must be controller or broker")
+        voters = parse_voters(self.controller_voters)
+        if "controller" in self.roles and self.node_id not in voters:
+            raise InvalidConfigError(
+                f"node {self.node_id} has the controller role but is not in controller_voters"
+            )
+        if self.broker_session_timeout_ms <= self.broker_heartbeat_interval_ms:
+            raise InvalidConfigError(
+                "broker_session_timeout_ms must be larger than broker_heartbeat_interval_ms"
+            )
+        host, _, port = self.client_listener.rpartition(":")
+        if not host or not port.isdigit():
+            raise InvalidConfigError(f"client_listener={self.client_listener!r}: HOST:PORT")
+
+    @classmethod
+    def load(cls, path: str) -> NodeConfig:
+        try:
+            with open(path, "rb") as f:
+                raw = tomllib.load(f)
+        except tomllib.TOMLDecodeError as e:
+            raise InvalidConfigError(f"{path}: not valid TOML: {e}") from None
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise InvalidConfigError(f"{path}: unknown settings {', '.join(unknown)}")
+        try:
+            return cls(**raw)
+        except TypeError as e:
+            raise InvalidConfigError(f"{path}: {e}") from None
+
+    @property
+    def voters(self) -> dict[int, str]:
+        return parse_voters(self.controller_voters)
+
+    @property
+    def is_controller(self) -> bool:
+        return "controller" in self.roles
+
+    @property
+    def is_broker(self) -> bool:
+        return "broker" in self.roles
+
+
+class Node:
+    def __init__(self, config: NodeConfig):
+        self.config = config
+        voters = config.voters
+        raft_address = voters[config.node_id] if config.is_controller else None
+        os.makedirs(config.data_dir, exist_ok=True)
+        self.quorum = MetadataQuorum(
+            raft_address, list(voters.values()), config.data_dir, on_change=self._on_change
+        )
+        self.metadata = ClusterMetadata(self.quorum, voters)
+        self.broker: Broker | None = None
+        self.controller: Controller | None = None
+        self.broker_epoch: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _on_change(self) -> None:
+        # On the Raft tick thread.
+        if self.broker is not None and self._loop is not None:
+            self.broker.schedule_reconcile(self._loop)
+
+    def controller_address(self) -> str | None:
+        leader = self.quorum.status().leader
+        return leader if leader in self.config.voters.values() else None
+
+    async def run(self, stop: asyncio.Event) -> None:
+        self._loop = asyncio.get_running_loop()
+        cfg = self.config
+        self.quorum.start()
+        try:
+            async with asyncio.TaskGroup() as tg:
+                if cfg.is_controller:
+                    self.controller = Controller(
+                        self.quorum, cfg.voters[cfg.node_id], cfg.broker_session_timeout_ms
+                    )
+                    tg.create_task(self.controller.run())
+                await self._wait_ready(stop)
+                if cfg.is_broker and not stop.is_set():
+                    await self._start_broker(tg)
+                if self.broker is not None:
+                    print(
+                        f"raftlog broker {cfg.node_id} ready on {self._client_address()}",
+                        flush=True,
+                    )
+                else:
+                    print(f"raftlog controller {cfg.node_id} ready", flush=True)
+                await stop.wait()
+                raise _Stop
+        except* _Stop:
+            pass
+        finally:
+            if self.broker is not None:
+                await self.broker.stop()
+            self.quorum.stop()
+            log.info("node %d stopped", cfg.node_id)
+
+    def _client_address(self) -> str:
+        assert self.broker is not None
+        return f"{self.broker.config.host}:{self.broker.port}"
+
+    async def _wait_ready(self, stop: asyncio.Event) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not self.quorum.status().ready:
+            if stop.is_set():
+                return
+            if time.monotonic() > deadline:
+                raise RaftlogError(
+                    f"node {self.config.node_id}: the metadata quorum "
+                    f"({', '.join(self.config.controller_voters)}) has no leader after "
+                    f"{READY_TIMEOUT_S:.0f} s: are a majority of the controllers running?"
+                )
+            await asyncio.sleep(0.05)
+
+    async def _start_broker(self, tg: asyncio.TaskGroup) -> None:
+        cfg = self.config
+        host, _, port = cfg.client_listener.rpartition(":")
+        self.broker = Broker(
+            BrokerConfig(
+                data_dir=cfg.data_dir,
+                node_id=cfg.node_id,
+                host=host,
+                port=int(port),
+                auto_create_topics=cfg.auto_create_topics,
+                fetch_zero_copy=cfg.fetch_zero_copy,
+                default_partitions=cfg.default_partitions,
+                default_replication_factor=cfg.default_replication_factor,
+                log_defaults=dict(cfg.log),
+            ),
+            self.metadata,
+        )
+        await self.broker.start()
+        incarnation = uuid.uuid4().hex
+        while True:
+            try:
+                self.broker_epoch = await self.quorum.propose(
+                    "register_broker",
+                    node_id=cfg.node_id,
+                    host=host,
+                    port=self.broker.port,
+                    rack=cfg.rack,
+                    incarnation=incarnation,
+                    now_ms=time.time_ns() // 1_000_000,
+                )
+                break
+            except RaftlogError as e:
+                log.warning("registering broker %d failed, retrying: %s", cfg.node_id, e)
+                await asyncio.sleep(0.2)
+        log.info("broker %d registered with epoch %d", cfg.node_id, self.broker_epoch)
+        self.broker.metadata_ready()
+        tg.create_task(
+            send_heartbeats(
+                cfg.node_id,
+                lambda: self.broker_epoch,
+                self.controller_address,
+                cfg.broker_heartbeat_interval_ms,
+            )
+        )
+
+
+class _Stop(Exception):
+    pass
+
+
+async def run_node(config: NodeConfig) -> None:
+    """Run a node until SIGTERM or SIGINT, then stop it gracefully."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    node = Node(config)
+    with contextlib.suppress(asyncio.CancelledError):
+        await node.run(stop)

@@ -1,0 +1,580 @@
+"""The group coordinator over a real MetadataState: membership and generations, expiry and its
+grace period, the active/inactive role, commit batching (one Raft entry for a burst, one
+result per caller), offsets, reset and describe.
+
+The quorum is a fake that applies each proposal to a MetadataState in memory (arguments
+pickled, as Raft would), counts proposals and can fail or hold them; the clock is a fake
+advanced by hand. Expiry is tested through `sweep()`, the body of the `run()` loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import pickle
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from raftlog.errors import (
+    CommitFailedError,
+    GroupIdNotFoundError,
+    GroupNotEmptyError,
+    InvalidRequestError,
+    NotControllerError,
+    NotCoordinatorError,
+    RaftlogError,
+    RaftlogTimeoutError,
+    UnknownMemberIdError,
+    error_from_code,
+)
+from raftlog.metadata.coordinator import GroupCoordinator
+from raftlog.metadata.state import MetadataState
+
+SESSION_MS = 10_000
+
+
+class FakeQuorum:
+    """MetadataQuorum's propose/read over a local MetadataState."""
+
+    def __init__(self) -> None:
+        self.state = MetadataState()
+        self.calls: list[str] = []
+        # name -> errors the next proposals of that name raise, in order
+        self.failures: dict[str, list[RaftlogError]] = {}
+        # while set and not released, commit_batch proposals wait (a slow Raft round trip)
+        self.commit_gate: asyncio.Event | None = None
+
+    async def propose(self, name: str, /, **args: Any) -> Any:
+        self.calls.append(name)
+        await asyncio.sleep(0)  # the round trip: other tasks run meanwhile
+        if name == "commit_batch" and self.commit_gate is not None:
+            await self.commit_gate.wait()
+        if self.failures.get(name):
+            raise self.failures[name].pop(0)
+        result = self.state.apply((name, pickle.loads(pickle.dumps(args))))
+        if result[0] == "ok":
+            return result[1]
+        raise error_from_code(result[1], result[2])
+
+    def read(self, fn: Callable[[MetadataState], Any]) -> Any:
+        return fn(self.state)
+
+    def apply(self, name: str, /, **args: Any) -> Any:
+        result = self.state.apply((name, args))
+        assert result[0] == "ok", result
+        return result[1]
+
+
+class FakeClock:
+    def __init__(self, now_ms: int = 1_000_000) -> None:
+        self.now_ms = now_ms
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+    def advance(self, ms: int) -> None:
+        self.now_ms += ms
+
+
+@pytest.fixture
+def quorum() -> FakeQuorum:
+    q = FakeQuorum()
+    q.apply(
+        "register_broker",
+        node_id=1,
+        host="127.0.0.1",
+        port=9001,
+        rack=None,
+        incarnation="i",
+        now_ms=0,
+    )
+    q.apply(
+        "create_topic", name="t", topic_id="id-t", partitions=4, replication_factor=1, config={}
+    )
+    return q
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+async def make(
+    quorum: FakeQuorum, clock: FakeClock
+) -> AsyncIterator[Callable[..., GroupCoordinator]]:
+    """Active coordinators over the shared fake quorum and clock, closed after the test."""
+    made: list[GroupCoordinator] = []
+
+    def factory(active: bool = True, **kw: Any) -> GroupCoordinator:
+        kw.setdefault("commit_linger_ms", 0)
+        c = GroupCoordinator(quorum.propose, quorum.read, clock_ms=clock, **kw)
+        if active:
+            c.become_active()
+        made.append(c)
+        return c
+
+    yield factory
+    for c in made:
+        await c.close()
+
+
+@pytest.fixture
+def coord(make: Callable[..., GroupCoordinator]) -> GroupCoordinator:
+    return make()
+
+
+async def join(
+    c: GroupCoordinator,
+    member_id: str = "",
+    group_id: str = "g",
+    client_id: str = "c",
+    topics: tuple[str, ...] = ("t",),
+) -> dict[str, Any]:
+    return await c.join(
+        group_id,
+        member_id,
+        client_id,
+        None,
+        SESSION_MS,
+        30_000,
+        list(topics),
+        ["range"],
+    )
+
+
+def members(quorum: FakeQuorum, group_id: str = "g") -> list[str]:
+    return sorted(quorum.state.groups[group_id]["members"])
+
+
+# -- membership ------------------------------------------------------------------------------
+
+
+async def test_join_heartbeat_and_generation_bump_on_second_join(
+    coord: GroupCoordinator, quorum: FakeQuorum
+) -> None:
+    a = await join(coord)
+    assert a == {
+        "member_id": "c-0",
+        "generation": 1,
+        "protocol": "range",
+        "assignment": [["t", 0], ["t", 1], ["t", 2], ["t", 3]],
+    }
+    assert coord.heartbeat("g", "c-0", 1) == 1
+
+    b = await join(coord)
+    assert b["member_id"] == "c-1" and b["generation"] == 2
+    # A stale generation is no heartbeat error: the answer tells the member to rejoin.
+    assert coord.heartbeat("g", "c-0", 1) == 2
+    again = await join(coord, member_id="c-0")
+    assert again["generation"] == 2  # same subscription: no new rebalance
+    assert sorted(again["assignment"] + b["assignment"]) == a["assignment"]
+    assert again["assignment"] and b["assignment"]
+    assert quorum.calls == ["join_group"] * 3  # heartbeats never reach Raft
+
+    with pytest.raises(UnknownMemberIdError, match="ghost"):
+        coord.heartbeat("g", "ghost", 2)
+    with pytest.raises(UnknownMemberIdError, match="nogroup"):
+        coord.heartbeat("nogroup", "c-0", 1)
+    # Rejoining with an id the group does not know is refused by the state machine.
+    with pytest.raises(UnknownMemberIdError):
+        await join(coord, member_id="ghost")
+
+
+async def test_leave_rebalances_and_forgets_the_member(
+    coord: GroupCoordinator, quorum: FakeQuorum
+) -> None:
+    await join(coord)
+    await join(coord)
+    assert await coord.leave("g", ["c-0", "not-a-member"]) == 1
+    assert members(quorum) == ["c-1"]
+    assert coord.heartbeat("g", "c-1", 2) == 3
+    with pytest.raises(UnknownMemberIdError):
+        coord.heartbeat("g", "c-0", 3)
+
+
+async def test_malformed_requests_are_refused_before_raft(
+    coord: GroupCoordinator, quorum: FakeQuorum
+) -> None:
+    bad_offsets: list[Any] = [
+        [["t", 0]],
+        [["t", "0", 1, ""]],
+        [["t", 0, -1, ""]],
+        [["t", 0, 1, 5]],
+        [[0, 0, 1, ""]],
+        "t:0",
+    ]
+    for offsets in bad_offsets:
+        with pytest.raises(InvalidRequestError):
+            await coord.commit("g", "c-0", 1, offsets)
+    with pytest.raises(InvalidRequestError, match="session_timeout_ms"):
+        await coord.join("g", "", "c", None, 0, 30_000, ["t"], ["range"])
+    with pytest.raises(InvalidRequestError, match="topics"):
+        await coord.join("g", "", "c", None, SESSION_MS, 30_000, "t", ["range"])  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequestError, match="group_id"):
+        await coord.join("", "", "c", None, SESSION_MS, 30_000, ["t"], ["range"])
+    with pytest.raises(InvalidRequestError):
+        await coord.reset_offsets("g", [["t", 0, 1, "extra"]])
+    assert quorum.calls == []
+
+
+# -- expiry ----------------------------------------------------------------------------------
+
+
+async def test_expiry_after_session_timeout_moves_assignment_to_survivor(
+    coord: GroupCoordinator, quorum: FakeQuorum, clock: FakeClock
+) -> None:
+    a = await join(coord)
+    b = await join(coord)
+    assert len(b["assignment"]) == 2
+    clock.advance(6_000)
+    assert coord.heartbeat("g", b["member_id"], 2) == 2
+    clock.advance(SESSION_MS - 6_000)  # a: exactly the session timeout, not beyond it
+    assert await coord.sweep() == 0
+    assert members(quorum) == ["c-0", "c-1"]
+
+    clock.advance(1)
+    assert await coord.sweep() == 1
+    assert members(quorum) == [b["member_id"]]
+    assert quorum.calls.count("leave_group") == 1
+    # The survivor learns of the rebalance from its heartbeat and takes every partition.
+    assert coord.heartbeat("g", b["member_id"], 2) == 3
+    rejoined = await join(coord, member_id=b["member_id"])
+    assert rejoined["generation"] == 3
+    assert rejoined["assignment"] == a["assignment"]
+    # The expired member is gone: its heartbeat and its commits are refused.
+    with pytest.raises(UnknownMemberIdError):
+        coord.heartbeat("g", a["member_id"], 2)
+    with pytest.raises(CommitFailedError, match="not a member"):
+        await coord.commit("g", a["member_id"], 2, [["t", 0, 5, ""]])
+    assert await coord.sweep() == 0  # nothing left to expire: no proposal
+    assert quorum.calls.count("leave_group") == 1
+
+
+async def test_one_leave_proposal_per_group_per_sweep(
+    coord: GroupCoordinator, quorum: FakeQuorum, clock: FakeClock
+) -> None:
+    for group_id in ("g1", "g2"):
+        for _ in range(3):
+            await join(coord, group_id=group_id)
+    clock.advance(SESSION_MS + 1)
+    assert await coord.sweep() == 6
+    assert quorum.calls.count("leave_group") == 2
+    assert members(quorum, "g1") == [] and members(quorum, "g2") == []
+
+
+async def test_failed_expiry_is_logged_and_retried_on_the_next_sweep(
+    coord: GroupCoordinator,
+    quorum: FakeQuorum,
+    clock: FakeClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    await join(coord)
+    clock.advance(SESSION_MS + 1)
+    quorum.failures["leave_group"] = [RaftlogTimeoutError("no quorum leader")]
+    with caplog.at_level(logging.WARNING, logger="raftlog.metadata.coordinator"):
+        assert await coord.sweep() == 0
+    assert "retrying on the next sweep" in caplog.text
+    assert members(quorum) == ["c-0"]
+    assert await coord.sweep() == 1
+    assert members(quorum) == []
+
+
+async def test_run_loop_survives_a_failing_sweep_and_stops_when_cancelled(
+    make: Callable[..., GroupCoordinator], caplog: pytest.LogCaptureFixture
+) -> None:
+    coord = make(sweep_interval_ms=0)
+    sweeps = 0
+
+    async def sweep() -> int:
+        nonlocal sweeps
+        sweeps += 1
+        if sweeps == 1:
+            raise RuntimeError("bug in sweep")
+        return 0
+
+    coord.sweep = sweep  # type: ignore[method-assign]
+    task = asyncio.create_task(coord.run())
+    for _ in range(100):
+        if sweeps >= 3:
+            break
+        await asyncio.sleep(0)
+    assert sweeps >= 3
+    assert "group expiry sweep failed" in caplog.text
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_new_controller_gives_every_member_a_grace_period(
+    make: Callable[..., GroupCoordinator], quorum: FakeQuorum, clock: FakeClock
+) -> None:
+    old = make()
+    await join(old)
+    await join(old)
+    old.become_inactive()
+    # The failover takes far longer than a session: heartbeats went to the old controller.
+    clock.advance(6 * SESSION_MS)
+    new = make(active=False)
+    assert await new.sweep() == 0  # inactive: never expires
+    new.become_active()
+    assert await new.sweep() == 0
+    clock.advance(SESSION_MS)
+    assert new.heartbeat("g", "c-0", 2) == 2
+    assert await new.sweep() == 0
+    clock.advance(1)
+    assert await new.sweep() == 1  # c-1 never heartbeated to the new controller
+    assert members(quorum) == ["c-0"]
+    # Leadership comes back to the first node after another long gap: heartbeat times it
+    # kept from its earlier term must not count.
+    new.become_inactive()
+    clock.advance(6 * SESSION_MS)
+    old.become_active()
+    assert await old.sweep() == 0
+    assert members(quorum) == ["c-0"]
+
+
+async def test_member_that_joined_elsewhere_gets_grace_on_first_sight(
+    coord: GroupCoordinator, quorum: FakeQuorum, clock: FakeClock
+) -> None:
+    quorum.apply(
+        "join_group",
+        group_id="g",
+        member_id="",
+        client_id="other",
+        instance_id=None,
+        session_timeout_ms=SESSION_MS,
+        rebalance_timeout_ms=30_000,
+        topics=["t"],
+        protocols=["range"],
+        now_ms=0,
+    )
+    clock.advance(SESSION_MS + 1)
+    assert await coord.sweep() == 0  # first sight starts its clock
+    clock.advance(SESSION_MS + 1)
+    assert await coord.sweep() == 1
+
+
+async def test_inactive_coordinator_refuses_member_operations(
+    coord: GroupCoordinator, quorum: FakeQuorum, clock: FakeClock
+) -> None:
+    await join(coord)
+    coord.become_inactive()
+    calls = list(quorum.calls)
+    with pytest.raises(NotCoordinatorError):
+        await join(coord)
+    with pytest.raises(NotCoordinatorError):
+        coord.heartbeat("g", "c-0", 1)
+    with pytest.raises(NotCoordinatorError):
+        await coord.commit("g", "c-0", 1, [["t", 0, 1, ""]])
+    with pytest.raises(NotCoordinatorError):
+        await coord.leave("g", ["c-0"])
+    clock.advance(10 * SESSION_MS)
+    assert await coord.sweep() == 0
+    assert quorum.calls == calls
+    assert members(quorum) == ["c-0"]
+    # Reads of the local state still work on any node.
+    assert coord.describe_group("g")["state"] == "Stable"
+    coord.become_active()
+    assert coord.heartbeat("g", "c-0", 1) == 1
+
+
+# -- commits ---------------------------------------------------------------------------------
+
+
+async def test_200_concurrent_commits_are_one_proposal_with_one_result_each(
+    coord: GroupCoordinator, quorum: FakeQuorum
+) -> None:
+    stale = await join(coord)  # generation 1: four partitions
+    b = await join(coord)  # generation 2
+    a = await join(coord, member_id=stale["member_id"])
+    assert a["generation"] == b["generation"] == 2
+    plan: list[tuple[str, int, list[Any]]] = []  # member, generation, [t, p, offset, meta]
+    for i in range(200):
+        if i % 3 == 0:
+            t, p = stale["assignment"][i % 4]
+            plan.append((a["member_id"], 1, [t, p, 10_000 + i, "stale"]))
+        else:
+            view = a if i % 2 else b
+            t, p = view["assignment"][(i // 2) % 2]
+            plan.append((view["member_id"], 2, [t, p, i, f"m{i}"]))
+    calls = len(quorum.calls)
+
+    results = await asyncio.gather(
+        *(coord.commit("g", m, gen, [entry]) for m, gen, entry in plan),
+        return_exceptions=True,
+    )
+
+    assert quorum.calls[calls:] == ["commit_batch"]
+    failures = [r for r in results if r is not None]
+    assert len({id(r) for r in failures}) == len(failures)  # one exception per caller
+    expected: dict[tuple[str, int], tuple[int, str]] = {}
+    for (_member, gen, (t, p, offset, meta)), result in zip(plan, results, strict=True):
+        if gen == 1:
+            assert isinstance(result, CommitFailedError), result
+            assert "generation 1 is stale" in str(result)
+        else:
+            assert result is None, result
+            expected[(t, p)] = (offset, meta)  # the last commit in call order wins
+    assert len(failures) == 67
+    assert coord.fetch_offsets("g") == expected
+    assert len(expected) == 4
+
+
+async def test_batches_are_bounded_by_commit_batch_max(
+    make: Callable[..., GroupCoordinator], quorum: FakeQuorum
+) -> None:
+    coord = make(commit_batch_max=50, commit_pending_max=500)
+    m = await join(coord)
+    await asyncio.gather(*(coord.commit("g", "c-0", 1, [["t", 0, i, ""]]) for i in range(120)))
+    assert quorum.calls.count("commit_batch") == 3
+    assert coord.fetch_offsets("g", [("t", 0)]) == {("t", 0): (119, "")}
+    assert m["generation"] == 1
+
+
+async def test_commits_during_an_inflight_batch_go_out_together_next(
+    coord: GroupCoordinator, quorum: FakeQuorum
+) -> None:
+    await join(coord)
+    quorum.commit_gate = asyncio.Event()
+    first = [asyncio.create_task(coord.commit("g", "c-0", 1, [["t", 0, i, ""]])) for i in range(3)]
+    while "commit_batch" not in quorum.calls:
+        await asyncio.sleep(0)
+    later = [asyncio.create_task(coord.commit("g", "c-0", 1, [["t", 1, i, ""]])) for i in range(5)]
+    await asyncio.sleep(0)
+    quorum.commit_gate.set()
+    await asyncio.gather(*first, *later)
+    assert quorum.calls.count("commit_batch") == 2
+    assert coord.fetch_offsets("g") == {("t", 0): (2, ""), ("t", 1): (4, "")}
+
+
+async def test_commit_linger_gathers_commits_that_arrive_later(
+    make: Callable[..., GroupCoordinator], quorum: FakeQuorum
+) -> None:
+    coord = make(commit_linger_ms=2)
+    await join(coord)
+    first = asyncio.create_task(coord.commit("g", "c-0", 1, [["t", 0, 1, ""]]))
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    second = asyncio.create_task(coord.commit("g", "c-0", 1, [["t", 1, 2, ""]]))
+    await asyncio.gather(first, second)
+    assert quorum.calls.count("commit_batch") == 1
+
+
+async def test_a_failed_batch_proposal_fails_every_caller(
+    coord: GroupCoordinator, quorum: FakeQuorum
+) -> None:
+    await join(coord)
+    quorum.failures["commit_batch"] = [NotControllerError("leader changed")]
+    results = await asyncio.gather(
+        *(coord.commit("g", "c-0", 1, [["t", 0, i, ""]]) for i in range(10)),
+        return_exceptions=True,
+    )
+    assert all(isinstance(r, NotCoordinatorError) for r in results), results
+    assert len({id(r) for r in results}) == 10
+    assert quorum.calls.count("commit_batch") == 1
+    await coord.commit("g", "c-0", 1, [["t", 0, 7, ""]])  # the next batch goes through
+    assert coord.fetch_offsets("g") == {("t", 0): (7, "")}
+
+
+async def test_waiting_commits_fail_when_the_coordinator_becomes_inactive(
+    make: Callable[..., GroupCoordinator], quorum: FakeQuorum
+) -> None:
+    coord = make(commit_linger_ms=60_000)  # the batch would wait a minute: it must not
+    await join(coord)
+    task = asyncio.create_task(coord.commit("g", "c-0", 1, [["t", 0, 1, ""]]))
+    await asyncio.sleep(0)
+    coord.become_inactive()
+    with pytest.raises(NotCoordinatorError, match="stopped being the group coordinator"):
+        await task
+    assert "commit_batch" not in quorum.calls
+
+
+async def test_a_caller_that_gives_up_is_not_committed_for(
+    make: Callable[..., GroupCoordinator], quorum: FakeQuorum
+) -> None:
+    coord = make(commit_linger_ms=60_000, commit_batch_max=2)
+    await join(coord)
+    gave_up = asyncio.create_task(coord.commit("g", "c-0", 1, [["t", 0, 1, ""]]))
+    await asyncio.sleep(0)
+    gave_up.cancel()
+    await asyncio.sleep(0)
+    # Two more fill a batch, which goes out at once instead of after the linger.
+    await asyncio.gather(
+        coord.commit("g", "c-0", 1, [["t", 1, 2, ""]]),
+        coord.commit("g", "c-0", 1, [["t", 2, 3, ""]]),
+    )
+    assert gave_up.cancelled()
+    assert coord.fetch_offsets("g") == {("t", 1): (2, ""), ("t", 2): (3, "")}
+
+
+# -- offsets, reset, describe ----------------------------------------------------------------
+
+
+async def test_fetch_offsets_after_commits(coord: GroupCoordinator) -> None:
+    a = await join(coord)
+    await coord.commit("g", a["member_id"], 1, [["t", 0, 5, "x"], ["t", 3, 9, None]])
+    await coord.commit("g", a["member_id"], 1, [["t", 0, 6, "y"]])
+    assert coord.fetch_offsets("g") == {("t", 0): (6, "y"), ("t", 3): (9, "")}
+    assert coord.fetch_offsets("g", [("t", 3), ("t", 1)]) == {("t", 3): (9, "")}
+    assert coord.fetch_offsets("unknown") == {}
+    # A consumer that assigns partitions itself commits with generation -1 to an empty group.
+    await coord.commit("solo", "", -1, [["t", 2, 4, ""]])
+    assert coord.fetch_offsets("solo") == {("t", 2): (4, "")}
+
+
+async def test_reset_offsets_needs_an_empty_group(
+    coord: GroupCoordinator, quorum: FakeQuorum
+) -> None:
+    await join(coord)
+    await join(coord)
+    with pytest.raises(GroupNotEmptyError, match="2 active members"):
+        await coord.reset_offsets("g", [["t", 0, 0]])
+    await coord.leave("g", members(quorum))
+    assert await coord.reset_offsets("g", [["t", 0, 0], ["t", 1, 3]]) == 2
+    assert coord.fetch_offsets("g") == {("t", 0): (0, "reset"), ("t", 1): (3, "reset")}
+    await coord.delete_group("g")
+    assert coord.list_groups() == []
+    with pytest.raises(GroupIdNotFoundError):
+        await coord.delete_group("g")
+
+
+async def test_describe_and_list_groups(
+    coord: GroupCoordinator, quorum: FakeQuorum, clock: FakeClock
+) -> None:
+    a = await join(coord, client_id="alice")
+    b = await join(coord, client_id="bob")
+    await join(coord, group_id="other", client_id="carol")
+    await coord.commit("g", b["member_id"], 2, [["t", 2, 11, "meta"]])
+
+    view = coord.describe_group("g")
+    assert view["group_id"] == "g"
+    assert view["state"] == "Stable"
+    assert view["generation"] == 2 and view["protocol"] == "range"
+    assert [(m["member_id"], m["client_id"]) for m in view["members"]] == [
+        (a["member_id"], "alice"),
+        (b["member_id"], "bob"),
+    ]
+    assert view["members"][0]["assignment"] == [["t", 0], ["t", 1]]
+    assert view["members"][1]["assignment"] == [["t", 2], ["t", 3]]
+    assert view["members"][0]["topics"] == ["t"]
+    assert view["offsets"] == [["t", 2, 11, "meta", clock.now_ms]]
+
+    assert coord.list_groups() == [
+        {"group_id": "g", "state": "Stable", "generation": 2, "protocol": "range", "members": 2},
+        {
+            "group_id": "other",
+            "state": "Stable",
+            "generation": 1,
+            "protocol": "range",
+            "members": 1,
+        },
+    ]
+    await coord.leave("g", [a["member_id"], b["member_id"]])
+    view = coord.describe_group("g")
+    assert view["state"] == "Empty" and view["members"] == [] and view["protocol"] is None
+    assert view["offsets"] == [["t", 2, 11, "meta", clock.now_ms]]
+    with pytest.raises(GroupIdNotFoundError):
+        coord.describe_group("nope")
