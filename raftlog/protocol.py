@@ -49,6 +49,7 @@ class ApiKey(enum.IntEnum):
     PRODUCE = 5
     FETCH = 6
     LIST_OFFSETS = 7
+    DESCRIBE_CLUSTER = 8
 
 
 # api key -> (min version, max version) this code speaks.

@@ -97,6 +97,7 @@ class Broker:
             (protocol.ApiKey.PRODUCE, produce.handle_produce),
             (protocol.ApiKey.FETCH, fetch.handle_fetch),
             (protocol.ApiKey.LIST_OFFSETS, admin.handle_list_offsets),
+            (protocol.ApiKey.DESCRIBE_CLUSTER, admin.handle_describe_cluster),
         ):
             self.handlers[int(key)] = functools.partial(fn, self)
         self._connections: set[Connection] = set()

@@ -21,7 +21,7 @@ from raftlog.topics import TopicPartition
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 
-def _bootstrap(p: argparse.ArgumentParser) -> None:
+def add_bootstrap(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-b",
         "--bootstrap-server",
@@ -69,19 +69,19 @@ def register(sub: Any) -> None:
         help="topic config, e.g. retention.ms=60000",
     )
     c.add_argument("--if-not-exists", action="store_true")
-    _bootstrap(c)
+    add_bootstrap(c)
     c.set_defaults(func=_topic_create)
     ls = tsub.add_parser("list", help="list topics")
-    _bootstrap(ls)
+    add_bootstrap(ls)
     ls.set_defaults(func=_topic_list)
     d = tsub.add_parser("describe", help="partitions, leaders, offsets and configs")
     d.add_argument("topic", nargs="*")
     d.add_argument("--json", action="store_true")
-    _bootstrap(d)
+    add_bootstrap(d)
     d.set_defaults(func=_topic_describe)
     rm = tsub.add_parser("delete", help="delete topics and their data")
     rm.add_argument("topic", nargs="+")
-    _bootstrap(rm)
+    add_bootstrap(rm)
     rm.set_defaults(func=_topic_delete)
 
     p = sub.add_parser("produce", help="send lines from stdin as records")
@@ -91,7 +91,7 @@ def register(sub: Any) -> None:
     p.add_argument("--partition", type=_non_negative)
     p.add_argument("--linger-ms", type=_non_negative, default=5)
     p.add_argument("--batch-size", type=_positive, default=64 * 1024)
-    _bootstrap(p)
+    add_bootstrap(p)
     p.set_defaults(func=_produce)
 
     co = sub.add_parser("consume", help="print records to stdout")
@@ -116,14 +116,14 @@ def register(sub: Any) -> None:
         default="value",
         help="value: the value; kv: key<TAB>value; json: one object per record",
     )
-    _bootstrap(co)
+    add_bootstrap(co)
     co.set_defaults(func=_consume)
 
     o = sub.add_parser("offsets", help="earliest and latest offset of each partition")
     o.add_argument("topic")
     o.add_argument("--time", type=int, help="also the first offset at or after this ms timestamp")
     o.add_argument("--json", action="store_true")
-    _bootstrap(o)
+    add_bootstrap(o)
     o.set_defaults(func=_offsets)
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from raftlog import protocol
 from raftlog.client.cluster import ClusterClient
-from raftlog.errors import error_from_code
+from raftlog.errors import RaftlogError, error_from_code
 from raftlog.metadata.model import BrokerInfo, TopicInfo
 from raftlog.topics import TopicPartition
 
@@ -99,18 +99,35 @@ class AsyncAdmin:
         return list(self.client.brokers.values())
 
     async def describe_topics(self, names: Iterable[str] | None = None) -> list[TopicDescription]:
+        """Topics with their configs and, per partition, offsets and size as its leader
+        reports them (every broker is asked about the partitions it hosts)."""
         wanted = None if names is None else list(names)
         await self.client.refresh_metadata(wanted)
         body, _ = await self.client.request(
             None, protocol.ApiKey.DESCRIBE_CONFIGS, {"topics": wanted}
         )
+        # Partition figures come from each partition's leader.
+        stats: dict[tuple[str, int], list[Any]] = {}
+        for node in sorted(self.client.brokers):
+            try:
+                nb, _ = await self.client.request(
+                    node, protocol.ApiKey.DESCRIBE_CONFIGS, {"topics": wanted}
+                )
+            except RaftlogError:
+                continue  # an unreachable broker: its partitions show -1
+            for t in nb["topics"]:
+                info = self.client.topics.get(t["name"])
+                for row in t.get("partitions") or []:
+                    if info is not None and info.partitions[row[0]].leader == node:
+                        stats[(t["name"], row[0])] = row
         out = []
         for t in body["topics"]:
             if t["error"]:
                 raise error_from_code(t["error"], t["message"] or "")
             info = self.client.topics.get(t["name"])
             parts = []
-            for p, start, end, hw, size, segments in t["partitions"]:
+            for row in t["partitions"]:
+                p, start, end, hw, size, segments = stats.get((t["name"], row[0]), row)
                 meta = info.partitions[p] if info is not None else None
                 parts.append(
                     PartitionDescription(
@@ -138,6 +155,11 @@ class AsyncAdmin:
     ) -> dict[TopicPartition, tuple[int, int]]:
         """{tp: -2 earliest | -1 latest | timestamp ms} -> {tp: (offset, timestamp)}."""
         return await self.client.list_offsets(specs)
+
+    async def describe_cluster(self) -> dict[str, Any]:
+        """Controllers, who leads, Raft term and commit index, brokers, partitions."""
+        body, _ = await self.client.request(None, protocol.ApiKey.DESCRIBE_CLUSTER, {})
+        return body
 
     async def close(self) -> None:
         await self.client.close()
@@ -182,6 +204,9 @@ class Admin:
         self, specs: dict[TopicPartition, int]
     ) -> dict[TopicPartition, tuple[int, int]]:
         return self._run(self._async.list_offsets(specs))  # type: ignore[no-any-return]
+
+    def describe_cluster(self) -> dict[str, Any]:
+        return self._run(self._async.describe_cluster())  # type: ignore[no-any-return]
 
     def close(self) -> None:
         if not self._loop.is_closed():

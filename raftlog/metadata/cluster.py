@@ -107,3 +107,33 @@ class ClusterMetadata:
 
     async def delete_topic(self, name: str) -> None:
         await self.quorum.propose("delete_topic", name=name)
+
+    def describe_cluster(self) -> dict[str, Any]:
+        """The quorum as this node sees it, every registered broker, every partition."""
+        st = self.quorum.status()
+
+        def grab(s: MetadataState) -> dict[str, Any]:
+            return {
+                "brokers": [
+                    [b["node_id"], b["host"], b["port"], b["rack"], b["broker_epoch"], b["fenced"]]
+                    for _, b in sorted(s.brokers.items())
+                ],
+                "partitions": [
+                    [name, i, p["leader"], p["leader_epoch"], p["replicas"], p["isr"]]
+                    for name in sorted(s.topics)
+                    for i, p in enumerate(s.topics[name]["partitions"])
+                ],
+                "metadata_version": s.version,
+            }
+
+        out = self.quorum.read(grab)
+        out["voters"] = [[n, a] for n, a in sorted(self.voters.items())]
+        out["controller_id"] = self._by_address.get(st.leader, -1) if st.leader else -1
+        out["quorum"] = {
+            "term": st.term,
+            "commit_index": st.commit_index,
+            "last_applied": st.last_applied,
+            "ready": st.ready,
+            "this_node_leads": st.is_leader,
+        }
+        return out

@@ -190,3 +190,9 @@ def handle_list_offsets(
                 out.append([partition, e.code, -1, -1, str(e)])
         results.append([topic, out])
     return Response({"topics": results})
+
+
+def handle_describe_cluster(
+    broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
+) -> Response:
+    return Response({"node_id": broker.config.node_id, **broker.metadata.describe_cluster()})
