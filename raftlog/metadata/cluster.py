@@ -126,7 +126,7 @@ class ClusterMetadata:
                 "metadata_version": s.version,
             }
 
-        out = self.quorum.read(grab)
+        out: dict[str, Any] = self.quorum.read(grab)
         out["voters"] = [[n, a] for n, a in sorted(self.voters.items())]
         out["controller_id"] = self._by_address.get(st.leader, -1) if st.leader else -1
         out["quorum"] = {
