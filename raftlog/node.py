@@ -40,6 +40,7 @@ from raftlog.broker.server import Broker, BrokerConfig
 from raftlog.errors import InvalidConfigError, RaftlogError
 from raftlog.metadata.cluster import ClusterMetadata, parse_voters
 from raftlog.metadata.controller import Controller, send_heartbeats
+from raftlog.metadata.coordinator import GroupCoordinator
 from raftlog.metadata.quorum import MetadataQuorum
 
 log = logging.getLogger(__name__)
@@ -122,6 +123,11 @@ class Node:
         self.metadata = ClusterMetadata(self.quorum, voters)
         self.broker: Broker | None = None
         self.controller: Controller | None = None
+        self.coordinator = (
+            GroupCoordinator(self.quorum.propose, self.quorum.read)
+            if config.is_controller
+            else None
+        )
         self.broker_epoch: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -141,10 +147,23 @@ class Node:
         try:
             async with asyncio.TaskGroup() as tg:
                 if cfg.is_controller:
+                    coordinator = self.coordinator
+                    assert coordinator is not None
+
+                    def on_active(active: bool) -> None:
+                        if active:
+                            coordinator.become_active()
+                        else:
+                            coordinator.become_inactive()
+
                     self.controller = Controller(
-                        self.quorum, cfg.voters[cfg.node_id], cfg.broker_session_timeout_ms
+                        self.quorum,
+                        cfg.voters[cfg.node_id],
+                        cfg.broker_session_timeout_ms,
+                        on_active=on_active,
                     )
                     tg.create_task(self.controller.run())
+                    tg.create_task(coordinator.run())
                 await self._wait_ready(stop)
                 if cfg.is_broker and not stop.is_set():
                     await self._start_broker(tg)
@@ -160,6 +179,8 @@ class Node:
         except* _Stop:
             pass
         finally:
+            if self.coordinator is not None:
+                await self.coordinator.close()
             if self.broker is not None:
                 await self.broker.stop()
             self.quorum.stop()
@@ -198,6 +219,7 @@ class Node:
                 log_defaults=dict(cfg.log),
             ),
             self.metadata,
+            self.coordinator,
         )
         await self.broker.start()
         incarnation = uuid.uuid4().hex

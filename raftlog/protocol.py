@@ -50,6 +50,16 @@ class ApiKey(enum.IntEnum):
     FETCH = 6
     LIST_OFFSETS = 7
     DESCRIBE_CLUSTER = 8
+    FIND_COORDINATOR = 9
+    JOIN_GROUP = 10
+    HEARTBEAT = 11
+    LEAVE_GROUP = 12
+    OFFSET_COMMIT = 13
+    OFFSET_FETCH = 14
+    LIST_GROUPS = 15
+    DESCRIBE_GROUPS = 16
+    DELETE_GROUPS = 17
+    RESET_OFFSETS = 18
 
 
 # api key -> (min version, max version) this code speaks.

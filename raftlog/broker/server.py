@@ -27,7 +27,7 @@ from typing import Any
 
 from raftlog import protocol
 from raftlog.broker.connection import Connection
-from raftlog.broker.handlers import admin, fetch, produce
+from raftlog.broker.handlers import admin, fetch, groups, produce
 from raftlog.broker.logs import LogManager
 from raftlog.errors import (
     InvalidConfigError,
@@ -37,6 +37,7 @@ from raftlog.errors import (
     UnknownTopicOrPartitionError,
 )
 from raftlog.metadata.cluster import ClusterMetadata
+from raftlog.metadata.coordinator import GroupCoordinator
 from raftlog.metadata.model import TopicInfo
 from raftlog.storage import PartitionLog
 from raftlog.topics import TopicPartition
@@ -80,8 +81,15 @@ class BrokerConfig:
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, metadata: ClusterMetadata):
+    def __init__(
+        self,
+        config: BrokerConfig,
+        metadata: ClusterMetadata,
+        coordinator: GroupCoordinator | None = None,
+    ):
         self.config = config
+        # The group coordinator of this node (controllers only); active on the Raft leader.
+        self.coordinator = coordinator
         os.makedirs(config.data_dir, exist_ok=True)
         self.metadata = metadata
         self._reconcile_scheduled = False
@@ -98,6 +106,16 @@ class Broker:
             (protocol.ApiKey.FETCH, fetch.handle_fetch),
             (protocol.ApiKey.LIST_OFFSETS, admin.handle_list_offsets),
             (protocol.ApiKey.DESCRIBE_CLUSTER, admin.handle_describe_cluster),
+            (protocol.ApiKey.FIND_COORDINATOR, groups.handle_find_coordinator),
+            (protocol.ApiKey.JOIN_GROUP, groups.handle_join_group),
+            (protocol.ApiKey.HEARTBEAT, groups.handle_heartbeat),
+            (protocol.ApiKey.LEAVE_GROUP, groups.handle_leave_group),
+            (protocol.ApiKey.OFFSET_COMMIT, groups.handle_offset_commit),
+            (protocol.ApiKey.OFFSET_FETCH, groups.handle_offset_fetch),
+            (protocol.ApiKey.LIST_GROUPS, groups.handle_list_groups),
+            (protocol.ApiKey.DESCRIBE_GROUPS, groups.handle_describe_groups),
+            (protocol.ApiKey.DELETE_GROUPS, groups.handle_delete_groups),
+            (protocol.ApiKey.RESET_OFFSETS, groups.handle_reset_offsets),
         ):
             self.handlers[int(key)] = functools.partial(fn, self)
         self._connections: set[Connection] = set()

@@ -113,7 +113,9 @@ class Controller:
             log.info("node is %s the active controller", "now" if leader else "no longer")
             if leader:
                 self._first_seen = {}  # grace: everyone's timeout starts now
-            self.on_active(leader)
+                self._announce_active()
+            else:
+                self.on_active(False)
         if not leader:
             return
         brokers = self.quorum.read(
@@ -130,6 +132,27 @@ class Controller:
                 self._propose(node_id, "fence_broker", epoch, silent_ms)
             elif fenced and heard_at is not None and now - heard_at <= self.session_timeout_ms:
                 self._propose(node_id, "unfence_broker", epoch, now - heard_at)
+
+    def _announce_active(self) -> None:
+        """Commit a no-op first: once it applies, this leader has applied every entry of
+        earlier terms, so what on_active(True) starts (the group coordinator) reads a
+        complete state."""
+
+        async def go() -> None:
+            while self.active:
+                try:
+                    await self.quorum.propose("noop")
+                except RaftlogError as e:
+                    log.warning("no-op after becoming leader failed, retrying: %s", e)
+                    await asyncio.sleep(0.1)
+                    continue
+                if self.active:
+                    self.on_active(True)
+                return
+
+        task = asyncio.ensure_future(go())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _propose(self, node_id: int, command: str, epoch: int, silent_ms: int) -> None:
         if node_id in self._proposing:

@@ -532,6 +532,10 @@ class MetadataState:
         self.offsets.pop(group_id, None)
         return _ok()
 
+    def _cmd_noop(self) -> Result:
+        """Nothing: a new leader commits one to know it has applied every earlier entry."""
+        return _ok()
+
     # -- producer ids --------------------------------------------------------------------------
 
     def _cmd_allocate_producer_ids(self, count: int = PRODUCER_ID_BLOCK) -> Result:

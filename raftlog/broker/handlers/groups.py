@@ -1,0 +1,133 @@
+"""Consumer-group APIs, served by the group coordinator on the active controller's node.
+
+FindCoordinator (any node) answers with the broker endpoint of the active controller. The
+others go to that node's GroupCoordinator (raftlog/metadata/coordinator.py); on any other node
+they get NotCoordinatorError (retriable: the client finds the coordinator again).
+
+Bodies (all maps):
+- FindCoordinator {group_id} -> {node_id, host, port}
+- JoinGroup {group_id, member_id, client_id, instance_id, session_timeout_ms,
+  rebalance_timeout_ms, topics, protocols} -> {member_id, generation, protocol, assignment}
+- Heartbeat {group_id, member_id, generation} -> {generation}
+- LeaveGroup {group_id, member_ids} -> {left}
+- OffsetCommit {group_id, member_id, generation, offsets: [[topic, partition, offset,
+  metadata]]} -> {}
+- OffsetFetch {group_id, partitions: [[topic, partition]] | null} ->
+  {offsets: [[topic, partition, offset, metadata]]}
+- ListGroups {} -> {groups: [...]}; DescribeGroups {group_id} -> the group;
+  DeleteGroups {group_id} -> {}; ResetOffsets {group_id, offsets: [[topic, partition,
+  offset]]} -> {reset}
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from raftlog.broker.connection import Response
+from raftlog.errors import NotCoordinatorError
+from raftlog.metadata.coordinator import GroupCoordinator
+
+if TYPE_CHECKING:
+    from raftlog.broker.connection import Connection
+    from raftlog.broker.server import Broker
+
+
+def _coordinator(broker: Broker, body: dict[str, Any]) -> GroupCoordinator:
+    c = broker.coordinator
+    if c is None or not c.is_active:
+        raise NotCoordinatorError(
+            f"node {broker.config.node_id} is not the coordinator of group "
+            f"{body.get('group_id')!r}; the active controller is node "
+            f"{broker.metadata.controller_id}"
+        )
+    return c
+
+
+def handle_find_coordinator(
+    broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
+) -> Response:
+    node = broker.metadata.controller_id
+    for b in broker.metadata.brokers():
+        if b.node_id == node:
+            return Response({"node_id": b.node_id, "host": b.host, "port": b.port})
+    raise NotCoordinatorError(
+        f"no coordinator available: the active controller is node {node}, which has no live "
+        "broker listener"
+    )
+
+
+async def handle_join_group(
+    broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
+) -> Response:
+    view = await _coordinator(broker, body).join(
+        body["group_id"],
+        body.get("member_id") or "",
+        body.get("client_id") or "",
+        body.get("instance_id"),
+        body["session_timeout_ms"],
+        body.get("rebalance_timeout_ms", body["session_timeout_ms"]),
+        body["topics"],
+        body["protocols"],
+    )
+    return Response(view)
+
+
+def handle_heartbeat(
+    broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
+) -> Response:
+    generation = _coordinator(broker, body).heartbeat(
+        body["group_id"], body["member_id"], body["generation"]
+    )
+    return Response({"generation": generation})
+
+
+async def handle_leave_group(
+    broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
+) -> Response:
+    left = await _coordinator(broker, body).leave(body["group_id"], body["member_ids"])
+    return Response({"left": left})
+
+
+async def handle_offset_commit(
+    broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
+) -> Response:
+    await _coordinator(broker, body).commit(
+        body["group_id"], body.get("member_id") or "", body["generation"], body["offsets"]
+    )
+    return Response({})
+
+
+def handle_offset_fetch(
+    broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
+) -> Response:
+    parts = body.get("partitions")
+    found = _coordinator(broker, body).fetch_offsets(
+        body["group_id"], None if parts is None else [(t, p) for t, p in parts]
+    )
+    return Response({"offsets": [[t, p, o, m] for (t, p), (o, m) in sorted(found.items())]})
+
+
+def handle_list_groups(
+    broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
+) -> Response:
+    return Response({"groups": _coordinator(broker, body).list_groups()})
+
+
+def handle_describe_groups(
+    broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
+) -> Response:
+    return Response(_coordinator(broker, body).describe_group(body["group_id"]))
+
+
+async def handle_delete_groups(
+    broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
+) -> Response:
+    await _coordinator(broker, body).delete_group(body["group_id"])
+    return Response({})
+
+
+async def handle_reset_offsets(
+    broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
+) -> Response:
+    n = await _coordinator(broker, body).reset_offsets(body["group_id"], body["offsets"])
+    return Response({"reset": n})
