@@ -179,6 +179,8 @@ class Node:
         except* _Stop:
             pass
         finally:
+            if self.controller is not None:
+                await self.controller.close()
             if self.coordinator is not None:
                 await self.coordinator.close()
             if self.broker is not None:

@@ -61,7 +61,7 @@ import struct
 import sys
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import xxhash
 
@@ -88,6 +88,9 @@ PREFIX = struct.Struct("<qiib")
 PREFIX_SIZE = PREFIX.size  # 17
 
 RECORD_FIXED = struct.Struct("<bqi")  # attributes, timestamp, key_length
+# attributes, timestamp, key_length and the 4 bytes after it: the value length when the key
+# is null (the common case), so one struct call packs or unpacks a record's fixed part.
+_FIXED_AND_VLEN = struct.Struct("<bqii")
 RECORD_MIN_SIZE = 21  # fixed part of a record with null key, null value and no headers
 INT32 = struct.Struct("<i")
 
@@ -99,6 +102,7 @@ COMPRESSION_MASK = 0x07
 
 _NATIVE_LITTLE = sys.byteorder == "little"
 _checksum = xxhash.xxh3_64_intdigest
+_T = TypeVar("_T", bound=tuple[Any, ...])
 
 
 class Record(NamedTuple):
@@ -234,13 +238,9 @@ class BatchBuilder:
                 if value is None:
                     body = RECORD_FIXED.pack(0, timestamp, -1) + b"\xff\xff\xff\xff\0\0\0\0"
                 else:
+                    # attributes, timestamp, null key and the value length in one call.
                     body = b"".join(
-                        (
-                            RECORD_FIXED.pack(0, timestamp, -1),
-                            INT32.pack(len(value)),
-                            value,
-                            b"\0\0\0\0",
-                        )
+                        (_FIXED_AND_VLEN.pack(0, timestamp, -1, len(value)), value, b"\0\0\0\0")
                     )
             else:
                 body = b"".join(
@@ -470,6 +470,160 @@ def decode_records(
     """
     if header is None:
         header = read_header(buf, pos)
+    out = _decode_fast(buf, pos, header, None)
+    return out if out is not None else _decode_checked(buf, pos, header)
+
+
+# The record tuples a consumer hands out: (topic, partition, offset, timestamp, key, value,
+# headers), built by `tuple.__new__` on a NamedTuple class given by the caller.
+ConsumerLayout = tuple[type, str, int]
+
+
+def decode_records_as(
+    buf: bytes | bytearray | memoryview,
+    pos: int,
+    header: BatchHeader,
+    cls: type[_T],
+    topic: str,
+    partition: int,
+) -> list[_T]:
+    """Like `decode_records`, but builds `cls(topic, partition, offset, timestamp, key, value,
+    headers)` for each record directly (a consumer's record type), with the same checks."""
+    out = _decode_fast(buf, pos, header, (cls, topic, partition))
+    if out is None:
+        new = tuple.__new__
+        out = [
+            new(cls, (topic, partition, r.offset, r.timestamp, r.key, r.value, r.headers))
+            for r in _decode_checked(buf, pos, header)
+        ]
+    return out
+
+
+# record length -> Struct of a record of that length with a null key and no headers:
+# attributes, timestamp, key length (-1), value length, value, header count (0).
+_PLAIN_RECORD_STRUCTS: dict[int, struct.Struct] = {}
+_MAX_PLAIN_STRUCTS = 4096
+
+
+def _decode_fast(
+    buf: bytes | bytearray | memoryview,
+    pos: int,
+    header: BatchHeader,
+    layout: ConsumerLayout | None,
+) -> list[Any] | None:
+    """The records of a well-formed batch, or None for anything unusual.
+
+    Returns None on any malformed field (without raising): the caller then decodes the batch
+    again with `_decode_checked`, which raises the precise error. So this path only has to be
+    right for well-formed input, and is free to skip the bookkeeping that error messages need:
+    it slices record bytes out of one `bytes` object (one allocation per field, no memoryview
+    per field) and reads the fixed part and the value length of a null-key record in one call.
+    """
+    count = header.record_count
+    start = pos + HEADER_SIZE + 4 * count
+    try:
+        lengths = struct.unpack_from(f"<{count}i", buf, pos + HEADER_SIZE)
+    except struct.error:
+        return None
+    if type(buf) is bytes:
+        data, at = buf, start
+    else:
+        data, at = bytes(memoryview(buf)[start : start + sum(lengths)]), 0
+    unpack_fixed = _FIXED_AND_VLEN.unpack_from
+    unpack_int = INT32.unpack_from
+    new = tuple.__new__
+    offset = header.base_offset
+    out: list[Any] = []
+    append = out.append
+    if layout is not None:
+        cls, topic, partition = layout
+    no_headers: tuple[tuple[str, bytes | None], ...] = ()
+    structs = _PLAIN_RECORD_STRUCTS
+    try:
+        for length in lengths:
+            end = at + length
+            # A record with a null key and no headers, the common case, in one struct call
+            # (one Struct per record length, cached); any other record takes the general path.
+            st = structs.get(length)
+            if st is None and length >= RECORD_MIN_SIZE and len(structs) < _MAX_PLAIN_STRUCTS:
+                st = structs[length] = struct.Struct(f"<bqii{length - RECORD_MIN_SIZE}si")
+            if st is not None:
+                _attrs, ts, klen, vlen, value, hcount = st.unpack_from(data, at)
+                if klen == -1 and hcount == 0 and vlen == length - RECORD_MIN_SIZE:
+                    if layout is None:
+                        append(new(Record, (None, value, no_headers, ts, offset)))
+                    else:
+                        append(new(cls, (topic, partition, offset, ts, None, value, no_headers)))
+                    offset += 1
+                    at = end
+                    continue
+            _attrs, ts, klen, vlen = unpack_fixed(data, at)
+            if klen == -1:
+                key = None
+                p = at + 17
+            elif klen >= 0:
+                p = at + 13 + klen
+                key = data[at + 13 : p]
+                (vlen,) = unpack_int(data, p)
+                p += 4
+            else:
+                return None
+            if vlen >= 0:
+                value = data[p : p + vlen]
+                p += vlen
+            elif vlen == -1:
+                value = None
+            else:
+                return None
+            (hcount,) = unpack_int(data, p)
+            p += 4
+            if hcount:
+                headers, p = _decode_headers_fast(data, p, hcount)
+            else:
+                headers = no_headers
+            if p != end:
+                return None
+            if layout is None:
+                append(new(Record, (key, value, headers, ts, offset)))
+            else:
+                append(new(cls, (topic, partition, offset, ts, key, value, headers)))
+            offset += 1
+            at = end
+    except (struct.error, UnicodeDecodeError, ValueError):
+        return None
+    return out
+
+
+def _decode_headers_fast(
+    data: bytes, p: int, hcount: int
+) -> tuple[tuple[tuple[str, bytes | None], ...], int]:
+    """Headers at `p` for `_decode_fast`; raises ValueError on anything unusual."""
+    if hcount < 0:
+        raise ValueError
+    unpack_int = INT32.unpack_from
+    hs: list[tuple[str, bytes | None]] = []
+    for _ in range(hcount):
+        (hklen,) = unpack_int(data, p)
+        if hklen < 0:
+            raise ValueError
+        hkey = data[p + 4 : p + 4 + hklen].decode()
+        p += 4 + hklen
+        (hvlen,) = unpack_int(data, p)
+        p += 4
+        if hvlen >= 0:
+            hs.append((hkey, data[p : p + hvlen]))
+            p += hvlen
+        elif hvlen == -1:
+            hs.append((hkey, None))
+        else:
+            raise ValueError  # the checked decoder decides what that length means
+    return tuple(hs), p
+
+
+def _decode_checked(
+    buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader
+) -> list[Record]:
+    """The record decoder that names what is wrong: used when `_decode_fast` gives up."""
     count = header.record_count
     lengths = struct.unpack_from(f"<{count}i", buf, pos + HEADER_SIZE)
     at = pos + HEADER_SIZE + 4 * count

@@ -12,7 +12,14 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from raftlog.cli import client_cmd, cluster_cmd, demo_cmd, dev_cmd, storage_cmd
+from raftlog.cli import (
+    client_cmd,
+    cluster_cmd,
+    demo_cmd,
+    dev_cmd,
+    group_cmd,
+    storage_cmd,
+)
 from raftlog.errors import RaftlogError
 
 
@@ -25,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     dev_cmd.register(sub)
     client_cmd.register(sub)
     cluster_cmd.register(sub)
+    group_cmd.register(sub)
     demo_cmd.register(sub)
     storage_cmd.register(sub)
     return parser

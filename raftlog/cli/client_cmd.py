@@ -96,6 +96,8 @@ def register(sub: Any) -> None:
 
     co = sub.add_parser("consume", help="print records to stdout")
     co.add_argument("topic")
+    co.add_argument("--group", help="consume as a member of this consumer group "
+                    "(partitions shared with the other members, offsets committed)")
     co.add_argument("--from-beginning", action="store_true")
     co.add_argument(
         "--partition",
@@ -241,7 +243,11 @@ def _produce(args: argparse.Namespace) -> int:
 def _consume(args: argparse.Namespace) -> int:
     if args.offset is not None and (not args.partition or len(args.partition) != 1):
         raise InvalidConfigError("--offset needs exactly one --partition")
+    if args.group and (args.partition or args.offset is not None):
+        raise InvalidConfigError("--group cannot be combined with --partition or --offset")
+    group_options: dict[str, Any] = {"group_id": args.group} if args.group else {}
     consumer = Consumer(
+        **group_options,
         bootstrap_servers=args.bootstrap_server,
         auto_offset_reset="earliest" if args.from_beginning else "latest",
     )
@@ -254,7 +260,7 @@ def _consume(args: argparse.Namespace) -> int:
             consumer.subscribe([args.topic])
         if args.offset is not None:
             consumer.seek(TopicPartition(args.topic, args.partition[0]), args.offset)
-        elif args.from_beginning:
+        elif args.from_beginning and not args.group:
             consumer.seek_to_beginning()
         idle_since = time.monotonic()
         while args.max_messages is None or shown < args.max_messages:

@@ -14,6 +14,7 @@ from typing import Any
 
 from raftlog import protocol
 from raftlog.client.cluster import ClusterClient
+from raftlog.client.group import coordinator_request
 from raftlog.errors import RaftlogError, error_from_code
 from raftlog.metadata.model import BrokerInfo, TopicInfo
 from raftlog.topics import TopicPartition
@@ -156,6 +157,57 @@ class AsyncAdmin:
         """{tp: -2 earliest | -1 latest | timestamp ms} -> {tp: (offset, timestamp)}."""
         return await self.client.list_offsets(specs)
 
+    # -- groups --------------------------------------------------------------------------------
+
+    async def _group_call(self, group_id: str, api: int, body: dict[str, Any]) -> dict[str, Any]:
+        return await coordinator_request(
+            self.client, group_id, api, body, self.client.request_timeout_s
+        )
+
+    async def list_groups(self) -> list[dict[str, Any]]:
+        body = await self._group_call("", protocol.ApiKey.LIST_GROUPS, {})
+        groups: list[dict[str, Any]] = body["groups"]
+        return groups
+
+    async def describe_group(self, group_id: str) -> dict[str, Any]:
+        """Members, assignment, generation, committed offsets, and lag per partition."""
+        desc = await self._group_call(
+            group_id, protocol.ApiKey.DESCRIBE_GROUPS, {"group_id": group_id}
+        )
+        committed = {(t, p): o for t, p, o, *_ in desc["offsets"]}
+        owners = {(t, p): m["member_id"] for m in desc["members"] for t, p in m["assignment"]}
+        tps = sorted(set(committed) | set(owners))
+        ends = await self.list_offsets({TopicPartition(t, p): -1 for t, p in tps}) if tps else {}
+        desc["partitions"] = [
+            {
+                "topic": t,
+                "partition": p,
+                "committed": committed.get((t, p)),
+                "log_end_offset": ends[TopicPartition(t, p)][0],
+                "lag": None
+                if (t, p) not in committed
+                else max(ends[TopicPartition(t, p)][0] - committed[(t, p)], 0),
+                "owner": owners.get((t, p)),
+            }
+            for t, p in tps
+        ]
+        return desc
+
+    async def reset_offsets(self, group_id: str, offsets: dict[TopicPartition, int]) -> int:
+        """Set committed offsets by hand (the replay primitive); the group must be empty."""
+        body = await self._group_call(
+            group_id,
+            protocol.ApiKey.RESET_OFFSETS,
+            {
+                "group_id": group_id,
+                "offsets": [[tp.topic, tp.partition, o] for tp, o in sorted(offsets.items())],
+            },
+        )
+        return int(body["reset"])
+
+    async def delete_group(self, group_id: str) -> None:
+        await self._group_call(group_id, protocol.ApiKey.DELETE_GROUPS, {"group_id": group_id})
+
     async def describe_cluster(self) -> dict[str, Any]:
         """Controllers, who leads, Raft term and commit index, brokers, partitions."""
         body, _ = await self.client.request(None, protocol.ApiKey.DESCRIBE_CLUSTER, {})
@@ -207,6 +259,18 @@ class Admin:
 
     def describe_cluster(self) -> dict[str, Any]:
         return self._run(self._async.describe_cluster())  # type: ignore[no-any-return]
+
+    def list_groups(self) -> list[dict[str, Any]]:
+        return self._run(self._async.list_groups())  # type: ignore[no-any-return]
+
+    def describe_group(self, group_id: str) -> dict[str, Any]:
+        return self._run(self._async.describe_group(group_id))  # type: ignore[no-any-return]
+
+    def reset_offsets(self, group_id: str, offsets: dict[TopicPartition, int]) -> int:
+        return self._run(self._async.reset_offsets(group_id, offsets))  # type: ignore[no-any-return]
+
+    def delete_group(self, group_id: str) -> None:
+        self._run(self._async.delete_group(group_id))
 
     def close(self) -> None:
         if not self._loop.is_closed():

@@ -20,14 +20,17 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
+import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from raftlog import protocol
 from raftlog.client.cluster import ClusterClient
+from raftlog.client.group import GroupMembership
 from raftlog.errors import (
     CorruptRecordError,
     InvalidConfigError,
@@ -35,7 +38,14 @@ from raftlog.errors import (
     RaftlogError,
     error_from_code,
 )
-from raftlog.records import HEADER, HEADER_SIZE, LOG_OVERHEAD, decode_records, validate_batch
+from raftlog.records import (
+    HEADER,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    decode_records_as,
+    read_header,
+    validate_batch,
+)
 from raftlog.topics import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -65,16 +75,32 @@ class ConsumerConfig:
     check_crcs: bool = True
     request_timeout_ms: int = 30_000
     retry_backoff_ms: int = 100
+    # Groups (with group_id): positions are committed to the group and restored from it.
+    enable_auto_commit: bool = True
+    auto_commit_interval_ms: int = 5000
+    # A member silent this long is removed and its partitions reassigned (Kafka: 45 s; a
+    # local cluster wants faster recovery).
+    session_timeout_ms: int = 10_000
+    heartbeat_interval_ms: int = 1000
+    max_poll_interval_ms: int = 300_000
+    group_instance_id: str | None = None
+    # Assignors in preference order; the group uses the first one every member offers.
+    partition_assignment_strategy: tuple[str, ...] = ("range", "sticky", "roundrobin")
+    # Rebalance callbacks: called inside poll() with the partitions that moved.
+    on_partitions_revoked: Callable[[set[TopicPartition]], Any] | None = None
+    on_partitions_assigned: Callable[[set[TopicPartition]], Any] | None = None
 
     def __post_init__(self) -> None:
         if self.auto_offset_reset not in ("latest", "earliest", "none"):
             raise InvalidConfigError(
                 f"auto_offset_reset={self.auto_offset_reset!r}: must be latest, earliest or none"
             )
-        if self.group_id is not None:
+        if self.group_id is not None and not self.group_id:
+            raise InvalidConfigError("group_id must not be empty")
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
             raise InvalidConfigError(
-                "group_id: consumer groups need the metadata quorum, which this version does not "
-                "have yet; use assign()/seek() or subscribe without a group"
+                f"heartbeat_interval_ms={self.heartbeat_interval_ms} must be below "
+                f"session_timeout_ms={self.session_timeout_ms}"
             )
         for name in ("max_poll_records", "fetch_max_bytes", "max_partition_fetch_bytes"):
             if getattr(self, name) < 1:
@@ -94,10 +120,28 @@ class AsyncConsumer:
         # Invariant: every assigned partition has an entry; None = reset by policy first.
         self._positions: dict[TopicPartition, int | None] = {}
         self._paused: set[TopicPartition] = set()
-        self._buffer: collections.deque[ConsumerRecord] = collections.deque()
+        # Fetched records not yet returned by poll: lists of one partition's consecutive
+        # records (one per batch), never empty, so poll and seek work per list, not per record.
+        self._buffer: collections.deque[list[ConsumerRecord]] = collections.deque()
         # Which assigned partition leads the next fetch (see _fetch).
         self._fetch_rotation = 0
         self._started = False
+        cfg = self.config
+        self._group: GroupMembership | None = None
+        if cfg.group_id is not None:
+            self._group = GroupMembership(
+                self.client,
+                cfg.group_id,
+                cfg.client_id,
+                cfg.group_instance_id,
+                cfg.session_timeout_ms,
+                cfg.max_poll_interval_ms,
+                cfg.partition_assignment_strategy,
+                cfg.request_timeout_ms,
+            )
+        self._needs_rejoin = False
+        self._heartbeat_task: asyncio.Task[None] | None = None
+        self._next_auto_commit = 0.0
 
     async def start(self) -> None:
         await self.client.any_connection()
@@ -115,8 +159,14 @@ class AsyncConsumer:
     # -- assignment and positions --------------------------------------------------------------
 
     async def subscribe(self, topics: Sequence[str]) -> None:
-        """Consume every partition of these topics (no group: this consumer takes them all)."""
+        """Consume these topics: with a group_id, the partitions the group assigns to this
+        member (rebalanced as members come and go); without one, every partition."""
         self._subscription = list(topics)
+        if self._group is not None:
+            await self._rejoin()
+            if self._heartbeat_task is None:
+                self._heartbeat_task = asyncio.create_task(self._heartbeat_loop())
+            return
         tps = []
         for t in topics:
             info = await self.client.topic(t)
@@ -190,7 +240,12 @@ class AsyncConsumer:
     def _drop_buffered(self, pred: Any) -> None:
         """Forget buffered records matching `pred`; positions already point before them."""
         if self._buffer:
-            self._buffer = collections.deque(r for r in self._buffer if not pred(r))
+            kept: collections.deque[list[ConsumerRecord]] = collections.deque()
+            for records in self._buffer:
+                left = [r for r in records if not pred(r)]
+                if left:
+                    kept.append(left)
+            self._buffer = kept
 
     # -- offsets -------------------------------------------------------------------------------
 
@@ -235,20 +290,40 @@ class AsyncConsumer:
         """
         limit = max_records or self.config.max_poll_records
         deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+        if self._group is not None:
+            await self._maybe_auto_commit()
+            if self._needs_rejoin:
+                await self._rejoin()
         while not self._buffer:
             remaining_ms = int((deadline - time.monotonic()) * 1000)
             await self._fetch(max(remaining_ms, 0))
             if self._buffer or time.monotonic() >= deadline:
                 break
+        return self._take(limit)
+
+    def _take(self, limit: int) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Up to `limit` buffered records, advancing the positions past them."""
         out: dict[TopicPartition, list[ConsumerRecord]] = {}
         buf = self._buffer
+        positions = self._positions
         n = 0
         while buf and n < limit:
-            r = buf.popleft()
-            tp = TopicPartition(r.topic, r.partition)
-            out.setdefault(tp, []).append(r)
-            self._positions[tp] = r.offset + 1
-            n += 1
+            records = buf[0]
+            take = limit - n
+            if len(records) > take:
+                buf[0] = records[take:]
+                records = records[:take]
+            else:
+                buf.popleft()
+            first = records[0]
+            tp = TopicPartition(first.topic, first.partition)
+            taken = out.get(tp)
+            if taken is None:
+                out[tp] = records
+            else:
+                taken.extend(records)
+            positions[tp] = records[-1].offset + 1
+            n += len(records)
         return out
 
     async def getone(self) -> ConsumerRecord:
@@ -351,7 +426,8 @@ class AsyncConsumer:
 
     def _decode(
         self, tp: TopicPartition, chunk: memoryview, start: int
-    ) -> Iterator[ConsumerRecord]:
+    ) -> Iterator[list[ConsumerRecord]]:
+        """The records at offsets >= `start`, one non-empty list per batch."""
         pos, end = 0, len(chunk)
         topic, partition = tp
         check = self.config.check_crcs
@@ -367,32 +443,142 @@ class AsyncConsumer:
                 h = HEADER.unpack_from(chunk, pos)
                 if pos + h[1] + LOG_OVERHEAD > end:
                     break
-            for r in decode_records(chunk, pos):
-                if r.offset >= start:
-                    yield ConsumerRecord(
-                        topic, partition, r.offset, r.timestamp, r.key, r.value, r.headers
-                    )
+            header = h if check else read_header(chunk, pos)
+            records = decode_records_as(chunk, pos, header, ConsumerRecord, topic, partition)
+            skip = start - header.base_offset  # a fetch may start inside the first batch
+            if skip > 0:
+                records = records[skip:]
+            if records:
+                yield records
             pos += h[1] + LOG_OVERHEAD
 
+    # -- groups --------------------------------------------------------------------------------
+
+    async def _rejoin(self) -> None:
+        """Join (again): learn the new assignment, move positions, call the callbacks.
+
+        Commits for partitions this member loses are made first when auto-commit is on; if
+        the group has already moved to a new generation they are refused (CommitFailedError)
+        and the new owner starts from the last committed offset: at-least-once, never two
+        owners of one partition's progress.
+        """
+        group = self._group
+        assert group is not None
+        self._needs_rejoin = False
+        old = set(self._positions)
+        if old and self.config.enable_auto_commit:
+            try:
+                await self.commit()
+            except RaftlogError as e:
+                log.info("group %s: commit before rejoining refused: %s", group.group_id, e)
+        new = set(await group.join(self._subscription))
+        revoked, assigned = old - new, new - old
+        if revoked and self.config.on_partitions_revoked is not None:
+            self.config.on_partitions_revoked(revoked)
+        self._positions = {tp: self._positions.get(tp) for tp in sorted(new)}
+        self._paused &= new
+        self._drop_buffered(lambda r: TopicPartition(r.topic, r.partition) not in new)
+        if assigned:
+            committed = await group.committed(assigned)
+            for tp in assigned:
+                self._positions[tp] = committed.get(tp)
+        if assigned and self.config.on_partitions_assigned is not None:
+            self.config.on_partitions_assigned(assigned)
+
+    async def _heartbeat_loop(self) -> None:
+        group = self._group
+        assert group is not None
+        while True:
+            await asyncio.sleep(self.config.heartbeat_interval_ms / 1000)
+            if self._needs_rejoin:
+                continue
+            try:
+                if not await group.heartbeat():
+                    self._needs_rejoin = True
+            except RaftlogError as e:
+                log.debug("group %s: heartbeat failed: %s", group.group_id, e)
+
+    def _group_work_due(self) -> bool:
+        """A rebalance or an auto-commit waits for the next poll."""
+        return self._group is not None and (
+            self._needs_rejoin
+            or (self.config.enable_auto_commit and time.monotonic() >= self._next_auto_commit)
+        )
+
+    async def _maybe_auto_commit(self) -> None:
+        if not self.config.enable_auto_commit or time.monotonic() < self._next_auto_commit:
+            return
+        self._next_auto_commit = time.monotonic() + self.config.auto_commit_interval_ms / 1000
+        try:
+            await self.commit()
+        except RaftlogError as e:
+            log.info("auto-commit refused, rejoining: %s", e)
+            self._needs_rejoin = True
+
+    async def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
+        """Commit `offsets` (default: the current positions) to the group; raises
+        CommitFailedError when the group moved on (stale generation, not the owner)."""
+        if self._group is None:
+            raise InvalidConfigError("commit() needs a group_id")
+        if offsets is None:
+            offsets = {tp: o for tp, o in self._positions.items() if o is not None}
+        await self._group.commit(offsets)
+
+    async def committed(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The group's committed offsets for these partitions (absent: none committed)."""
+        if self._group is None:
+            raise InvalidConfigError("committed() needs a group_id")
+        return await self._group.committed([TopicPartition(*tp) for tp in tps])
+
     async def close(self) -> None:
+        """Commit (with auto-commit), leave the group (so it rebalances at once), close."""
+        if self._heartbeat_task is not None:
+            self._heartbeat_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._heartbeat_task
+            self._heartbeat_task = None
+        if self._group is not None and self._group.member_id:
+            try:
+                if self.config.enable_auto_commit:
+                    await self.commit()
+            except RaftlogError as e:
+                log.info("final commit refused: %s", e)
+            try:
+                await self._group.leave()
+            except RaftlogError as e:
+                log.info("leaving group %s failed: %s", self._group.group_id, e)
         await self.client.close()
 
 
 class Consumer:
-    """Synchronous consumer: the AsyncConsumer on a private event loop in the caller's thread."""
+    """Synchronous consumer: the AsyncConsumer on an event loop in a background thread.
+
+    The thread keeps group heartbeats going while the application processes records between
+    polls (as Kafka's heartbeat thread does); every call runs on that loop and waits for it.
+    """
 
     def __init__(self, *topics: str, **options: Any):
         self._loop = asyncio.new_event_loop()
-        self._async = AsyncConsumer(*topics, **options)
-        self.config = self._async.config
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="raftlog-consumer", daemon=True
+        )
+        self._thread.start()
         try:
+            self._async = AsyncConsumer(*topics, **options)
+            self.config = self._async.config
             self._run(self._async.start())
         except BaseException:
-            self._loop.close()
+            self._stop_loop()
             raise
 
     def _run(self, coro: Any) -> Any:
-        return self._loop.run_until_complete(coro)
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        if not self._thread.is_alive():
+            self._loop.close()
 
     def __enter__(self) -> Consumer:
         return self
@@ -415,6 +601,10 @@ class Consumer:
     def poll(
         self, timeout_ms: int = 0, max_records: int | None = None
     ) -> dict[TopicPartition, list[ConsumerRecord]]:
+        if self._async._buffer and not self._async._group_work_due():
+            # Records are already buffered: poll would return them without awaiting anything,
+            # so take them without a trip through the event loop (most polls of a busy consumer).
+            return self._async._take(max_records or self.config.max_poll_records)
         return self._run(self._async.poll(timeout_ms, max_records))  # type: ignore[no-any-return]
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
@@ -457,7 +647,15 @@ class Consumer:
         )
         return {tp: (o, ts) if o >= 0 else None for tp, (o, ts) in res.items()}
 
+    def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
+        self._run(self._async.commit(offsets))
+
+    def committed(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return self._run(self._async.committed(tps))  # type: ignore[no-any-return]
+
     def close(self) -> None:
-        if not self._loop.is_closed():
-            self._run(self._async.close())
-            self._loop.close()
+        if not self._loop.is_closed() and self._thread.is_alive():
+            try:
+                self._run(self._async.close())
+            finally:
+                self._stop_loop()

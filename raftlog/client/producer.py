@@ -119,24 +119,35 @@ class ProducerConfig:
 
 
 class BatchResult:
-    """The outcome of one batch, shared by the futures of its records. Thread-safe."""
+    """The outcome of one batch, shared by the futures of its records. Thread-safe.
 
-    __slots__ = ("_callbacks", "_event", "base_offset", "error", "topic_partition")
+    The threading.Event that blocking waiters sleep on is made by the first `wait` that has to
+    block: most batches complete before anyone waits (or nobody ever waits), and an Event
+    costs more to build than the rest of a one-record batch.
+    """
+
+    __slots__ = ("_callbacks", "_done", "_event", "base_offset", "error", "topic_partition")
 
     def __init__(self, tp: TopicPartition):
         self.topic_partition = tp
         self.base_offset = -1
         self.error: BaseException | None = None
-        self._event = threading.Event()
+        self._done = False
+        self._event: threading.Event | None = None
         self._callbacks: list[Callable[[], None]] = []
 
     def done(self) -> bool:
-        return self._event.is_set()
+        return self._done
 
     def complete(self, base_offset: int, error: BaseException | None = None) -> None:
         self.base_offset = base_offset
         self.error = error
-        self._event.set()
+        # `_done` is set before `_event` is read, and `wait` stores `_event` before it reads
+        # `_done`: whichever runs second sees the other's write, so no waiter sleeps forever.
+        self._done = True
+        event = self._event
+        if event is not None:
+            event.set()
         callbacks, self._callbacks = self._callbacks, []
         for cb in callbacks:
             cb()
@@ -144,12 +155,24 @@ class BatchResult:
     def add_callback(self, cb: Callable[[], None]) -> None:
         # Appending then re-checking closes the race with complete() on another thread.
         self._callbacks.append(cb)
-        if self._event.is_set() and cb in self._callbacks:
+        if self._done and cb in self._callbacks:
             self._callbacks.remove(cb)
             cb()
 
     def wait(self, timeout: float | None) -> bool:
-        return self._event.wait(timeout)
+        if self._done:
+            return True
+        with _EVENT_LOCK:
+            event = self._event
+            if event is None:
+                event = self._event = threading.Event()
+        if self._done:
+            return True
+        return event.wait(timeout)
+
+
+# Guards the lazy creation of BatchResult events (rare: only waits that must block take it).
+_EVENT_LOCK = threading.Lock()
 
 
 class RecordFuture:
@@ -239,16 +262,22 @@ class _Accumulator:
         q = self.queues.get(tp)
         if q is None:
             q = self.queues[tp] = collections.deque()
-        new_batch = False
-        if not q or q[-1].builder.size_bytes >= config.batch_size:
+        batch_size = config.batch_size
+        before = q[-1].builder.size_bytes if q else batch_size
+        new_batch = before >= batch_size
+        if new_batch:
             q.append(_Batch(tp, now, config.delivery_timeout_ms / 1000))
-            new_batch = True
+            before = 0
         batch = q[-1]
-        before = 0 if new_batch else batch.builder.size_bytes
-        index = batch.builder.append(key, value, timestamp, headers)
-        self.buffered_bytes += batch.builder.size_bytes - before
-        full = batch.builder.size_bytes >= config.batch_size
-        return RecordFuture(batch.result, index, timestamp), full, new_batch and len(q) == 1
+        builder = batch.builder
+        index = builder.append(key, value, timestamp, headers)
+        size = builder.size_bytes
+        self.buffered_bytes += size - before
+        return (
+            RecordFuture(batch.result, index, timestamp),
+            size >= batch_size,
+            new_batch and len(q) == 1,
+        )
 
     def drain(
         self,
@@ -327,6 +356,9 @@ class _ProducerCore:
         self._in_flight: dict[int, int] = collections.defaultdict(int)
         self._inflight_batches = 0
         self._sticky: dict[str, int] = {}
+        # One TopicPartition per partition, reused: building a NamedTuple per record costs
+        # more than looking it up.
+        self._tps: dict[tuple[str, int], TopicPartition] = {}
         self._refreshing: set[str] = set()
         self._sender: asyncio.Task[None] | None = None
         self._closing = False
@@ -385,7 +417,9 @@ class _ProducerCore:
         block: bool = True,
     ) -> RecordFuture:
         ts = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
-        tp = TopicPartition(topic, partition)
+        tp = self._tps.get((topic, partition))
+        if tp is None:
+            tp = self._tps[(topic, partition)] = TopicPartition(topic, partition)
         with self.acc.lock:
             # Only the thread-based producer blocks here; the asyncio one awaited space.
             if (

@@ -133,6 +133,16 @@ class Controller:
             elif fenced and heard_at is not None and now - heard_at <= self.session_timeout_ms:
                 self._propose(node_id, "unfence_broker", epoch, now - heard_at)
 
+    async def close(self) -> None:
+        """Cancel the proposals in flight (the node is stopping)."""
+        self.active = False
+        tasks, self._tasks = set(self._tasks), set()
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, RaftlogError):
+                await task
+
     def _announce_active(self) -> None:
         """Commit a no-op first: once it applies, this leader has applied every entry of
         earlier terms, so what on_active(True) starts (the group coordinator) reads a

@@ -121,7 +121,9 @@ def test_consumer_config_validation() -> None:
     with pytest.raises(InvalidConfigError, match="auto_offset_reset"):
         ConsumerConfig(auto_offset_reset="middle")
     with pytest.raises(InvalidConfigError, match="group_id"):
-        ConsumerConfig(group_id="g")
+        ConsumerConfig(group_id="")
+    with pytest.raises(InvalidConfigError, match="heartbeat_interval_ms"):
+        ConsumerConfig(group_id="g", heartbeat_interval_ms=5000, session_timeout_ms=5000)
 
 
 def test_parse_bootstrap() -> None:
