@@ -30,7 +30,8 @@ READY_TIMEOUT_S = 30
 def register(sub: Any) -> None:
     p = sub.add_parser("demo", help="run the page-view pipeline on a local node and report")
     p.add_argument("--events", type=int, default=200_000, help="page views to produce")
-    p.add_argument("--partitions", type=int, default=3)
+    p.add_argument("--partitions", type=int, default=6)
+    p.add_argument("--nodes", type=int, default=3, help="nodes in the local cluster")
     p.add_argument("--data-dir", help="keep the node's data here (default: a temp dir, removed)")
     p.set_defaults(func=_demo)
 
@@ -47,8 +48,11 @@ def _progress(label: str, done: int, total: int, started: float) -> None:
     sys.stderr.flush()
 
 
-def start_node(data_dir: str, extra: list[str] | None = None) -> tuple[subprocess.Popen[str], str]:
-    """Start `raftlog dev` on a free port; returns (process, "host:port") once it is ready."""
+def start_node(
+    data_dir: str, extra: list[str] | None = None, nodes: int = 1
+) -> tuple[subprocess.Popen[str], str]:
+    """Start `raftlog dev` on free ports; returns (process, "host:port,...") once every node
+    is ready."""
     cmd = [
         sys.executable,
         "-m",
@@ -58,6 +62,8 @@ def start_node(data_dir: str, extra: list[str] | None = None) -> tuple[subproces
         data_dir,
         "--port",
         "0",
+        "--nodes",
+        str(nodes),
         "--log-level",
         "WARNING",
         *(extra or []),
@@ -65,14 +71,17 @@ def start_node(data_dir: str, extra: list[str] | None = None) -> tuple[subproces
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
+    ready: list[str] = []
+    while time.monotonic() < deadline and len(ready) < nodes:
         line = proc.stdout.readline()
         if not line:
-            raise RuntimeError(f"the node exited with status {proc.wait()} before it was ready")
+            raise RuntimeError(f"the cluster exited with status {proc.wait()} before it was ready")
         if "ready on" in line:
-            return proc, line.rsplit(" ", 1)[1].strip()
-    proc.kill()
-    raise RuntimeError(f"the node was not ready after {READY_TIMEOUT_S} s")
+            ready.append(line.rsplit(" ", 1)[1].strip())
+    if len(ready) < nodes:
+        proc.kill()
+        raise RuntimeError(f"{len(ready)} of {nodes} nodes were ready after {READY_TIMEOUT_S} s")
+    return proc, ",".join(ready)
 
 
 def stop_node(proc: subprocess.Popen[str]) -> int:
@@ -90,15 +99,15 @@ def _demo(args: argparse.Namespace) -> int:
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(line_buffering=True)  # keep lines in order with the progress bars
     data_dir = args.data_dir or tempfile.mkdtemp(prefix="raftlog-demo-")
-    print(f"1. starting a local raftlog node (data in {data_dir})")
+    print(f"1. starting a local raftlog cluster of {args.nodes} node(s) (data in {data_dir})")
     t0 = time.monotonic()
-    proc, bootstrap = start_node(data_dir)
-    print(f"   node ready on {bootstrap} in {time.monotonic() - t0:.1f} s")
+    proc, bootstrap = start_node(data_dir, nodes=args.nodes)
+    print(f"   brokers ready on {bootstrap} in {time.monotonic() - t0:.1f} s")
     try:
         return _pipeline(bootstrap, args.events, args.partitions)
     finally:
         status = stop_node(proc)
-        print(f"5. stopped the node cleanly (exit status {status})")
+        print(f"6. stopped the cluster cleanly (exit status {status})")
         if args.data_dir is None:
             shutil.rmtree(data_dir, ignore_errors=True)
 
@@ -144,7 +153,7 @@ def _pipeline(bootstrap: str, events: int, partitions: int) -> int:
     _progress("produce", events, events, started)
     produce_s = time.monotonic() - started
 
-    print("4. consuming the new events back (seek to where this run started)")
+    print("4. consuming the new events back as consumer group 'pageview-report'")
     started = time.monotonic()
     pages: collections.Counter[str] = collections.Counter()
     per_partition: collections.Counter[int] = collections.Counter()
@@ -152,10 +161,20 @@ def _pipeline(bootstrap: str, events: int, partitions: int) -> int:
     last_offset: dict[int, int] = {}
     problems = 0
     seen = 0
-    consumer = Consumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+    with Admin(bootstrap) as admin:
+        # The group starts where this run's events start (a re-run on the same data dir
+        # replays nothing old): the reset-offsets replay primitive.
+        if "pageview-report" in {g["group_id"] for g in admin.list_groups()}:
+            admin.delete_group("pageview-report")
+        admin.reset_offsets("pageview-report", start)
+    consumer = Consumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id="pageview-report",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
     try:
-        for tp, offset in start.items():
-            consumer.seek(tp, offset)
         while seen < events:
             batch = consumer.poll(5000)
             if not batch:
@@ -177,8 +196,14 @@ def _pipeline(bootstrap: str, events: int, partitions: int) -> int:
             if seen % 20_000 < 500 or seen >= events:
                 _progress("consume", min(seen, events), events, started)
         ends = consumer.end_offsets(tps)
+        consumer.commit()
     finally:
         consumer.close()
+    with Admin(bootstrap) as admin:
+        report = admin.describe_group("pageview-report")
+        cluster = admin.describe_cluster()
+    lag = sum(p["lag"] or 0 for p in report["partitions"])
+    print(f"5. group 'pageview-report' committed its offsets: total lag {lag}")
     consume_s = time.monotonic() - started
 
     print("\nWhat happened:")
@@ -195,8 +220,19 @@ def _pipeline(bootstrap: str, events: int, partitions: int) -> int:
             f"  partition {p}: {per_partition[p]:,} events, log end offset "
             f"{ends[TopicPartition(topic, p)]:,}"
         )
+    leaders = collections.Counter(p[2] for p in cluster["partitions"] if p[0] == topic)
+    print(
+        f"  cluster: controller node {cluster['controller_id']}, Raft term "
+        f"{cluster['quorum']['term']}, partition leaders per broker "
+        + ", ".join(f"{n}: {c}" for n, c in sorted(leaders.items()))
+    )
     print("  top pages: " + ", ".join(f"{page} {n:,}" for page, n in pages.most_common(4)))
-    ok = seen == events and problems == 0 and sum(ends[tp] - start[tp] for tp in tps) == events
+    ok = (
+        seen == events
+        and problems == 0
+        and lag == 0
+        and sum(ends[tp] - start[tp] for tp in tps) == events
+    )
     print(
         f"  check: {'every event arrived once, in order per user' if ok else 'FAILED'}"
         + ("" if ok else f" ({problems} order problems, {seen:,}/{events:,} seen)")
