@@ -124,7 +124,7 @@ def _pipeline(bootstrap: str, events: int, partitions: int) -> int:
         }
     print(
         f"2. topic {topic!r} has {partitions} partitions; new events start at offsets "
-        + ", ".join(f"{tp.partition}:{o}" for tp, o in start.items())
+        + ", ".join(f"{tp.partition}:{o}" for tp, o in sorted(start.items()))
     )
 
     print(f"3. producing {events:,} page-view events keyed by user (acks=all)")
