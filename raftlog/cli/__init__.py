@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from raftlog.cli import (
+    bench_cmd,
     client_cmd,
     cluster_cmd,
     demo_cmd,
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     group_cmd.register(sub)
     demo_cmd.register(sub)
     storage_cmd.register(sub)
+    bench_cmd.register(sub)
     return parser
 
 

@@ -45,7 +45,7 @@ from raftlog.errors import (
     error_from_code,
 )
 from raftlog.metadata.model import TopicInfo
-from raftlog.records import BatchBuilder
+from raftlog.records import HEADER_SIZE, BatchBuilder
 from raftlog.topics import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -257,14 +257,24 @@ class _Accumulator:
         headers: Headers,
         now: float,
     ) -> tuple[RecordFuture, bool, bool]:
-        """Add a record; returns (future, its batch is now full, it started the only batch)."""
+        """Add a record; returns (future, a batch is now complete, it started the only batch)."""
         config = self.config
         q = self.queues.get(tp)
         if q is None:
             q = self.queues[tp] = collections.deque()
         batch_size = config.batch_size
         before = q[-1].builder.size_bytes if q else batch_size
-        new_batch = before >= batch_size
+        # Close the open batch before this record would take it past batch_size (a batch
+        # holds at least one record): batches then never outgrow what was configured, so a
+        # batch_size near the broker's max_message_bytes cannot produce refused batches.
+        # 25 = the record's fixed part plus its entry in the length table.
+        record_bytes = 25 + (len(key) if key else 0) + (len(value) if value else 0)
+        if headers:
+            record_bytes += sum(8 + len(k.encode()) + len(v or b"") for k, v in headers)
+        new_batch = before >= batch_size or (
+            before > HEADER_SIZE and before + record_bytes > batch_size
+        )
+        closed = new_batch and bool(q)  # the previous batch is complete: send it
         if new_batch:
             q.append(_Batch(tp, now, config.delivery_timeout_ms / 1000))
             before = 0
@@ -275,7 +285,7 @@ class _Accumulator:
         self.buffered_bytes += size - before
         return (
             RecordFuture(batch.result, index, timestamp),
-            size >= batch_size,
+            closed or size >= batch_size,
             new_batch and len(q) == 1,
         )
 

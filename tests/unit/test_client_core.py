@@ -132,3 +132,19 @@ def test_parse_bootstrap() -> None:
     for bad in ("", "host", "host:0", "host:x", ":9092"):
         with pytest.raises(InvalidConfigError):
             parse_bootstrap(bad)
+
+
+def test_batches_never_outgrow_batch_size() -> None:
+    """A batch closes before a record would take it past batch_size (one record minimum), so a
+    batch_size near the broker's max_message_bytes never yields refused batches."""
+    acc = _acc(linger_ms=60_000, batch_size=1000)
+    completes = [
+        acc.append(TP0, b"k", b"x" * n, 1, (("h", b"v"),), now=0.0)[1] for n in range(0, 400, 7)
+    ]
+    sizes = [b.builder.size_bytes for b in acc.queues[TP0]]
+    assert max(sizes) <= 1000 and len(sizes) > 1
+    assert sizes == [len(b.builder.build()) for b in acc.queues[TP0]]
+    assert sum(completes) >= len(sizes) - 1  # every closed batch woke the sender
+    acc = _acc(batch_size=100)
+    acc.append(TP0, None, b"y" * 500, 1, (), now=0.0)  # alone, it may exceed batch_size
+    assert [len(b.builder) for b in acc.queues[TP0]] == [1]

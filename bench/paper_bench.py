@@ -1,0 +1,1253 @@
+"""The Kafka paper's experiment, end to end, with raftlog: figures side by side with Kafka's.
+
+Run from the repository root::
+
+    .venv/bin/python -m bench.paper_bench                      # full run (10,000,000 messages)
+    .venv/bin/python -m bench.paper_bench --messages 2000000   # fewer messages
+    .venv/bin/python -m bench.paper_bench --quick              # small and short (tests)
+    .venv/bin/python -m bench.paper_bench --only single        # one phase (for profiling)
+    raftlog bench [same options]                               # the same, from the CLI
+
+The broker runs in its own process (`raftlog dev` on a free port, with a fresh data directory
+on the real disk, stopped with SIGTERM at the end), so client and broker each have a core; the
+clients run in this process, except the end-to-end consumer, which runs in a child process.
+One topic with one partition per phase. Values are 200 bytes, keys null, no headers.
+
+Phases (`--only` picks some; the consumers need the data of the producer phase they read):
+
+- `single`: one producer, acks=1, one message per request: linger_ms=0, batch_size=1 (every
+  batch is full after one record) and max_request_size=1 (a request carries one batch), with
+  `--max-in-flight` requests outstanding. Kafka 2011: 50,000 msg/s (no acks then).
+- `batch50`: batches of 50: batch_size = header + 50 records, so the 50th record fills a batch;
+  linger_ms=1000 so no batch leaves before it is full (the last one is flushed) and
+  max_request_size = one batch, so each request carries exactly 50 messages. Kafka 2011:
+  400,000 msg/s.
+- `linger`: tuned: linger_ms=5, batch_size=1,000,000, default max_request_size (1 MiB).
+  batch_size stays below the broker's max_message_bytes (1 MiB + 12): the producer closes a
+  batch only once it reaches batch_size, so batch_size=1 MiB makes batches of 1 MiB + one record,
+  which the broker refuses (RecordTooLargeError). Kafka 2014: 821,557 rec/s (100-byte records).
+- `consumer` / `sendfile`: one consumer reads the messages of `--consume-from` (default the
+  linger phase's topic) from offset 0 with fetches of `--fetch-bytes` (max_partition_fetch_bytes,
+  default 200 KiB), decoding every record (the Consumer builds a ConsumerRecord for each and the
+  loop reads its value); `consumer` against the broker's default buffered fetch path,
+  `sendfile` against a broker started with --fetch-zero-copy, on the same data. Kafka 2011:
+  22,000 msg/s; Kafka 2014: 940,521 rec/s.
+- `e2e`: end-to-end latency at a fixed rate (`--e2e-rate`, default 10,000 msg/s, for
+  `--e2e-seconds`): this process sends on a paced schedule (linger_ms=0, acks=1) and stamps
+  `time.monotonic_ns()` into the first 8 bytes of each value just before `send()`; a consumer in
+  a child process long-polls (fetch_min_bytes=1, fetch_max_wait_ms=500) and records
+  now - stamp when `poll` returns. CLOCK_MONOTONIC is system-wide, so the two processes share
+  it. The first `--e2e-warmup` seconds are left out of the percentiles (not of the plot).
+  Kafka 2014: 2 ms median.
+
+Each producer phase sends `--messages` records or stops sending after `--max-seconds`, whichever
+comes first (the report says when the time budget ended a phase and how many records were sent);
+its time runs from the first send to the end of `flush()`, so a phase cut by the budget also
+spends the time to deliver what the producer had buffered (up to its buffer_memory, 32 MiB:
+about 20 s more for the one-message-per-request phase here). After a phase the log end offset
+must equal the records sent (every record acknowledged and appended), and the average records
+per batch is computed from the log's size. The consumer phases read the same number of records
+(or stop at `--max-seconds`). MB = 10^6 bytes of record values (200 bytes each), as the paper
+counts messages. Client CPU is this process's CPU time (all threads), broker CPU the broker
+process's, both from the kernel's accounting, so the tables show where time goes.
+
+Results: a markdown table on stdout and in bench/results/paper-<timestamp>.md, the same figures
+in .json, and the plots paper-<timestamp>-throughput.png and paper-<timestamp>-latency.png
+(skipped with a note when matplotlib is missing). Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import math
+import os
+import platform
+import queue
+import re
+import select
+import shlex
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from array import array
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from raftlog.records import HEADER_SIZE, RECORD_MIN_SIZE
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_RESULTS_DIR = REPO / "bench" / "results"
+MEMORY_FS = {"tmpfs", "ramfs", "devtmpfs", "hugetlbfs"}
+MB = 1e6
+KIB = 1024
+# Bytes one record takes in a batch: its entry in the length table plus its body (null key,
+# no headers): what the log-size arithmetic below needs.
+RECORD_OVERHEAD = 4 + RECORD_MIN_SIZE
+
+PHASES = ("single", "batch50", "linger", "consumer", "sendfile", "e2e")
+PRODUCER_PHASES = ("single", "batch50", "linger")
+
+# The published figures (records of 200 bytes in 2011, 100 bytes in 2014).
+PAPER_2011 = {"single": 50_000.0, "batch50": 400_000.0, "consumer": 22_000.0}
+KAFKA_2014 = {"linger": 821_557.0, "consumer": 940_521.0, "e2e_p50_ms": 2.0}
+# The issue's targets: (minimum, stretch) in records/s; latency: maximum p50 in ms.
+TARGETS: dict[str, tuple[float, float | None]] = {
+    "single": (50_000.0, None),
+    "batch50": (400_000.0, None),
+    "linger": (400_000.0, 821_557.0),
+    "consumer": (940_521.0, None),
+    "sendfile": (940_521.0, None),
+}
+TARGET_E2E_P50_MS = 2.0
+
+DEFAULTS: dict[str, Any] = {
+    "messages": 10_000_000,
+    "max_seconds": 60.0,
+    "e2e_rate": 10_000,
+    "e2e_seconds": 15.0,
+    "e2e_warmup": 1.0,
+}
+QUICK: dict[str, Any] = {
+    "messages": 20_000,
+    "max_seconds": 10.0,
+    "e2e_rate": 2_000,
+    "e2e_seconds": 2.0,
+    "e2e_warmup": 0.0,
+}
+
+
+# -- options ------------------------------------------------------------------------------------
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The benchmark's options (shared with `raftlog bench`)."""
+    p.add_argument(
+        "--messages",
+        type=int,
+        help=f"records per producer phase (default {DEFAULTS['messages']:,}; quick "
+        f"{QUICK['messages']:,})",
+    )
+    p.add_argument(
+        "--max-seconds",
+        type=float,
+        help="time budget of each producer and consumer phase: stop sending (reading) after "
+        f"this long (default {DEFAULTS['max_seconds']:g}; quick {QUICK['max_seconds']:g})",
+    )
+    p.add_argument("--value-bytes", type=int, default=200, help="record value size (200)")
+    p.add_argument(
+        "--max-in-flight",
+        type=int,
+        default=5,
+        help="max_in_flight_requests_per_connection of the producers (default 5, Kafka's)",
+    )
+    p.add_argument(
+        "--fetch-bytes",
+        type=int,
+        default=200 * KIB,
+        help="consumer max_partition_fetch_bytes (default 204800, the paper's 200 KB)",
+    )
+    p.add_argument(
+        "--poll-records",
+        type=int,
+        default=500,
+        help="max_records per consumer poll (default 500, Kafka's max.poll.records)",
+    )
+    p.add_argument(
+        "--consume-from",
+        choices=PRODUCER_PHASES,
+        default="linger",
+        help="whose topic the consumer phases read (default linger)",
+    )
+    p.add_argument(
+        "--consumer-runs",
+        type=int,
+        default=1,
+        help="runs of each consumer phase, alternating buffered and sendfile brokers; the "
+        "table shows the median (default 1)",
+    )
+    p.add_argument("--e2e-rate", type=int, help="messages/s of the latency phase (10000)")
+    p.add_argument("--e2e-seconds", type=float, help="duration of the latency phase (15)")
+    p.add_argument(
+        "--e2e-warmup",
+        type=float,
+        help="seconds at the start of the latency phase left out of the percentiles (1)",
+    )
+    p.add_argument(
+        "--only",
+        default=",".join(PHASES),
+        help=f"comma-separated phases to run, of {', '.join(PHASES)} (default all)",
+    )
+    p.add_argument("--quick", action="store_true", help="small N and short phases (for tests)")
+    p.add_argument(
+        "--data-dir",
+        help="parent of the broker's temporary data directory (default /var/tmp if it is a "
+        "real disk, else <repo>/.bench-tmp)",
+    )
+    p.add_argument("--keep-data", action="store_true", help="keep the broker's data directory")
+    p.add_argument(
+        "--results-dir",
+        default=str(DEFAULT_RESULTS_DIR),
+        help="where the .md, .json and .png files go (default bench/results)",
+    )
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--note", default="", help="a line of context to put in the report")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m bench.paper_bench",
+        description="The Kafka paper's producer/consumer/latency experiment against raftlog.",
+    )
+    add_arguments(p)
+    return p
+
+
+@dataclass
+class Settings:
+    messages: int
+    max_seconds: float
+    value_bytes: int
+    max_in_flight: int
+    fetch_bytes: int
+    poll_records: int
+    consume_from: str
+    consumer_runs: int
+    e2e_rate: int
+    e2e_seconds: float
+    e2e_warmup: float
+    phases: list[str]
+    quick: bool
+
+
+def settings_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Settings:
+    base = QUICK if args.quick else DEFAULTS
+
+    def pick(name: str) -> Any:
+        value = getattr(args, name)
+        return base[name] if value is None else value
+
+    phases = [x.strip() for x in args.only.split(",") if x.strip()]
+    unknown = [x for x in phases if x not in PHASES]
+    if unknown or not phases:
+        parser.error(f"--only: unknown phase(s) {', '.join(unknown) or '(none)'}; of {PHASES}")
+    s = Settings(
+        messages=pick("messages"),
+        max_seconds=pick("max_seconds"),
+        value_bytes=args.value_bytes,
+        max_in_flight=args.max_in_flight,
+        fetch_bytes=args.fetch_bytes,
+        poll_records=args.poll_records,
+        consume_from=args.consume_from,
+        consumer_runs=args.consumer_runs,
+        e2e_rate=pick("e2e_rate"),
+        e2e_seconds=pick("e2e_seconds"),
+        e2e_warmup=pick("e2e_warmup"),
+        phases=[x for x in PHASES if x in phases],
+        quick=args.quick,
+    )
+    for name in ("messages", "max_in_flight", "fetch_bytes", "poll_records", "consumer_runs"):
+        if getattr(s, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1")
+    if s.value_bytes < 8:
+        parser.error("--value-bytes must be >= 8 (the latency phase stamps 8 bytes)")
+    if s.max_seconds <= 0 or s.e2e_seconds <= 0 or s.e2e_rate < 1:
+        parser.error("--max-seconds, --e2e-seconds and --e2e-rate must be > 0")
+    if s.e2e_warmup < 0 or s.e2e_warmup >= s.e2e_seconds:
+        parser.error("--e2e-warmup must be >= 0 and shorter than --e2e-seconds")
+    # A consumer phase reads what a producer phase wrote.
+    if ("consumer" in s.phases or "sendfile" in s.phases) and s.consume_from not in s.phases:
+        s.phases = [x for x in PHASES if x in s.phases or x == s.consume_from]
+    return s
+
+
+# -- the producer modes -------------------------------------------------------------------------
+
+
+def batch_bytes(records: int, value_bytes: int) -> int:
+    """Size of a batch of `records` records with null keys and `value_bytes` values."""
+    return HEADER_SIZE + records * (RECORD_OVERHEAD + value_bytes)
+
+
+def producer_options(phase: str, s: Settings) -> dict[str, Any]:
+    common: dict[str, Any] = {"acks": 1, "max_in_flight_requests_per_connection": s.max_in_flight}
+    if phase == "single":
+        return {**common, "linger_ms": 0, "batch_size": 1, "max_request_size": 1}
+    if phase == "batch50":
+        size = batch_bytes(50, s.value_bytes)
+        return {**common, "linger_ms": 1000, "batch_size": size, "max_request_size": size}
+    if phase == "linger":
+        return {**common, "linger_ms": 5, "batch_size": 1_000_000}
+    raise ValueError(phase)
+
+
+LABELS = {
+    "single": "producer, 1 msg/request",
+    "batch50": "producer, batches of 50",
+    "linger": "producer, linger 5 ms, 1 MB batches",
+    "consumer": "consumer, {kb} KB fetches, buffered",
+    "sendfile": "consumer, {kb} KB fetches, sendfile",
+    "e2e_p50": "end-to-end latency p50",
+    "e2e_p99": "end-to-end latency p99",
+    "e2e_p999": "end-to-end latency p99.9",
+}
+
+
+def label(key: str, s: Settings) -> str:
+    return LABELS[key].format(kb=f"{s.fetch_bytes / KIB:g}")
+
+
+# -- progress -----------------------------------------------------------------------------------
+
+
+class Progress:
+    """A one-line text progress bar on stderr, redrawn a few times per second by a thread.
+
+    The measured loop only stores a number (`update`); drawing happens elsewhere. When stderr
+    is not a terminal a plain line is printed every few seconds instead.
+    """
+
+    def __init__(self, stream: Any = None):
+        self.stream = stream or sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.interval = 0.25 if self.tty else 5.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.title = ""
+        self.total = 1
+        self.budget: float | None = None
+        self.done = 0
+        self.started = 0.0
+
+    def start(self, title: str, total: int, budget: float | None = None) -> None:
+        self.title, self.total, self.budget = title, max(total, 1), budget
+        self.done = 0
+        self.started = time.perf_counter()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="progress", daemon=True)
+        self._thread.start()
+
+    def update(self, done: int) -> None:
+        self.done = done
+
+    def finish(self, note: str = "") -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._draw(final=True, note=note)
+
+    def message(self, text: str) -> None:
+        print(text, file=self.stream, flush=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._draw()
+
+    def _draw(self, final: bool = False, note: str = "") -> None:
+        elapsed = time.perf_counter() - self.started
+        done = self.done
+        frac = done / self.total
+        if self.budget and not final:
+            frac = max(frac, elapsed / self.budget)
+        frac = min(frac, 1.0)
+        width = 30
+        filled = int(frac * width)
+        bar = "#" * filled + "-" * (width - filled)
+        rate = done / elapsed if elapsed > 0 else 0.0
+        line = (
+            f"{self.title:<38} [{bar}] {frac * 100:5.1f}% {done:>11,}/{self.total:,} "
+            f"{rate:>10,.0f}/s {elapsed:6.1f}s"
+        )
+        if note:
+            line += f"  {note}"
+        if self.tty:
+            end = "\n" if final else ""
+            self.stream.write("\r\x1b[K" + line + end)
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+
+# -- the broker process -------------------------------------------------------------------------
+
+_READY = re.compile(r"raftlog broker \d+ ready on (\S+):(\d+)")
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process, from /proc (0.0 where there is no /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    # Fields after the command: state is [0]; utime and stime are the 14th and 15th overall.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class BrokerProcess:
+    """`raftlog dev` in a child process on a free port; `stop()` sends SIGTERM."""
+
+    def __init__(self, data_dir: str, log_path: str, zero_copy: bool):
+        self.data_dir, self.log_path, self.zero_copy = data_dir, log_path, zero_copy
+        self.proc: subprocess.Popen[str] | None = None
+        self.bootstrap = ""
+
+    def start(self, timeout_s: float = 60.0) -> None:
+        cmd = [
+            sys.executable,
+            "-c",
+            "import sys; from raftlog.cli import main; sys.exit(main())",
+            "dev",
+            "--data-dir",
+            self.data_dir,
+            "--port",
+            "0",  # the kernel picks a free port; the ready line names it
+            "--log-level",
+            "WARNING",
+        ]
+        if self.zero_copy:
+            cmd.append("--fetch-zero-copy")
+        with open(self.log_path, "a") as log:
+            self.proc = subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=log, text=True, cwd=REPO
+            )
+        assert self.proc.stdout is not None
+        lines: queue.Queue[str | None] = queue.Queue()
+        stdout = self.proc.stdout
+
+        def reader() -> None:
+            for line in stdout:
+                lines.put(line)
+            lines.put(None)
+
+        threading.Thread(target=reader, name="broker-stdout", daemon=True).start()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                line = lines.get(timeout=max(deadline - time.monotonic(), 0.01))
+            except queue.Empty:
+                self.stop()
+                raise RuntimeError(f"broker did not start within {timeout_s:g} s") from None
+            if line is None:
+                code = self.proc.wait()
+                raise RuntimeError(f"broker exited with {code}: {self.log_tail()}")
+            m = _READY.search(line)
+            if m:
+                self.bootstrap = f"{m.group(1)}:{m.group(2)}"
+                return
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def cpu_seconds(self) -> float:
+        return _cpu_seconds(self.pid)
+
+    def log_tail(self, lines: int = 10) -> str:
+        try:
+            with open(self.log_path) as f:
+                return "".join(f.readlines()[-lines:]).strip() or "(no output)"
+        except OSError:
+            return "(no log)"
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+# -- measurements -------------------------------------------------------------------------------
+
+
+@dataclass
+class PhaseResult:
+    phase: str
+    label: str
+    records: int = 0
+    target_records: int = 0
+    seconds: float = 0.0
+    client_cpu_s: float = 0.0
+    broker_cpu_s: float = 0.0
+    budget_hit: bool = False
+    records_per_batch: float | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    runs: list[float] = field(default_factory=list)  # records/s of each run (consumers)
+    error: str | None = None
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records / self.seconds if self.seconds > 0 else 0.0
+
+    def mb_per_s(self, value_bytes: int) -> float:
+        return self.records_per_s * value_bytes / MB
+
+
+@contextlib.contextmanager
+def measured(result: PhaseResult, broker: BrokerProcess) -> Iterator[None]:
+    cpu0, bcpu0, t0 = time.process_time(), broker.cpu_seconds(), time.perf_counter()
+    try:
+        yield
+    finally:
+        result.seconds = time.perf_counter() - t0
+        result.client_cpu_s = time.process_time() - cpu0
+        result.broker_cpu_s = broker.cpu_seconds() - bcpu0
+
+
+def create_topic(bootstrap: str, topic: str) -> None:
+    from raftlog.client import Admin
+
+    with Admin(bootstrap) as admin:
+        admin.create_topic(topic, partitions=1)
+
+
+def describe_partition(bootstrap: str, topic: str) -> tuple[int, int]:
+    """(log end offset, log size in bytes) of partition 0."""
+    from raftlog.client import Admin
+
+    with Admin(bootstrap) as admin:
+        (desc,) = admin.describe_topics([topic])
+    p = desc.partitions[0]
+    return p.log_end_offset, p.size_bytes
+
+
+def run_producer(
+    phase: str, topic: str, broker: BrokerProcess, s: Settings, progress: Progress
+) -> PhaseResult:
+    from raftlog.client import Producer
+
+    options = producer_options(phase, s)
+    res = PhaseResult(phase, label(phase, s), target_records=s.messages, options=options)
+    create_topic(broker.bootstrap, topic)
+    value = bytes(range(256)) * (s.value_bytes // 256 + 1)
+    value = value[: s.value_bytes]
+    producer = Producer(bootstrap_servers=broker.bootstrap, client_id=f"bench-{phase}", **options)
+    n, chunk = s.messages, 1000
+    sent = 0
+    last = None
+    progress.start(res.label, n, s.max_seconds)
+    try:
+        with measured(res, broker):
+            send = producer.send
+            deadline = time.perf_counter() + s.max_seconds
+            while sent < n:
+                k = min(chunk, n - sent)
+                for _ in range(k):
+                    last = send(topic, value)
+                sent += k
+                progress.update(sent)
+                if time.perf_counter() >= deadline:
+                    res.budget_hit = sent < n
+                    break
+            producer.flush()
+    finally:
+        progress.finish("(time budget reached)" if res.budget_hit else "")
+        producer.close()
+    if last is not None and last.exception(0) is not None:
+        res.error = f"last record failed: {last.exception(0)!r}"
+    end, size = describe_partition(broker.bootstrap, topic)
+    res.records = end
+    if end != sent:
+        res.error = f"{sent:,} records sent but the log ends at offset {end:,}"
+    if end:
+        batches = (size - end * (RECORD_OVERHEAD + s.value_bytes)) / HEADER_SIZE
+        res.records_per_batch = end / batches if batches > 0 else None
+    return res
+
+
+def run_consumer(
+    phase: str, topic: str, records: int, broker: BrokerProcess, s: Settings, progress: Progress
+) -> PhaseResult:
+    from raftlog.client import Consumer, TopicPartition
+
+    options = {
+        "max_partition_fetch_bytes": s.fetch_bytes,
+        "auto_offset_reset": "earliest",
+        "fetch_max_wait_ms": 500,
+    }
+    res = PhaseResult(phase, label(phase, s), target_records=records, options=options)
+    tp = TopicPartition(topic, 0)
+    consumer = Consumer(bootstrap_servers=broker.bootstrap, client_id=f"bench-{phase}", **options)
+    got = nbytes = 0
+    progress.start(res.label, records, s.max_seconds)
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, 0)
+        poll, limit = consumer.poll, s.poll_records
+        with measured(res, broker):
+            deadline = time.perf_counter() + s.max_seconds
+            while got < records:
+                for recs in poll(1000, limit).values():
+                    if recs[0].offset != got:
+                        raise RuntimeError(f"expected offset {got}, got {recs[0].offset}")
+                    for r in recs:
+                        nbytes += len(r.value)  # type: ignore[arg-type]
+                    got += len(recs)
+                progress.update(got)
+                if time.perf_counter() >= deadline:
+                    res.budget_hit = got < records
+                    break
+    finally:
+        progress.finish("(time budget reached)" if res.budget_hit else "")
+        consumer.close()
+    res.records = got
+    if nbytes != got * s.value_bytes:
+        res.error = f"read {nbytes:,} value bytes for {got:,} records"
+    return res
+
+
+def e2e_consumer(
+    bootstrap: str, topic: str, expected: int, timeout_s: float, out_path: str
+) -> None:  # pragma: no cover - runs in a child process
+    """Long-poll `topic`; write (send stamps, latencies) in ns to `out_path` as two int64 arrays.
+
+    Prints "ready" once its position is set, so the producer starts only then."""
+    from raftlog.client import Consumer, TopicPartition
+
+    tp = TopicPartition(topic, 0)
+    stamps, lat = array("q"), array("q")
+    unpack = struct.Struct("<q").unpack_from
+    with Consumer(
+        bootstrap_servers=bootstrap,
+        client_id="bench-e2e-consumer",
+        auto_offset_reset="earliest",
+        fetch_min_bytes=1,
+        fetch_max_wait_ms=500,
+    ) as consumer:
+        consumer.assign([tp])
+        consumer.seek(tp, 0)
+        consumer.poll(0)
+        print("ready", flush=True)
+        deadline = time.monotonic() + timeout_s
+        got = 0
+        while got < expected and time.monotonic() < deadline:
+            batch = consumer.poll(500, 10_000)
+            now = time.monotonic_ns()
+            for recs in batch.values():
+                for r in recs:
+                    (sent,) = unpack(r.value)  # type: ignore[arg-type]
+                    stamps.append(sent)
+                    lat.append(now - sent)
+                got += len(recs)
+    with open(out_path, "wb") as f:
+        f.write(struct.pack("<q", len(stamps)))
+        f.write(stamps.tobytes())
+        f.write(lat.tobytes())
+
+
+# The child process of the latency phase: a fresh interpreter that imports this module from the
+# repository (whatever started the benchmark: `python -m`, `raftlog bench`, a test).
+_E2E_CHILD = (
+    "import sys; sys.path.insert(0, sys.argv[1]); from bench.paper_bench import e2e_consumer; "
+    "e2e_consumer(sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]), sys.argv[6])"
+)
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of an already sorted sequence."""
+    if not sorted_values:
+        return math.nan
+    rank = max(math.ceil(q / 100 * len(sorted_values)), 1)
+    return float(sorted_values[min(rank, len(sorted_values)) - 1])
+
+
+@dataclass
+class E2EResult:
+    rate: int
+    seconds: float
+    warmup: float
+    sent: int = 0
+    received: int = 0
+    p50_ms: float = math.nan
+    p99_ms: float = math.nan
+    p999_ms: float = math.nan
+    max_ms: float = math.nan
+    achieved_rate: float = 0.0
+    per_second: list[dict[str, float]] = field(default_factory=list)
+    options: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+
+def run_e2e(
+    topic: str, broker: BrokerProcess, s: Settings, progress: Progress, work_dir: str
+) -> E2EResult:
+    from raftlog.client import Producer
+
+    total = int(s.e2e_rate * s.e2e_seconds)
+    options = {"acks": 1, "linger_ms": 0, "max_in_flight_requests_per_connection": s.max_in_flight}
+    res = E2EResult(s.e2e_rate, s.e2e_seconds, s.e2e_warmup, options=options)
+    create_topic(broker.bootstrap, topic)
+    out_path = os.path.join(work_dir, "e2e-latencies.bin")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            _E2E_CHILD,
+            str(REPO),
+            broker.bootstrap,
+            topic,
+            str(total),
+            str(s.e2e_seconds + 30),
+            out_path,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    assert proc.stdout is not None
+    producer = Producer(bootstrap_servers=broker.bootstrap, client_id="bench-e2e", **options)
+    try:
+        started = select.select([proc.stdout], [], [], 60)[0]
+        if not started or proc.stdout.readline().strip() != "ready":
+            proc.kill()
+            raise RuntimeError(f"the latency consumer did not start (exit code {proc.wait()})")
+        pad = bytes(s.value_bytes - 8)
+        pack = struct.Struct("<q").pack
+        send, monotonic_ns = producer.send, time.monotonic_ns
+        interval = 1e9 / s.e2e_rate
+        progress.start(f"end-to-end latency at {s.e2e_rate:,} msg/s", total)
+        start = monotonic_ns()
+        i = 0
+        try:
+            while i < total:
+                now = monotonic_ns()
+                due = min(int((now - start) / interval) + 1, total)
+                while i < due:  # every message whose time has come, each stamped as it goes
+                    send(topic, pack(monotonic_ns()) + pad)
+                    i += 1
+                progress.update(i)
+                wait = (start + i * interval - monotonic_ns()) / 1e9
+                if wait > 0:
+                    time.sleep(wait)
+            res.achieved_rate = total / ((monotonic_ns() - start) / 1e9)
+            producer.flush()
+            res.sent = total
+        finally:
+            progress.finish()
+        code = proc.wait(s.e2e_seconds + 60)
+        if code != 0:
+            raise RuntimeError(f"the latency consumer exited with {code}")
+        with open(out_path, "rb") as f:
+            (count,) = struct.unpack("<q", f.read(8))
+            stamps, lat = array("q"), array("q")
+            stamps.frombytes(f.read(8 * count))
+            lat.frombytes(f.read(8 * count))
+    finally:
+        producer.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    res.received = len(lat)
+    if res.received != total:
+        res.error = f"{total:,} sent, {res.received:,} received"
+    warm = start + s.e2e_warmup * 1e9
+    steady = sorted(v / 1e6 for t, v in zip(stamps, lat, strict=True) if t >= warm)
+    if steady:
+        res.p50_ms = percentile(steady, 50)
+        res.p99_ms = percentile(steady, 99)
+        res.p999_ms = percentile(steady, 99.9)
+        res.max_ms = steady[-1]
+    buckets: dict[int, list[float]] = {}
+    last = max(math.ceil(s.e2e_seconds) - 1, 0)  # a late send counts in the last second
+    for t, v in zip(stamps, lat, strict=True):
+        buckets.setdefault(min(int((t - start) // 1_000_000_000), last), []).append(v / 1e6)
+    for sec in sorted(buckets):
+        vals = sorted(buckets[sec])
+        res.per_second.append(
+            {
+                "second": sec,
+                "count": len(vals),
+                "p50_ms": percentile(vals, 50),
+                "p99_ms": percentile(vals, 99),
+                "max_ms": vals[-1],
+            }
+        )
+    return res
+
+
+# -- the report ---------------------------------------------------------------------------------
+
+
+def _status(value: float, target: tuple[float, float | None]) -> str:
+    low, stretch = target
+    if value < low:
+        return "missed"
+    if stretch is None:
+        return "met"
+    return "met, stretch met" if value >= stretch else "met, stretch missed"
+
+
+def _median(xs: Sequence[float]) -> float:
+    ys = sorted(xs)
+    mid = len(ys) // 2
+    return ys[mid] if len(ys) % 2 else (ys[mid - 1] + ys[mid]) / 2
+
+
+def build_rows(
+    s: Settings, results: dict[str, PhaseResult], e2e: E2EResult | None
+) -> list[dict[str, Any]]:
+    """One row per measurement, every row present even when its phase did not run."""
+    rows: list[dict[str, Any]] = []
+    for phase in ("single", "batch50", "linger", "consumer", "sendfile"):
+        r = results.get(phase)
+        target = TARGETS[phase]
+        row: dict[str, Any] = {
+            "key": phase,
+            "measurement": label(phase, s),
+            "paper_2011": PAPER_2011.get(phase if phase != "sendfile" else "consumer"),
+            "kafka_2014": KAFKA_2014.get(phase if phase != "sendfile" else "consumer"),
+            "target": f">= {target[0]:,.0f}"
+            + (f" (stretch >= {target[1]:,.0f})" if target[1] else ""),
+            "unit": "rec/s",
+        }
+        if r is None:
+            row.update(value=None, mb_s=None, status="not run", notes="")
+        else:
+            rate = _median(r.runs) if r.runs else r.records_per_s
+            notes = []
+            if phase in PRODUCER_PHASES:
+                notes.append(f"max_in_flight={r.options['max_in_flight_requests_per_connection']}")
+                if r.records_per_batch:
+                    notes.append(f"{r.records_per_batch:,.1f} rec/batch")
+            if len(r.runs) > 1:
+                notes.append(
+                    f"median of {len(r.runs)} runs ({min(r.runs):,.0f}-{max(r.runs):,.0f})"
+                )
+            if r.budget_hit:
+                notes.append(
+                    f"time budget: {r.records:,} of {r.target_records:,} records "
+                    f"in {r.seconds:.1f} s"
+                )
+            if r.error:
+                notes.append(f"ERROR: {r.error}")
+            row.update(
+                value=rate,
+                mb_s=rate * s.value_bytes / MB,
+                status="failed" if r.error else _status(rate, target),
+                notes="; ".join(notes),
+            )
+        rows.append(row)
+    for key, attr, paper, tgt in (
+        ("e2e_p50", "p50_ms", KAFKA_2014["e2e_p50_ms"], TARGET_E2E_P50_MS),
+        ("e2e_p99", "p99_ms", None, None),
+        ("e2e_p999", "p999_ms", None, None),
+    ):
+        row = {
+            "key": key,
+            "measurement": label(key, s),
+            "paper_2011": None,
+            "kafka_2014": paper,
+            "target": f"<= {tgt:g} ms at 10,000 msg/s" if tgt is not None else "—",
+            "unit": "ms",
+            "mb_s": None,
+        }
+        if e2e is None:
+            row.update(value=None, status="not run", notes="")
+        else:
+            value = getattr(e2e, attr)
+            notes = [
+                f"{e2e.rate:,} msg/s for {e2e.seconds:g} s (achieved {e2e.achieved_rate:,.0f}), "
+                f"first {e2e.warmup:g} s left out"
+            ]
+            if e2e.error:
+                notes.append(f"ERROR: {e2e.error}")
+            if e2e.error or math.isnan(value):
+                status = "failed"
+            elif tgt is None:
+                status = "—"
+            else:
+                status = "met" if value <= tgt and e2e.rate >= 10_000 else "missed"
+                if value <= tgt and e2e.rate < 10_000:
+                    status = f"met at {e2e.rate:,} msg/s only"
+            row.update(value=value, status=status, notes="; ".join(notes))
+        rows.append(row)
+    return rows
+
+
+def render_table(rows: list[dict[str, Any]]) -> str:
+    head = (
+        "| measurement | raftlog | MB/s | Kafka 2011 paper | Kafka 2014 benchmark | target "
+        "| status | notes |\n|---|---:|---:|---:|---:|---|---|---|\n"
+    )
+    lines = []
+    for r in rows:
+        if r["unit"] == "ms":
+            ours = "—" if r["value"] is None else f"{r['value']:.2f} ms"
+            paper14 = "—" if r["kafka_2014"] is None else f"{r['kafka_2014']:g} ms (median)"
+            paper11 = "—"
+            mb = "—"
+        else:
+            ours = "—" if r["value"] is None else f"{r['value']:,.0f} rec/s"
+            mb = "—" if r["mb_s"] is None else f"{r['mb_s']:.1f}"
+            paper11 = "—" if r["paper_2011"] is None else f"{r['paper_2011']:,.0f} msg/s"
+            paper14 = "—" if r["kafka_2014"] is None else f"{r['kafka_2014']:,.0f} rec/s"
+        lines.append(
+            f"| {r['measurement']} | {ours} | {mb} | {paper11} | {paper14} | {r['target']} "
+            f"| {r['status']} | {r['notes']} |"
+        )
+    return head + "\n".join(lines) + "\n"
+
+
+def _share(cpu_s: float, wall_s: float) -> str:
+    return "—" if math.isnan(wall_s) else f"{cpu_s / wall_s * 100:.0f}%"
+
+
+def render_phases(s: Settings, results: dict[str, PhaseResult]) -> str:
+    head = (
+        "| phase | records | seconds | rec/s | MB/s | client CPU s (% of wall) "
+        "| broker CPU s (% of wall) | options |\n|---|---:|---:|---:|---:|---:|---:|---|\n"
+    )
+    lines = []
+    for phase in PHASES:
+        r = results.get(phase)
+        if r is None:
+            continue
+        # CPU times come in 10 ms ticks: a share of a phase shorter than a second means little.
+        wall = r.seconds if r.seconds >= 1.0 else math.nan
+        opts = ", ".join(f"{k}={v}" for k, v in r.options.items())
+        if len(r.runs) > 1:
+            opts = f"last of {len(r.runs)} runs (the table above has the median); {opts}"
+        lines.append(
+            f"| {r.label} | {r.records:,} | {r.seconds:.2f} | {r.records_per_s:,.0f} "
+            f"| {r.mb_per_s(s.value_bytes):.1f} "
+            f"| {r.client_cpu_s:.1f} ({_share(r.client_cpu_s, wall)}) "
+            f"| {r.broker_cpu_s:.1f} ({_share(r.broker_cpu_s, wall)}) | {opts} |"
+        )
+    return head + "\n".join(lines) + "\n"
+
+
+def render_e2e(e2e: E2EResult) -> str:
+    lines = [
+        f"Sent {e2e.sent:,}, received {e2e.received:,} at {e2e.rate:,} msg/s "
+        f"(achieved {e2e.achieved_rate:,.0f}); producer {e2e.options}.",
+        f"Latency after the first {e2e.warmup:g} s: p50 {e2e.p50_ms:.2f} ms, "
+        f"p99 {e2e.p99_ms:.2f} ms, p99.9 {e2e.p999_ms:.2f} ms, max {e2e.max_ms:.2f} ms.",
+        "",
+        "| second | messages | p50 ms | p99 ms | max ms |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for b in e2e.per_second:
+        lines.append(
+            f"| {b['second']:.0f} | {b['count']:,} | {b['p50_ms']:.2f} | {b['p99_ms']:.2f} "
+            f"| {b['max_ms']:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot(
+    s: Settings,
+    rows: list[dict[str, Any]],
+    e2e: E2EResult | None,
+    prefix: Path,
+) -> tuple[list[str], str | None]:
+    """Write the PNGs; returns (paths, a note when plotting was skipped)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        return [], f"skipped the plots: matplotlib is not importable ({e})"
+    paths = []
+    thr = [r for r in rows if r["unit"] == "rec/s"]
+    fig, ax = plt.subplots(figsize=(10, 5.5))
+    ys = list(range(len(thr)))
+    h = 0.27
+    ours = [r["value"] or 0 for r in thr]
+    p11 = [r["paper_2011"] or 0 for r in thr]
+    p14 = [r["kafka_2014"] or 0 for r in thr]
+    series = (
+        (-h, ours, "raftlog (this machine)", "#1f77b4"),
+        (0.0, p11, "Kafka paper 2011 (200 B msgs)", "#ff7f0e"),
+        (h, p14, "Kafka 2014 benchmark (100 B records)", "#2ca02c"),
+    )
+    for dy, values, name, color in series:
+        ax.barh([y + dy for y in ys], values, h, label=name, color=color)
+        for y, v in zip(ys, values, strict=True):
+            if v:
+                ax.text(v, y + dy, f" {v:,.0f}", va="center", fontsize=7)
+    for r, y in zip(thr, ys, strict=True):
+        low = TARGETS[r["key"]][0]
+        ax.plot([low, low], [y - 0.45, y + 0.45], color="red", lw=1.2, ls="--")
+    ax.plot([], [], color="red", lw=1.2, ls="--", label="target")
+    ax.set_yticks(ys, [r["measurement"] for r in thr])
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    top = max([*ours, *p11, *p14, 1.0])
+    ax.set_xlim(left=1_000, right=top * 3)
+    ax.set_xlabel("records/s (log scale)")
+    ax.set_title(
+        f"raftlog vs the Kafka paper: {s.value_bytes}-byte messages, one producer / consumer"
+    )
+    fig.legend(loc="lower center", ncol=4, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    path = Path(f"{prefix}-throughput.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    paths.append(str(path))
+    if e2e is not None and e2e.per_second:
+        fig, ax = plt.subplots(figsize=(10, 4.5))
+        secs = [b["second"] for b in e2e.per_second]
+        ax.plot(secs, [b["p50_ms"] for b in e2e.per_second], marker="o", label="p50")
+        ax.plot(secs, [b["p99_ms"] for b in e2e.per_second], marker="s", label="p99")
+        ax.axhline(KAFKA_2014["e2e_p50_ms"], color="green", ls="--", label="Kafka 2014 median")
+        if e2e.warmup:
+            ax.axvspan(-0.5, e2e.warmup - 0.5, color="grey", alpha=0.15, label="warm-up")
+        ax.set_xlabel("second of the run (by send time)")
+        ax.set_ylabel("end-to-end latency, ms")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.set_title(f"End-to-end latency at {e2e.rate:,} msg/s (acks=1, linger_ms=0)")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = Path(f"{prefix}-latency.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(str(path))
+    return paths, None
+
+
+# -- machine facts ------------------------------------------------------------------------------
+
+
+def fs_of(path: str) -> str:
+    real, best, best_mount = os.path.realpath(path), "unknown", ""
+    try:
+        with open("/proc/self/mounts") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) < 3:
+                    continue
+                mount = parts[1].replace("\\040", " ")
+                inside = real == mount or real.startswith(mount.rstrip("/") + "/")
+                if inside and len(mount) >= len(best_mount):
+                    best, best_mount = f"{parts[2]} on {parts[0]} ({mount})", mount
+    except OSError:
+        pass
+    return best
+
+
+def default_base_dir() -> str:
+    if os.path.isdir("/var/tmp") and fs_of("/var/tmp").split()[0] not in MEMORY_FS:
+        return "/var/tmp"
+    path = REPO / ".bench-tmp"
+    path.mkdir(exist_ok=True)
+    return str(path)
+
+
+def _git(*args: str) -> str:
+    try:
+        out = subprocess.run(
+            ["git", *args], capture_output=True, text=True, timeout=10, cwd=REPO, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() if out.returncode == 0 else "unknown"
+
+
+def machine_facts(data_dir: str) -> dict[str, Any]:
+    cpu = "unknown"
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    commit = _git("rev-parse", "--short", "HEAD")
+    dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
+    return {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "kernel": platform.release(),
+        "load_average_at_start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        "data_dir": data_dir,
+        "data_fs": fs_of(data_dir),
+        "git_commit": commit + (" (uncommitted changes)" if dirty else ""),
+    }
+
+
+# -- main ---------------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> int:
+    s = settings_from(args, parser or build_parser())
+    command = shlex.join([Path(sys.executable).name, "-m", "bench.paper_bench", *sys.argv[1:]])
+    if getattr(args, "command_line", None):
+        command = args.command_line
+    base = args.data_dir or default_base_dir()
+    os.makedirs(base, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="raftlog-paper-", dir=base)
+    data_dir = os.path.join(work, "data")
+    facts = machine_facts(work)
+    progress = Progress()
+    progress.message(
+        f"paper bench: {', '.join(s.phases)}; {s.messages:,} messages of {s.value_bytes} B; "
+        f"data in {data_dir}"
+    )
+    results: dict[str, PhaseResult] = {}
+    e2e: E2EResult | None = None
+    brokers: list[BrokerProcess] = []
+
+    def broker(zero_copy: bool) -> BrokerProcess:
+        """The running broker in the wanted fetch mode (restarting it on the same data)."""
+        if brokers and brokers[-1].zero_copy == zero_copy:
+            return brokers[-1]
+        if brokers:
+            brokers[-1].stop()
+        b = BrokerProcess(data_dir, os.path.join(work, "broker.log"), zero_copy)
+        b.start()
+        progress.message(
+            f"broker pid {b.pid} ready on {b.bootstrap} "
+            f"({'sendfile' if zero_copy else 'buffered'} fetches)"
+        )
+        brokers.append(b)
+        return b
+
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    try:
+        for phase in PRODUCER_PHASES:
+            if phase in s.phases:
+                results[phase] = run_producer(phase, f"paper-{phase}", broker(False), s, progress)
+                if results[phase].error:
+                    progress.message(f"  {phase}: {results[phase].error}")
+        source = results.get(s.consume_from)
+        consumer_phases = [p for p in ("consumer", "sendfile") if p in s.phases]
+        if consumer_phases and source is not None:
+            n = source.records
+            for i in range(s.consumer_runs):
+                order = consumer_phases if i % 2 == 0 else consumer_phases[::-1]
+                for phase in order:
+                    b = broker(phase == "sendfile")
+                    r = run_consumer(phase, f"paper-{s.consume_from}", n, b, s, progress)
+                    prev = results.get(phase)
+                    r.runs = [*(prev.runs if prev else []), r.records_per_s]
+                    if prev is not None and (prev.error or not r.error):
+                        r.error = r.error or prev.error
+                    results[phase] = r
+        if "e2e" in s.phases:
+            e2e = run_e2e("paper-e2e", broker(False), s, progress, work)
+    finally:
+        for b in brokers:
+            b.stop()
+        if args.keep_data:
+            progress.message(f"kept the data in {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+    rows = build_rows(s, results, e2e)
+    table = render_table(rows)
+    out_dir = Path(args.results_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    prefix = out_dir / f"paper-{stamp}"
+    pngs: list[str] = []
+    plot_note = "plots skipped (--no-plots)"
+    if not args.no_plots:
+        pngs, plot_note_or_none = plot(s, rows, e2e, prefix)
+        plot_note = plot_note_or_none or ""
+    facts["load_average_at_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+    met = [r["measurement"] for r in rows if r["status"].startswith("met")]
+    missed = [r["measurement"] for r in rows if r["status"] == "missed"]
+    failed = [r["measurement"] for r in rows if r["status"] == "failed"]
+    md = [
+        f"# raftlog vs the Kafka paper ({facts['date']})",
+        "",
+        f"Command: `{command}`",
+        "",
+        *([f"Note: {args.note}", ""] if args.note else []),
+        "Machine: "
+        + ", ".join(f"{k}={v}" for k, v in facts.items() if k != "date")
+        + f", date={facts['date']}",
+        "",
+        table,
+        f"Targets met: {len(met)}"
+        + (f" ({'; '.join(met)})" if met else "")
+        + f". Missed: {len(missed)}"
+        + (f" ({'; '.join(missed)})" if missed else "")
+        + (f". FAILED: {'; '.join(failed)}" if failed else "")
+        + ".",
+        "",
+        "Kafka figures: the 2011 paper (Kreps, Narkhede, Rao: NetDB'11; 200-byte messages, the "
+        "producer did not wait for acknowledgements then) and the 2014 benchmark "
+        "(100-byte records, three machines). raftlog: one broker process and one client on this "
+        "machine, acks=1, 200-byte values. MB/s = 10^6 bytes of values per second.",
+        "",
+        "## Phases: where the time goes",
+        "",
+        render_phases(s, results),
+    ]
+    if "consumer" in results and "sendfile" in results:
+        buf, zc = results["consumer"], results["sendfile"]
+        rb = _median(buf.runs) if buf.runs else buf.records_per_s
+        rz = _median(zc.runs) if zc.runs else zc.records_per_s
+        faster = "buffered (pread + write)" if rb >= rz else "sendfile"
+        md += [
+            "## sendfile vs buffered fetches",
+            "",
+            f"buffered: {rb:,.0f} rec/s ({rb * s.value_bytes / MB:.1f} MB/s); "
+            f"sendfile: {rz:,.0f} rec/s ({rz * s.value_bytes / MB:.1f} MB/s); "
+            f"faster here: {faster} ({abs(rb - rz) / max(min(rb, rz), 1) * 100:.1f}% apart).",
+            "",
+        ]
+    if e2e is not None:
+        md += ["## End-to-end latency", "", render_e2e(e2e)]
+    if pngs:
+        md += ["## Plots", "", *(f"- {p}" for p in pngs), ""]
+    elif plot_note:
+        md += [plot_note, ""]
+    text = "\n".join(md)
+    md_path = Path(f"{prefix}.md")
+    md_path.write_text(text)
+    Path(f"{prefix}.json").write_text(
+        json.dumps(
+            {
+                "command": command,
+                "machine": facts,
+                "settings": asdict(s),
+                "rows": rows,
+                "phases": {
+                    k: {**asdict(v), "records_per_s": v.records_per_s} for k, v in results.items()
+                },
+                "e2e": asdict(e2e) if e2e is not None else None,
+                "plots": pngs,
+            },
+            indent=2,
+            default=str,
+        )
+    )
+    print(text)
+    print(f"wrote {md_path}, {prefix}.json" + "".join(f", {p}" for p in pngs))
+    if plot_note:
+        print(plot_note)
+    failed = [r for r in rows if r["status"] == "failed"]
+    return 1 if failed else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return run(args, parser)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
