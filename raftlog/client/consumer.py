@@ -140,6 +140,7 @@ class AsyncConsumer:
                 cfg.request_timeout_ms,
             )
         self._needs_rejoin = False
+        self._commit_tasks: set[asyncio.Task[None]] = set()
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._next_auto_commit = 0.0
 
@@ -524,6 +525,33 @@ class AsyncConsumer:
             offsets = {tp: o for tp, o in self._positions.items() if o is not None}
         await self._group.commit(offsets)
 
+    def commit_async(
+        self,
+        offsets: dict[TopicPartition, int] | None = None,
+        callback: Callable[[dict[TopicPartition, int], BaseException | None], Any] | None = None,
+    ) -> asyncio.Task[None]:
+        """Commit without waiting; `callback(offsets, error)` runs when the answer comes."""
+        if self._group is None:
+            raise InvalidConfigError("commit_async() needs a group_id")
+        if offsets is None:
+            offsets = {tp: o for tp, o in self._positions.items() if o is not None}
+        chosen = dict(offsets)
+
+        async def go() -> None:
+            error: BaseException | None = None
+            try:
+                await self.commit(chosen)
+            except RaftlogError as e:
+                error = e
+                log.info("asynchronous commit refused: %s", e)
+            if callback is not None:
+                callback(chosen, error)
+
+        task = asyncio.ensure_future(go())
+        self._commit_tasks.add(task)
+        task.add_done_callback(self._commit_tasks.discard)
+        return task
+
     async def committed(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """The group's committed offsets for these partitions (absent: none committed)."""
         if self._group is None:
@@ -532,6 +560,8 @@ class AsyncConsumer:
 
     async def close(self) -> None:
         """Commit (with auto-commit), leave the group (so it rebalances at once), close."""
+        if self._commit_tasks:
+            await asyncio.gather(*self._commit_tasks, return_exceptions=True)
         if self._heartbeat_task is not None:
             self._heartbeat_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -649,6 +679,18 @@ class Consumer:
 
     def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
         self._run(self._async.commit(offsets))
+
+    def commit_async(
+        self,
+        offsets: dict[TopicPartition, int] | None = None,
+        callback: Callable[[dict[TopicPartition, int], BaseException | None], Any] | None = None,
+    ) -> None:
+        """Commit without waiting; `callback(offsets, error)` runs on the consumer's thread."""
+
+        async def start() -> None:
+            self._async.commit_async(offsets, callback)
+
+        self._run(start())
 
     def committed(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         return self._run(self._async.committed(tps))  # type: ignore[no-any-return]

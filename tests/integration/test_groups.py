@@ -185,6 +185,10 @@ def test_stale_generation_commit_is_refused_and_reset_needs_an_empty_group(
     try:
         first.poll(2000)
         first.commit()  # current generation: accepted
+        answers: list[object] = []
+        first.commit_async(callback=lambda offsets, error: answers.append((offsets, error)))
+        wait_for(lambda: answers, 10, "the asynchronous commit's callback")
+        assert answers[0][1] is None and answers[0][0]  # type: ignore[index]
         second = Consumer(TOPIC, bootstrap_servers=broker.bootstrap, group_id="s", **opts)
         try:
             # `first` has not rejoined yet: its generation is stale now.
