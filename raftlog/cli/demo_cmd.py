@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
+import os
+import queue
 import random
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from typing import Any
+from typing import IO, Any
 
 from raftlog.client import Admin, Consumer, Producer
 from raftlog.topics import TopicPartition
@@ -52,7 +56,8 @@ def start_node(
     data_dir: str, extra: list[str] | None = None, nodes: int = 1
 ) -> tuple[subprocess.Popen[str], str]:
     """Start `raftlog dev` on free ports; returns (process, "host:port,...") once every node
-    is ready."""
+    is ready. The cluster runs in its own process group, so stop_node (or a failure here)
+    takes every node down with it."""
     cmd = [
         sys.executable,
         "-m",
@@ -68,29 +73,55 @@ def start_node(
         "WARNING",
         *(extra or []),
     ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True)
     assert proc.stdout is not None
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump(stream: IO[str]) -> None:
+        for line in stream:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, args=(proc.stdout,), daemon=True).start()
     deadline = time.monotonic() + READY_TIMEOUT_S
     ready: list[str] = []
-    while time.monotonic() < deadline and len(ready) < nodes:
-        line = proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"the cluster exited with status {proc.wait()} before it was ready")
-        if "ready on" in line:
-            ready.append(line.rsplit(" ", 1)[1].strip())
-    if len(ready) < nodes:
-        proc.kill()
-        raise RuntimeError(f"{len(ready)} of {nodes} nodes were ready after {READY_TIMEOUT_S} s")
+    try:
+        while len(ready) < nodes:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RuntimeError(
+                    f"{len(ready)} of {nodes} nodes were ready after {READY_TIMEOUT_S} s"
+                )
+            try:
+                line = lines.get(timeout=remaining)
+            except queue.Empty:
+                continue
+            if line is None:
+                raise RuntimeError(
+                    f"the cluster exited with status {proc.wait()} before it was ready"
+                )
+            if "ready on" in line:
+                ready.append(line.rsplit(" ", 1)[1].strip())
+    except BaseException:
+        _kill_group(proc)
+        raise
     return proc, ",".join(ready)
 
 
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
 def stop_node(proc: subprocess.Popen[str]) -> int:
+    """SIGTERM the cluster (a clean stop); SIGKILL its whole group if it hangs."""
     proc.send_signal(signal.SIGTERM)
     try:
         return proc.wait(30)
     except subprocess.TimeoutExpired:
-        proc.kill()
-        return proc.wait()
+        _kill_group(proc)
+        return proc.returncode
 
 
 def _demo(args: argparse.Namespace) -> int:

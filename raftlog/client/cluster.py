@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -27,6 +28,8 @@ from raftlog.metadata.model import BrokerInfo, TopicInfo
 from raftlog.topics import TopicPartition
 
 log = logging.getLogger(__name__)
+
+UNKNOWN_TOPIC_WAIT_S = 1.0
 
 
 def parse_bootstrap(servers: str | Sequence[str]) -> list[tuple[str, int]]:
@@ -150,19 +153,31 @@ class ClusterClient:
                 self.topics[t["name"]] = TopicInfo.from_wire(t)
         return body
 
-    async def topic(self, name: str, allow_auto_create: bool = False) -> TopicInfo:
-        """Topic metadata, fetched if not cached; UnknownTopicOrPartitionError if none."""
+    async def topic(
+        self, name: str, allow_auto_create: bool = False, wait_s: float = UNKNOWN_TOPIC_WAIT_S
+    ) -> TopicInfo:
+        """Topic metadata, fetched if not cached; UnknownTopicOrPartitionError if none.
+
+        An unknown topic is asked for again for up to `wait_s`: in a cluster, a topic created
+        a moment ago through another node may not have reached the broker asked yet (the
+        metadata reaches every node within a Raft round, tens of milliseconds).
+        """
         info = self.topics.get(name)
         if info is not None:
             return info
-        body = await self.refresh_metadata([name], allow_auto_create)
-        for t in body["topics"]:
-            if t["name"] == name and t["error"]:
-                raise error_from_code(t["error"], t["message"] or f"unknown topic {name!r}")
-        info = self.topics.get(name)
-        if info is None:
-            raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
-        return info
+        deadline = time.monotonic() + wait_s
+        while True:
+            body = await self.refresh_metadata([name], allow_auto_create)
+            info = self.topics.get(name)
+            if info is not None:
+                return info
+            error: RaftlogError = UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+            for t in body["topics"]:
+                if t["name"] == name and t["error"]:
+                    error = error_from_code(t["error"], t["message"] or str(error))
+            if not isinstance(error, UnknownTopicOrPartitionError) or time.monotonic() >= deadline:
+                raise error
+            await asyncio.sleep(0.05)
 
     def leader_for(self, tp: TopicPartition) -> int:
         info = self.topics.get(tp.topic)

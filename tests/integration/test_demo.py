@@ -2,9 +2,28 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
+
+
+def run_demo(data: Path) -> subprocess.CompletedProcess[str]:
+    """Run the demo in its own process group, so a timeout kills its cluster too."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "raftlog.cli", "demo", "--events", "3000", "--data-dir", str(data)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=180)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def test_demo_moves_every_event_through_a_three_node_cluster(tmp_path: Path) -> None:

@@ -97,11 +97,17 @@ async def handle_offset_commit(
     return Response({})
 
 
-def handle_offset_fetch(
+async def handle_offset_fetch(
     broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
 ) -> Response:
     parts = body.get("partitions")
-    found = _coordinator(broker, body).fetch_offsets(
+    coordinator = _coordinator(broker, body)
+    # A read barrier: a deposed leader may still think it leads for a moment, and its state
+    # may lack the latest commits or resets. A no-op committed through Raft first proves this
+    # node leads now and has applied everything before it, so a consumer never starts from
+    # an offset older than the group's last committed one.
+    await broker.metadata.quorum.propose("noop")
+    found = coordinator.fetch_offsets(
         body["group_id"], None if parts is None else [(t, p) for t, p in parts]
     )
     return Response({"offsets": [[t, p, o, m] for (t, p), (o, m) in sorted(found.items())]})

@@ -1,0 +1,308 @@
+"""A three-node raftlog cluster of real processes, each node started and killed on its own.
+
+Each node is a combined controller+broker run as `raftlog node --config DIR/node-<id>/node.toml`,
+the same configs `raftlog dev --nodes 3` writes (by the same function), so a test can kill -9 or
+restart one node while the others keep running. Every wait polls observable state
+(`Admin.describe_cluster()` asked of a live node, a ready line, a process status) with a
+deadline. Teardown stops every node (SIGTERM, SIGKILL after a deadline) and reports a node that
+died unexpectedly, did not exit 0 on SIGTERM, or logged a Python traceback.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from raftlog.cli.dev_cmd import write_node_config
+from raftlog.client import Admin
+from raftlog.errors import RaftlogError
+from raftlog.node import NodeConfig
+from tests.integration._support import (
+    HOST,
+    START_TIMEOUT_S,
+    BrokerProcess,
+    _child_env,
+    cli_command,
+    wait_for,
+)
+
+# Describe requests go to one node at a time; a killed node must not hold a poll for long.
+DESCRIBE_TIMEOUT_MS = 3000
+# describe_cluster polls cost each node a request; 50 ms keeps them cheap on 2 cores and still
+# resolves a failover time to well under a tenth of a second.
+POLL_INTERVAL_S = 0.05
+
+Describe = dict[str, Any]
+
+
+def free_ports(n: int) -> list[int]:
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind((HOST, 0))
+        socks.append(s)
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def write_cluster_configs(root: Path, n: int, session_timeout_ms: int) -> list[Path]:
+    """`raftlog dev --nodes n --port 0`'s configs: DIR/node-<id>/node.toml on free ports."""
+    ports = free_ports(2 * n)
+    client, raft = ports[:n], ports[n:]
+    voters = [f"{i + 1}@{HOST}:{raft[i]}" for i in range(n)]
+    paths = []
+    for i in range(n):
+        path = root / f"node-{i + 1}" / "node.toml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_node_config(
+            str(path),
+            {
+                "node_id": i + 1,
+                "roles": ["controller", "broker"],
+                "data_dir": str(path.parent),
+                "client_listener": f"{HOST}:{client[i]}",
+                "controller_voters": voters,
+                "broker_session_timeout_ms": session_timeout_ms,
+            },
+        )
+        paths.append(path)
+    return paths
+
+
+class NodeProcess(BrokerProcess):
+    """One `raftlog node --config PATH` process; restartable from the same config.
+
+    Reuses BrokerProcess's stop, kill9, health and log checks; only the command line and the
+    ready check differ (the client address is fixed by the config, and the ready line must name
+    this node and that address).
+    """
+
+    def __init__(self, config_path: Path, log_dir: Path):
+        self.config_path = config_path
+        self.config = NodeConfig.load(str(config_path))
+        super().__init__(Path(self.config.data_dir), log_dir)
+        host, _, port = self.config.client_listener.rpartition(":")
+        self.host, self.port = host, int(port)
+        self.node_id = self.config.node_id
+        self._out_path: Path | None = None
+
+    @property
+    def raft_address(self) -> str:
+        return self.config.voters[self.node_id]
+
+    def launch(self) -> None:
+        """Start the process; `wait_ready` waits for its ready line."""
+        assert self.proc is None or self.proc.poll() is not None, "node already running"
+        self.incarnation += 1
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        out_path = self.log_dir / f"node-{self.node_id}-{self.incarnation}.out"
+        err_path = self.log_dir / f"node-{self.node_id}-{self.incarnation}.err"
+        self.log_files.append(err_path)
+        self._out_path = out_path
+        cmd = cli_command("node", "--config", str(self.config_path))
+        with open(out_path, "ab") as out, open(err_path, "ab") as err:
+            self.proc = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=_child_env()
+            )
+
+    def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        proc, out_path = self.proc, self._out_path
+        assert proc is not None and out_path is not None
+        ready = re.compile(rb"raftlog broker (\d+) ready on (\S+):(\d+)")
+
+        def check() -> re.Match[bytes] | bool | None:
+            m = ready.search(out_path.read_bytes())
+            if m is None and proc.poll() is not None:
+                return True  # died before it was ready: reported below
+            return m
+
+        m = wait_for(check, timeout_s, f"node {self.node_id} ready line in {out_path}")
+        if not isinstance(m, re.Match):
+            raise AssertionError(
+                f"node {self.node_id} exited with status {proc.returncode} before it was "
+                f"ready:\n{self.log_tail()}"
+            )
+        got = (int(m.group(1)), m.group(2).decode(), int(m.group(3)))
+        assert got == (self.node_id, self.host, self.port), (
+            f"ready line {m.group(0)!r}, expected node {self.node_id} on {self.bootstrap}"
+        )
+        # The node writes its pid where `raftlog dev` users (and scripts) look for it.
+        pid = int((self.data_dir / "node.pid").read_text())
+        assert pid == proc.pid, f"node.pid says {pid}, the process is {proc.pid}"
+        self.expect_exit = False
+
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        self.launch()
+        self.wait_ready(timeout_s)
+
+
+class Cluster:
+    """Nodes 1..n of one cluster under `root`; `nodes[i]` is node i."""
+
+    def __init__(self, root: Path, n: int = 3, session_timeout_ms: int = 1500):
+        self.root = root
+        self.session_timeout_ms = session_timeout_ms
+        paths = write_cluster_configs(root / "data", n, session_timeout_ms)
+        self.nodes = {
+            i + 1: NodeProcess(path, root / "logs" / f"node-{i + 1}")
+            for i, path in enumerate(paths)
+        }
+
+    @property
+    def bootstrap(self) -> str:
+        """Every node's client address: what a client that survives any one failure uses."""
+        return ",".join(node.bootstrap for node in self.nodes.values())
+
+    def start(self, *node_ids: int) -> None:
+        """Start the given nodes (all if none) together: each waits for a quorum to form."""
+        ids = node_ids or tuple(self.nodes)
+        for i in ids:
+            self.nodes[i].launch()
+        for i in ids:
+            self.nodes[i].wait_ready()
+
+    def live(self) -> list[NodeProcess]:
+        return [n for n in self.nodes.values() if n.running()]
+
+    def kill9(self, *node_ids: int) -> None:
+        for i in node_ids:
+            self.nodes[i].kill9()
+
+    # -- observing the cluster ---------------------------------------------------------------
+
+    def describe(self, node_id: int) -> Describe:
+        """`describe_cluster()` as node `node_id` sees it (its own local metadata copy)."""
+        with Admin(self.nodes[node_id].bootstrap, request_timeout_ms=DESCRIBE_TIMEOUT_MS) as a:
+            d = a.describe_cluster()
+        assert d["node_id"] == node_id, d
+        return d
+
+    def _views(self, via: int | None = None) -> Iterator[Describe]:
+        for node in self.live() if via is None else [self.nodes[via]]:
+            try:
+                yield self.describe(node.node_id)
+            except RaftlogError:
+                continue  # a node between its kill and its process exit; asked again next poll
+
+    def wait_view(
+        self,
+        predicate: Callable[[Describe], bool],
+        timeout_s: float,
+        what: str,
+        via: int | None = None,
+    ) -> Describe:
+        """Poll the live nodes (or only node `via`) until one's view satisfies `predicate`;
+        return that view."""
+        last: list[Describe] = []
+
+        def check() -> Describe | None:
+            for d in self._views(via):
+                last[:] = [d]
+                if predicate(d):
+                    return d
+            return None
+
+        try:
+            return wait_for(check, timeout_s, what, interval_s=POLL_INTERVAL_S)
+        except AssertionError as e:
+            raise AssertionError(f"{e}; last view: {last[0] if last else None}") from None
+
+    def wait_every_view(
+        self, predicate: Callable[[Describe], bool], timeout_s: float, what: str
+    ) -> list[Describe]:
+        """Poll until every live node's own view satisfies `predicate` (followers may lag)."""
+        last: list[Describe] = []
+
+        def check() -> list[Describe] | None:
+            views = list(self._views())
+            last[:] = views
+            ok = len(views) == len(self.live()) and all(predicate(d) for d in views)
+            return views if ok else None
+
+        try:
+            return wait_for(check, timeout_s, what, interval_s=POLL_INTERVAL_S)
+        except AssertionError as e:
+            raise AssertionError(f"{e}; last views: {last}") from None
+
+    def wait_controller(self, timeout_s: float, exclude: int | None = None) -> int:
+        """The node every live node names as controller, once it says it leads; polls."""
+
+        def agreed() -> int | None:
+            views = list(self._views())
+            if len(views) != len(self.live()) or not views:
+                return None
+            ids = {d["controller_id"] for d in views}
+            if len(ids) != 1:
+                return None
+            cid = ids.pop()
+            if cid < 0 or cid == exclude:
+                return None
+            leader_view = next((d for d in views if d["node_id"] == cid), None)
+            if leader_view is None or not leader_view["quorum"]["this_node_leads"]:
+                return None
+            return int(cid)
+
+        return wait_for(
+            agreed,
+            timeout_s,
+            f"one controller all live nodes agree on (not {exclude})",
+            interval_s=POLL_INTERVAL_S,
+        )
+
+    def wait_brokers_settled(self, timeout_s: float) -> Describe:
+        """All n brokers registered and unfenced, as the controller sees it."""
+        n = len(self.nodes)
+
+        def settled(d: Describe) -> bool:
+            return (
+                d["quorum"]["this_node_leads"]
+                and len(d["brokers"]) == n
+                and not any(b[5] for b in d["brokers"])
+            )
+
+        return self.wait_view(settled, timeout_s, f"{n} registered, unfenced brokers")
+
+    # -- teardown ----------------------------------------------------------------------------
+
+    def shutdown_and_check(self) -> list[str]:
+        """Stop every running node (SIGTERM, all at once, then wait) and list the problems."""
+        problems: list[str] = []
+        for node in self.nodes.values():
+            problems.extend(node.unexpected_exits)
+            if node.proc is not None and not node.expect_exit and node.proc.poll() is not None:
+                problems.append(
+                    f"node {node.node_id} died unexpectedly with status {node.proc.returncode}"
+                )
+                node.expect_exit = True
+        running = [n for n in self.nodes.values() if n.running()]
+        # Signal all first: a node waiting for its peers to stop must not serialise the others.
+        for node in running:
+            node.expect_exit = True
+            assert node.proc is not None
+            node.proc.terminate()
+        deadline = time.monotonic() + 20
+        for node in running:
+            assert node.proc is not None
+            try:
+                rc = node.proc.wait(max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                node.proc.kill()
+                node.proc.wait()
+                problems.append(f"node {node.node_id} did not exit within 20 s of SIGTERM")
+                continue
+            if rc != 0:
+                problems.append(f"node {node.node_id} exited with status {rc} on SIGTERM")
+        for node in self.nodes.values():
+            problems.extend(
+                f"node {node.node_id} logged a traceback in {tb}" for tb in node.tracebacks()
+            )
+        if problems:
+            problems.extend(node.log_tail() for node in self.nodes.values())
+        return problems
