@@ -66,7 +66,6 @@ import datetime
 import json
 import math
 import os
-import platform
 import re
 import shlex
 import shutil
@@ -84,6 +83,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.common import REPO, default_base_dir, machine_facts
 from raftlog.cli.dev_cmd import write_node_config
 from raftlog.client.admin import AsyncAdmin
 from raftlog.client.cluster import ClusterClient
@@ -91,12 +91,10 @@ from raftlog.client.group import GroupMembership
 from raftlog.errors import RaftlogError
 from raftlog.topics import TopicPartition
 
-REPO = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
 NODES = 3
 PHASES = ("topics", "commits", "rebalance", "failover")
 READY_RE = re.compile(r"raftlog broker (\d+) ready on (\S+)")
-MEMORY_FS = {"tmpfs", "ramfs", "overlay"}
 
 COMMITS_TARGET = 5_000.0
 FAILOVER_TARGET_S = 1.5
@@ -1285,62 +1283,6 @@ def plot(results: dict[str, Any], path: Path) -> tuple[list[str], str | None]:
 
 
 # -- machine facts ------------------------------------------------------------------------------
-
-
-def fs_of(path: str) -> str:
-    real, best, best_mount = os.path.realpath(path), "unknown", ""
-    with contextlib.suppress(OSError), open("/proc/self/mounts") as f:
-        for line in f:
-            parts = line.split()
-            if len(parts) < 3:
-                continue
-            mount = parts[1].replace("\\040", " ")
-            if (real == mount or real.startswith(mount.rstrip("/") + "/")) and len(mount) >= len(
-                best_mount
-            ):
-                best, best_mount = f"{parts[2]} on {parts[0]} ({mount})", mount
-    return best
-
-
-def default_base_dir() -> str:
-    if os.path.isdir("/var/tmp") and fs_of("/var/tmp").split()[0] not in MEMORY_FS:
-        return "/var/tmp"
-    return tempfile.gettempdir()
-
-
-def _git(*args: str) -> str:
-    try:
-        out = subprocess.run(
-            ["git", *args], capture_output=True, text=True, timeout=10, cwd=REPO, check=False
-        )
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return out.stdout.strip() if out.returncode == 0 else "unknown"
-
-
-def machine_facts(data_dir: str) -> dict[str, Any]:
-    cpu = "unknown"
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    commit = _git("rev-parse", "--short", "HEAD")
-    dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
-    return {
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
-        "nproc": os.cpu_count(),
-        "cpu": cpu,
-        "python": f"{platform.python_implementation()} {platform.python_version()}",
-        "kernel": platform.release(),
-        "load_average_at_start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
-        "data_dir": data_dir,
-        "data_fs": fs_of(data_dir),
-        "git_commit": commit + (" (uncommitted changes)" if dirty else ""),
-    }
-
-
-# -- main ---------------------------------------------------------------------------------------
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -64,7 +64,6 @@ import datetime
 import json
 import math
 import os
-import platform
 import queue
 import re
 import select
@@ -83,11 +82,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.common import REPO, default_base_dir, machine_facts
 from raftlog.records import HEADER_SIZE, RECORD_MIN_SIZE
 
-REPO = Path(__file__).resolve().parents[1]
 DEFAULT_RESULTS_DIR = REPO / "bench" / "results"
-MEMORY_FS = {"tmpfs", "ramfs", "devtmpfs", "hugetlbfs"}
 MB = 1e6
 KIB = 1024
 # Bytes one record takes in a batch: its entry in the length table plus its body (null key,
@@ -1023,66 +1021,6 @@ def plot(
 
 
 # -- machine facts ------------------------------------------------------------------------------
-
-
-def fs_of(path: str) -> str:
-    real, best, best_mount = os.path.realpath(path), "unknown", ""
-    try:
-        with open("/proc/self/mounts") as f:
-            for line in f:
-                parts = line.split()
-                if len(parts) < 3:
-                    continue
-                mount = parts[1].replace("\\040", " ")
-                inside = real == mount or real.startswith(mount.rstrip("/") + "/")
-                if inside and len(mount) >= len(best_mount):
-                    best, best_mount = f"{parts[2]} on {parts[0]} ({mount})", mount
-    except OSError:
-        pass
-    return best
-
-
-def default_base_dir() -> str:
-    if os.path.isdir("/var/tmp") and fs_of("/var/tmp").split()[0] not in MEMORY_FS:
-        return "/var/tmp"
-    path = REPO / ".bench-tmp"
-    path.mkdir(exist_ok=True)
-    return str(path)
-
-
-def _git(*args: str) -> str:
-    try:
-        out = subprocess.run(
-            ["git", *args], capture_output=True, text=True, timeout=10, cwd=REPO, check=False
-        )
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return out.stdout.strip() if out.returncode == 0 else "unknown"
-
-
-def machine_facts(data_dir: str) -> dict[str, Any]:
-    cpu = "unknown"
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    commit = _git("rev-parse", "--short", "HEAD")
-    dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
-    return {
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
-        "nproc": os.cpu_count(),
-        "cpu": cpu,
-        "python": f"{platform.python_implementation()} {platform.python_version()}",
-        "kernel": platform.release(),
-        "load_average_at_start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
-        "data_dir": data_dir,
-        "data_fs": fs_of(data_dir),
-        "git_commit": commit + (" (uncommitted changes)" if dirty else ""),
-    }
-
-
-# -- main ---------------------------------------------------------------------------------------
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> int:

@@ -49,6 +49,17 @@ PRODUCER_ID_BLOCK = 1000
 Result = tuple[Any, ...]
 
 
+def _new_group(group_id: str) -> dict[str, Any]:
+    return {
+        "group_id": group_id,
+        "generation": 0,
+        "protocol": None,
+        "members": {},
+        "assignment": {},
+        "next_member": 0,
+    }
+
+
 def _ok(value: Any = None) -> Result:
     return ("ok", value)
 
@@ -339,14 +350,7 @@ class MetadataState:
             raise InvalidRequestError("a member must offer at least one assignor")
         group = self.groups.get(group_id)
         if group is None:
-            group = self.groups[group_id] = {
-                "group_id": group_id,
-                "generation": 0,
-                "protocol": None,
-                "members": {},
-                "assignment": {},
-                "next_member": 0,
-            }
+            group = self.groups[group_id] = _new_group(group_id)
         members = group["members"]
         if instance_id is not None:
             # Static membership: the same instance keeps its member id across restarts.
@@ -475,14 +479,7 @@ class MetadataState:
         for topic, partition, offset, metadata in offsets:
             store[f"{topic}:{partition}"] = [offset, metadata, now_ms]
         if group_id not in self.groups:
-            self.groups[group_id] = {
-                "group_id": group_id,
-                "generation": 0,
-                "protocol": None,
-                "members": {},
-                "assignment": {},
-                "next_member": 0,
-            }
+            self.groups[group_id] = _new_group(group_id)
         return _ok(len(offsets))
 
     def _cmd_commit_batch(self, commits: list[dict[str, Any]]) -> Result:
@@ -510,14 +507,7 @@ class MetadataState:
         for topic, partition, offset in offsets:
             store[f"{topic}:{partition}"] = [offset, "reset", now_ms]
         if group is None:
-            self.groups[group_id] = {
-                "group_id": group_id,
-                "generation": 0,
-                "protocol": None,
-                "members": {},
-                "assignment": {},
-                "next_member": 0,
-            }
+            self.groups[group_id] = _new_group(group_id)
         return _ok(len(offsets))
 
     def _cmd_delete_group(self, group_id: str) -> Result:
