@@ -9,6 +9,7 @@ leader changes without user code.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 import time
@@ -24,7 +25,7 @@ from raftlog.errors import (
     UnknownTopicOrPartitionError,
     error_from_code,
 )
-from raftlog.metadata.model import BrokerInfo, TopicInfo
+from raftlog.metadata.model import BrokerInfo, PartitionInfo, TopicInfo
 from raftlog.topics import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,8 @@ class ClusterClient:
         self._conns: dict[int | tuple[str, int], BrokerConnection] = {}
         self._connecting: dict[int | tuple[str, int], asyncio.Future[BrokerConnection]] = {}
         self._metadata_lock: asyncio.Lock | None = None
+        # (topic id, partition) -> the newest partition state seen (survives invalidate()).
+        self._partitions_seen: dict[tuple[str, int], PartitionInfo] = {}
 
     # -- connections ---------------------------------------------------------------------------
 
@@ -150,8 +153,22 @@ class ClusterClient:
             if t["error"]:
                 self.topics.pop(t["name"], None)
             else:
-                self.topics[t["name"]] = TopicInfo.from_wire(t)
+                self.topics[t["name"]] = self._newest(TopicInfo.from_wire(t))
         return body
+
+    def _newest(self, info: TopicInfo) -> TopicInfo:
+        """Keep, per partition, the state with the highest leader epoch seen so far: a broker
+        whose metadata lags must not send the client back to a deposed leader (Kafka ignores
+        metadata with an older leader epoch the same way)."""
+        parts = []
+        for p in info.partitions:
+            key = (info.topic_id, p.partition)
+            seen = self._partitions_seen.get(key)
+            if seen is not None and seen.leader_epoch > p.leader_epoch:
+                p = seen
+            self._partitions_seen[key] = p
+            parts.append(p)
+        return dataclasses.replace(info, partitions=tuple(parts))
 
     async def topic(
         self, name: str, allow_auto_create: bool = False, wait_s: float = UNKNOWN_TOPIC_WAIT_S

@@ -148,3 +148,16 @@ def test_batches_never_outgrow_batch_size() -> None:
     acc = _acc(batch_size=100)
     acc.append(TP0, None, b"y" * 500, 1, (), now=0.0)  # alone, it may exceed batch_size
     assert [len(b.builder) for b in acc.queues[TP0]] == [1]
+
+
+def test_client_metadata_never_goes_back_to_an_older_leader_epoch() -> None:
+    from raftlog.client.cluster import ClusterClient
+    from raftlog.metadata.model import PartitionInfo, TopicInfo
+
+    c = ClusterClient("127.0.0.1:1")
+    newer = TopicInfo("t", "id", (PartitionInfo(0, 2, 5, (1, 2), (2,)),))
+    older = TopicInfo("t", "id", (PartitionInfo(0, 1, 4, (1, 2), (1, 2)),))
+    assert c._newest(newer).partitions[0].leader == 2
+    assert c._newest(older).partitions[0].leader == 2  # a lagging broker's answer is ignored
+    recreated = TopicInfo("t", "other-id", (PartitionInfo(0, 1, 0, (1,), (1,)),))
+    assert c._newest(recreated).partitions[0].leader == 1  # a new topic id starts afresh
