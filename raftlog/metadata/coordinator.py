@@ -103,6 +103,8 @@ class CoordinatorConfig:
     commit_batch_max: int = 500
     # 2 ms: long enough to gather the commits of one burst, short next to a Raft round trip.
     commit_linger_ms: int = 2
+    # Batches in Raft at once (see GroupCoordinator._flush).
+    commit_batches_in_flight: int = 4
     # Ten full batches may wait; past that, callers wait for room (backpressure).
     commit_pending_max: int = 5_000
     # A sweep every 100 ms expires a member at most 0.1 s after its session timeout.
@@ -115,6 +117,10 @@ class CoordinatorConfig:
     def __post_init__(self) -> None:
         if self.commit_batch_max < 1:
             raise InvalidConfigError(f"commit_batch_max must be >= 1, got {self.commit_batch_max}")
+        if self.commit_batches_in_flight < 1:
+            raise InvalidConfigError(
+                f"commit_batches_in_flight must be >= 1, got {self.commit_batches_in_flight}"
+            )
         if self.commit_linger_ms < 0:
             raise InvalidConfigError(f"commit_linger_ms must be >= 0, got {self.commit_linger_ms}")
         if self.commit_pending_max < self.commit_batch_max:
@@ -183,6 +189,7 @@ class GroupCoordinator:
         self._pending: list[_PendingCommit] = []
         self._pending_room = asyncio.Semaphore(self.config.commit_pending_max)
         self._batch_full = asyncio.Event()
+        self._more_pending = asyncio.Event()
         # The task that lingers, then proposes batches until none is waiting; None when idle.
         self._flush_task: asyncio.Task[None] | None = None
 
@@ -467,19 +474,41 @@ class GroupCoordinator:
         )
         if len(self._pending) >= self.config.commit_batch_max:
             self._batch_full.set()
+        self._more_pending.set()
         if self._flush_task is None:
             self._flush_task = asyncio.create_task(self._flush(), name="raftlog-commit-flush")
         await future
 
     async def _flush(self) -> None:
-        """Linger once, then propose batches until no commit is waiting."""
+        """Linger, then propose batches until no commit is waiting, with up to
+        `commit_batches_in_flight` batches in Raft at once: a Raft round costs ~20 ms
+        whatever the batch size, so a commit arriving while one batch is in flight should
+        not wait for it to finish. Per-member order holds: this node submits batches in
+        order and Raft applies them in that order."""
+        in_flight: set[asyncio.Task[None]] = set()
         try:
             await self._linger()
-            while self._pending:
-                batch = self._take_batch()
-                if batch:
-                    await self._propose_batch(batch)
+            while self._pending or in_flight:
+                if self._pending and len(in_flight) < self.config.commit_batches_in_flight:
+                    batch = self._take_batch()
+                    if batch:
+                        task = asyncio.create_task(self._propose_batch(batch))
+                        in_flight.add(task)
+                        task.add_done_callback(in_flight.discard)
+                    continue
+                self._more_pending.clear()
+                waiter = asyncio.ensure_future(self._more_pending.wait())
+                try:
+                    await asyncio.wait([*in_flight, waiter], return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    waiter.cancel()
+                if self._pending and len(in_flight) < self.config.commit_batches_in_flight:
+                    await self._linger()  # gather the commits arriving together
         finally:
+            for task in in_flight:
+                task.cancel()
+            if in_flight:
+                await asyncio.gather(*in_flight, return_exceptions=True)
             if self._flush_task is asyncio.current_task():
                 self._flush_task = None
 
