@@ -682,3 +682,20 @@ def test_restart_after_kill9_gets_strictly_larger_epoch(cluster: Cluster) -> Non
         d = cluster.describe(controller)
         assert brokers(d)[victim] == after[victim], brokers(d)
         time.sleep(0.05)
+
+
+def test_deleting_a_topic_removes_its_data_on_every_broker(cluster: Cluster) -> None:
+    create_topic(cluster, "doomed", partitions=6, replication_factor=2)
+    with Producer(bootstrap_servers=cluster.bootstrap, linger_ms=2) as producer:
+        for i in range(60):
+            producer.send("doomed", b"%d" % i)
+        producer.flush(30)
+
+    def dirs() -> list[Path]:
+        return [d for n in cluster.nodes.values() for d in (n.data_dir / "logs").glob("doomed-*")]
+
+    assert len(dirs()) == 12  # 6 partitions x 2 replicas, spread over the three brokers
+    assert {d.parent.parent for d in dirs()} == {n.data_dir for n in cluster.nodes.values()}
+    with Admin(cluster.bootstrap) as admin:
+        admin.delete_topics(["doomed"])
+    wait_for(lambda: not dirs(), SETTLE_DEADLINE_S, "every replica directory deleted")
