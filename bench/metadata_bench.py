@@ -70,7 +70,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -84,7 +83,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import REPO, default_base_dir, machine_facts
-from raftlog.cli.dev_cmd import write_node_config
+from raftlog.cli.dev_cmd import free_ports, write_node_config
 from raftlog.client.admin import AsyncAdmin
 from raftlog.client.cluster import ClusterClient
 from raftlog.client.group import GroupMembership
@@ -156,18 +155,6 @@ def progress(message: str) -> None:
 
 
 # -- the local cluster --------------------------------------------------------------------------
-
-
-def free_ports(n: int) -> list[int]:
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind((HOST, 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def cpu_seconds(pid: int) -> float | None:
@@ -263,7 +250,7 @@ class LocalCluster:
         self.data_dir = data_dir
         self.log_level = log_level
         self.session_timeout_ms = session_timeout_ms
-        ports = free_ports(2 * NODES)
+        ports = free_ports(2 * NODES, HOST)
         client, raft = ports[:NODES], ports[NODES:]
         voters = [f"{i + 1}@{HOST}:{raft[i]}" for i in range(NODES)]
         self.nodes: dict[int, NodeProcess] = {}

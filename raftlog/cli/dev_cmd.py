@@ -63,7 +63,8 @@ def register(sub: Any) -> None:
     n.set_defaults(func=_node)
 
 
-def _free_ports(n: int, host: str) -> list[int]:
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """n ports free right now (bound then released: another process may still take one)."""
     socks = []
     for _ in range(n):
         s = socket.socket()
@@ -125,7 +126,7 @@ def _dev(args: argparse.Namespace) -> int:
             with open(address_file) as f:
                 raft_address = f.read().strip()
         else:
-            raft_address = f"{args.host}:{_free_ports(1, args.host)[0]}"
+            raft_address = f"{args.host}:{free_ports(1, args.host)[0]}"
             with open(address_file, "w") as f:
                 f.write(raft_address + "\n")
         config = NodeConfig(
@@ -146,7 +147,7 @@ def _run_cluster(args: argparse.Namespace) -> int:
     paths = [os.path.join(args.data_dir, f"node-{i}", "node.toml") for i in range(1, n + 1)]
     if not all(os.path.exists(p) for p in paths):
         if args.port == 0:
-            ports = _free_ports(2 * n, args.host)
+            ports = free_ports(2 * n, args.host)
             client, raft = ports[:n], ports[n:]
         else:
             client = [args.port + i for i in range(n)]

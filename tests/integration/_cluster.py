@@ -11,14 +11,13 @@ died unexpectedly, did not exit 0 on SIGTERM, or logged a Python traceback.
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from raftlog.cli.dev_cmd import write_node_config
+from raftlog.cli.dev_cmd import free_ports, write_node_config
 from raftlog.client import Admin
 from raftlog.errors import RaftlogError
 from raftlog.node import NodeConfig
@@ -40,21 +39,9 @@ POLL_INTERVAL_S = 0.05
 Describe = dict[str, Any]
 
 
-def free_ports(n: int) -> list[int]:
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind((HOST, 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def write_cluster_configs(root: Path, n: int, session_timeout_ms: int) -> list[Path]:
     """`raftlog dev --nodes n --port 0`'s configs: DIR/node-<id>/node.toml on free ports."""
-    ports = free_ports(2 * n)
+    ports = free_ports(2 * n, HOST)
     client, raft = ports[:n], ports[n:]
     voters = [f"{i + 1}@{HOST}:{raft[i]}" for i in range(n)]
     paths = []
