@@ -21,6 +21,7 @@ from raftlog.client.connection import BrokerConnection, ResponseT
 from raftlog.errors import (
     BrokerNotAvailableError,
     InvalidConfigError,
+    NotLeaderOrFollowerError,
     RaftlogError,
     UnknownTopicOrPartitionError,
     error_from_code,
@@ -70,6 +71,7 @@ class ClusterClient:
         self._conns: dict[int | tuple[str, int], BrokerConnection] = {}
         self._connecting: dict[int | tuple[str, int], asyncio.Future[BrokerConnection]] = {}
         self._metadata_lock: asyncio.Lock | None = None
+        self._sticky: int | tuple[str, int] | None = None
         # (topic id, partition) -> the newest partition state seen (survives invalidate()).
         self._partitions_seen: dict[tuple[str, int], PartitionInfo] = {}
 
@@ -105,7 +107,13 @@ class ClusterClient:
         return await self._connect(node_id, broker.host, broker.port)
 
     async def any_connection(self) -> BrokerConnection:
-        """A connection to some broker: a known one, else a bootstrap server."""
+        """A connection to some broker: the one used last if it is still open (so that one
+        client reads its own writes: the broker that proposed a change has applied it), else
+        a known broker, else a bootstrap server."""
+        if self._sticky is not None:
+            conn = self._conns.get(self._sticky)
+            if conn is not None and not conn.closed:
+                return conn
         candidates: list[tuple[int | tuple[str, int], str, int]] = [
             (b.node_id, b.host, b.port) for b in self.brokers.values()
         ]
@@ -114,9 +122,12 @@ class ClusterClient:
         errors = []
         for key, host, port in candidates:
             try:
-                return await self._connect(key, host, port)
+                conn = await self._connect(key, host, port)
             except BrokerNotAvailableError as e:
                 errors.append(str(e))
+                continue
+            self._sticky = key
+            return conn
         raise BrokerNotAvailableError("no broker reachable: " + "; ".join(dict.fromkeys(errors)))
 
     async def request(
@@ -211,6 +222,21 @@ class ClusterClient:
         """{tp: -2 earliest | -1 latest | timestamp ms} -> {tp: (offset, timestamp)}.
 
         An offset of -1 means no record has a timestamp that late."""
+        deadline = time.monotonic() + UNKNOWN_TOPIC_WAIT_S
+        while True:
+            try:
+                return await self._list_offsets_once(specs)
+            except (UnknownTopicOrPartitionError, NotLeaderOrFollowerError):
+                # A leader that has not applied a just-created topic yet, or a leader that
+                # moved: refresh and ask again, briefly.
+                if time.monotonic() >= deadline:
+                    raise
+                self.invalidate()
+                await asyncio.sleep(0.05)
+
+    async def _list_offsets_once(
+        self, specs: dict[TopicPartition, int]
+    ) -> dict[TopicPartition, tuple[int, int]]:
         out: dict[TopicPartition, tuple[int, int]] = {}
         by_node: dict[int, dict[str, list[list[int]]]] = {}
         for tp, ts in specs.items():
