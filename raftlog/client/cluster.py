@@ -106,6 +106,11 @@ class ClusterClient:
             raise BrokerNotAvailableError(f"broker {node_id} is not in the cluster metadata")
         return await self._connect(node_id, broker.host, broker.port)
 
+    def ready_connection(self, node_id: int) -> BrokerConnection | None:
+        """The open connection to a broker, if there is one (no connecting, no waiting)."""
+        conn = self._conns.get(node_id)
+        return conn if conn is not None and not conn.closed else None
+
     async def any_connection(self) -> BrokerConnection:
         """A connection to some broker: the one used last if it is still open (so that one
         client reads its own writes: the broker that proposed a change has applied it), else
@@ -159,7 +164,7 @@ class ClusterClient:
         self.brokers = {b.node_id: b for b in (BrokerInfo.from_wire(w) for w in body["brokers"])}
         self.controller_id = body["controller_id"]
         if topics is None:
-            self.topics = {}
+            self.topics.clear()  # in place: producers hold a reference to this dict
         for t in body["topics"]:
             if t["error"]:
                 self.topics.pop(t["name"], None)

@@ -3,22 +3,38 @@
 Rules: every request has a deadline (`request_timeout_ms`); a broken connection fails every
 pending request with BrokerNotAvailableError (retriable) and is never reused; a response-level
 error body ({"error": code, "message": ...}) becomes the matching RaftlogError.
+
+Two ways to wait for a response: `request` (await a future) for the occasional call, and
+`queue_request` + `flush` for the producer's hot path: the response runs a callback straight
+from `data_received` (no task, no future, no timer per request), the requests queued in one
+sender pass leave in one write, and one timer per connection enforces the deadlines (requests
+on a connection are answered in order, so only the oldest one's deadline needs watching).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import logging
-from collections.abc import Sequence
+import socket
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from raftlog import protocol
-from raftlog.errors import BrokerNotAvailableError, RaftlogTimeoutError, error_from_code
+from raftlog.errors import (
+    BrokerNotAvailableError,
+    RaftlogError,
+    RaftlogTimeoutError,
+    error_from_code,
+)
 
 log = logging.getLogger(__name__)
 
 ResponseT = tuple[dict[str, Any], memoryview]
+# Called with (body, payload, None) or (None, None, error) when a queued request ends.
+ResponseCallback = Callable[[dict[str, Any] | None, memoryview | None, RaftlogError | None], None]
 
 
 class BrokerConnection(asyncio.Protocol):
@@ -26,11 +42,18 @@ class BrokerConnection(asyncio.Protocol):
         self.host, self.port, self.client_id = host, port, client_id
         self.transport: asyncio.Transport | None = None
         self._decoder = protocol.FrameDecoder(1 << 31)
-        self._pending: dict[int, asyncio.Future[ResponseT]] = {}
+        self._pending: dict[int, asyncio.Future[ResponseT] | ResponseCallback] = {}
         self._ids = itertools.count(1)
         self._closed: Exception | None = None
         self._drained = asyncio.Event()
         self._drained.set()
+        # Queued requests not yet written, and (deadline, correlation id, api key) of
+        # callback requests in the order they were sent.
+        self._out: list[bytes | memoryview] = []
+        self._deadlines: collections.deque[tuple[float, int, int]] = collections.deque()
+        self._timer: asyncio.TimerHandle | None = None
+        # Called when the transport's write buffer drains after pause_writing().
+        self.on_writable: Callable[[], None] | None = None
 
     @classmethod
     async def connect(
@@ -60,8 +83,6 @@ class BrokerConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
-        import socket
-
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -78,6 +99,13 @@ class BrokerConnection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._drained.set()
+        if self.on_writable is not None:
+            self.on_writable()
+
+    @property
+    def writable(self) -> bool:
+        """Open, and its write buffer below the transport's high-water mark."""
+        return self._closed is None and self._drained.is_set()
 
     def data_received(self, data: bytes) -> None:
         self._decoder.feed(data)
@@ -96,13 +124,21 @@ class BrokerConnection(asyncio.Protocol):
                 if self.transport is not None:
                     self.transport.abort()
                 return
-            fut = self._pending.pop(corr, None)
-            if fut is None or fut.done():
+            waiter = self._pending.pop(corr, None)
+            if waiter is None:
                 continue  # a request that timed out on our side
-            if body.get("error"):
-                fut.set_exception(error_from_code(body["error"], body.get("message") or ""))
+            error = body.get("error")
+            if isinstance(waiter, asyncio.Future):
+                if waiter.done():
+                    continue
+                if error:
+                    waiter.set_exception(error_from_code(error, body.get("message") or ""))
+                else:
+                    waiter.set_result((body, frame[1]))
+            elif error:
+                waiter(None, None, error_from_code(error, body.get("message") or ""))
             else:
-                fut.set_result((body, frame[1]))
+                waiter(body, frame[1], None)
 
     # -- requests ------------------------------------------------------------------------------
 
@@ -128,6 +164,59 @@ class BrokerConnection(asyncio.Protocol):
         )
         return fut
 
+    def queue_request(
+        self,
+        api_key: int,
+        body: dict[str, Any],
+        payload: Sequence[bytes | memoryview],
+        callback: ResponseCallback | None,
+        timeout_s: float,
+    ) -> None:
+        """Queue a request for the next `flush`; `callback` gets its outcome (None: no response
+        is expected, as for acks=0)."""
+        if self._closed is not None:
+            raise BrokerNotAvailableError(str(self._closed))
+        corr = next(self._ids)
+        if callback is not None:
+            self._pending[corr] = callback
+            self._deadlines.append((time.monotonic() + timeout_s, corr, api_key))
+            if self._timer is None:
+                self._arm_timer()
+        self._out += protocol.encode_request(api_key, 0, corr, self.client_id, body, payload)
+
+    def flush(self) -> None:
+        """Write every queued request (one write for all of them)."""
+        if self._out and self.transport is not None and self._closed is None:
+            out, self._out = self._out, []
+            self.transport.writelines(out)
+
+    def _arm_timer(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_at(
+            loop.time() + max(self._deadlines[0][0] - time.monotonic(), 0) + 0.001,
+            self._check_deadlines,
+        )
+
+    def _check_deadlines(self) -> None:
+        self._timer = None
+        now = time.monotonic()
+        deadlines = self._deadlines
+        while deadlines and (deadlines[0][1] not in self._pending or deadlines[0][0] <= now):
+            deadline, corr, api_key = deadlines.popleft()
+            waiter = self._pending.get(corr)
+            if deadline <= now and waiter is not None and not isinstance(waiter, asyncio.Future):
+                del self._pending[corr]
+                waiter(
+                    None,
+                    None,
+                    RaftlogTimeoutError(
+                        f"{protocol.ApiKey(api_key).name} request to {self.host}:{self.port} "
+                        "got no response in time"
+                    ),
+                )
+        if deadlines and self._closed is None:
+            self._arm_timer()
+
     async def request(
         self,
         api_key: int,
@@ -148,14 +237,23 @@ class BrokerConnection(asyncio.Protocol):
     async def wait_writable(self) -> None:
         await self._drained.wait()
 
-    def _fail_all(self, error: Exception) -> None:
+    def _fail_all(self, error: RaftlogError) -> None:
         if self._closed is None:
             self._closed = error
         pending, self._pending = self._pending, {}
-        for fut in pending.values():
-            if not fut.done():
-                fut.set_exception(error)
+        self._deadlines.clear()
+        self._out = []
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for waiter in pending.values():
+            if not isinstance(waiter, asyncio.Future):
+                waiter(None, None, error)
+            elif not waiter.done():
+                waiter.set_exception(error)
         self._drained.set()
+        if self.on_writable is not None:
+            self.on_writable()
 
     def close(self) -> None:
         self._fail_all(BrokerNotAvailableError(f"connection to {self.host}:{self.port} closed"))

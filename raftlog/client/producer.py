@@ -25,6 +25,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import random
 import threading
@@ -37,6 +38,7 @@ import xxhash
 
 from raftlog import protocol
 from raftlog.client.cluster import ClusterClient
+from raftlog.client.connection import BrokerConnection
 from raftlog.errors import (
     BrokerNotAvailableError,
     InvalidConfigError,
@@ -51,6 +53,8 @@ from raftlog.topics import TopicPartition
 log = logging.getLogger(__name__)
 
 Headers = Sequence[tuple[str, bytes | None]]
+
+_time_ns = time.time_ns
 
 
 class RecordMetadata(NamedTuple):
@@ -226,7 +230,7 @@ def _resolve(fut: asyncio.Future[None]) -> None:
 
 
 class _Batch:
-    __slots__ = ("attempts", "builder", "created", "deadline", "result", "tp")
+    __slots__ = ("attempts", "builder", "created", "deadline", "result", "sealed", "tp")
 
     def __init__(self, tp: TopicPartition, now: float, delivery_timeout_s: float):
         self.tp = tp
@@ -235,124 +239,135 @@ class _Batch:
         self.created = now
         self.deadline = now + delivery_timeout_s
         self.attempts = 0
+        self.sealed = False  # drained: it takes no more records
 
 
 class _Accumulator:
-    """Per-partition queues of batches; thread-safe (the sync producer's send runs anywhere)."""
+    """Per-partition queues of batches; thread-safe (the sync producer's send runs anywhere).
+
+    The last batch of a queue is the partition's open batch, the one `send` appends to, unless
+    it is a batch being retried (those take no new records). Batches leave a queue only through
+    `drain`, under the lock, so a record is never appended to a batch that is being sent.
+    """
 
     def __init__(self, config: ProducerConfig):
         self.config = config
         self.lock = threading.Lock()
         self.queues: dict[TopicPartition, collections.deque[_Batch]] = {}
+        # topic -> the queues (and TopicPartitions) of its partitions, by partition number:
+        # what send() looks up, one dict access per record.
+        self.by_topic: dict[str, tuple[list[collections.deque[_Batch]], list[TopicPartition]]] = {}
         self.buffered_bytes = 0
         self.space = threading.Condition(self.lock)
+        self.space_waiters = 0
         self.flushing = 0
 
-    def append(
-        self,
-        tp: TopicPartition,
-        key: bytes | None,
-        value: bytes | None,
-        timestamp: int,
-        headers: Headers,
-        now: float,
-    ) -> tuple[RecordFuture, bool, bool]:
-        """Add a record; returns (future, a batch is now complete, it started the only batch)."""
-        config = self.config
-        q = self.queues.get(tp)
-        if q is None:
-            q = self.queues[tp] = collections.deque()
-        batch_size = config.batch_size
-        before = q[-1].builder.size_bytes if q else batch_size
-        # Close the open batch before this record would take it past batch_size (a batch
-        # holds at least one record): batches then never outgrow what was configured, so a
-        # batch_size near the broker's max_message_bytes cannot produce refused batches.
-        # 25 = the record's fixed part plus its entry in the length table.
-        record_bytes = 25 + (len(key) if key else 0) + (len(value) if value else 0)
-        if headers:
-            record_bytes += sum(8 + len(k.encode()) + len(v or b"") for k, v in headers)
-        new_batch = before >= batch_size or (
-            before > HEADER_SIZE and before + record_bytes > batch_size
-        )
-        closed = new_batch and bool(q)  # the previous batch is complete: send it
-        if new_batch:
-            q.append(_Batch(tp, now, config.delivery_timeout_ms / 1000))
-            before = 0
-        batch = q[-1]
-        builder = batch.builder
-        index = builder.append(key, value, timestamp, headers)
-        size = builder.size_bytes
-        self.buffered_bytes += size - before
-        return (
-            RecordFuture(batch.result, index, timestamp),
-            closed or size >= batch_size,
-            new_batch and len(q) == 1,
-        )
+    def topic_queues(
+        self, topic: str, partitions: int
+    ) -> tuple[list[collections.deque[_Batch]], list[TopicPartition]]:
+        """The topic's per-partition queues, grown to `partitions` (call with the lock held)."""
+        entry = self.by_topic.get(topic)
+        if entry is None:
+            entry = self.by_topic[topic] = ([], [])
+        queues, tps = entry
+        while len(queues) < partitions:
+            tp = TopicPartition(topic, len(queues))
+            q = self.queues.setdefault(tp, collections.deque())
+            queues.append(q)
+            tps.append(tp)
+        return entry
 
     def drain(
         self,
         now: float,
         node_of: Callable[[TopicPartition], int | None],
-        blocked: Callable[[int], bool],
+        free_slots: Callable[[int], int],
         closing: bool,
-    ) -> tuple[dict[int, list[_Batch]], float | None]:
-        """Take the ready batches, grouped by leader; also the next time one becomes ready."""
-        linger = self.config.linger_ms / 1000
-        max_request = self.config.max_request_size
-        ready: dict[int, list[_Batch]] = {}
-        sizes: dict[int, int] = {}
+    ) -> tuple[dict[int, list[list[_Batch]]], float | None, list[_Batch]]:
+        """Take the ready batches as requests per leader (at most `free_slots(node)` requests
+        of at most max_request_size each). Also returns the next time a lingering batch becomes
+        ready, and the batches whose delivery timeout ran out before they could be sent."""
+        config = self.config
+        linger = config.linger_ms / 1000
+        batch_size = config.batch_size
+        max_request = config.max_request_size
+        flush = bool(self.flushing) or closing
+        requests: dict[int, list[list[_Batch]]] = {}
+        last_size: dict[int, int] = {}
+        slots: dict[int, int] = {}
         next_ready: float | None = None
+        expired: list[_Batch] = []
         for tp, q in self.queues.items():
             if not q:
                 continue
+            while q and q[0].deadline <= now:
+                expired.append(q.popleft())
+            if not q:
+                continue
             first = q[0]
-            is_ready = (
+            if not (
                 len(q) > 1
-                or first.builder.size_bytes >= self.config.batch_size
+                or first.builder.size_bytes >= batch_size
                 or now - first.created >= linger
-                or self.flushing
-                or closing
-            )
-            if not is_ready:
+                or flush
+            ):
                 t = first.created + linger
                 next_ready = t if next_ready is None else min(next_ready, t)
                 continue
             node = node_of(tp)
-            if node is None or blocked(node):
+            if node is None:
                 continue
+            free = slots.get(node)
+            if free is None:
+                free = slots[node] = free_slots(node)
             while q:
                 b = q[0]
                 size = b.builder.size_bytes
-                if ready.get(node) and sizes[node] + size > max_request:
-                    break
                 if b is q[-1] and not (
-                    size >= self.config.batch_size
-                    or now - b.created >= linger
-                    or self.flushing
-                    or closing
+                    size >= batch_size or now - b.created >= linger or flush or b.attempts
                 ):
                     break
+                node_requests = requests.get(node)
+                if node_requests and last_size[node] + size <= max_request:
+                    node_requests[-1].append(b)
+                    last_size[node] += size
+                elif free > 0:
+                    free -= 1
+                    requests.setdefault(node, []).append([b])
+                    last_size[node] = size
+                else:
+                    break
                 q.popleft()
-                ready.setdefault(node, []).append(b)
-                sizes[node] = sizes.get(node, 0) + size
-        return ready, next_ready
+                b.sealed = True
+            slots[node] = free
+        for b in expired:
+            self.buffered_bytes -= b.builder.size_bytes
+        return requests, next_ready, expired
 
     def requeue(self, batch: _Batch) -> None:
         with self.lock:
-            q = self.queues.setdefault(batch.tp, collections.deque())
-            q.appendleft(batch)
+            self.buffered_bytes += batch.builder.size_bytes
+            self.queues.setdefault(batch.tp, collections.deque()).appendleft(batch)
 
     def release(self, nbytes: int) -> None:
         with self.lock:
             self.buffered_bytes -= nbytes
-            self.space.notify_all()
+            if self.space_waiters:
+                self.space.notify_all()
 
     def pending(self) -> int:
         return sum(len(q) for q in self.queues.values())
 
 
 class _ProducerCore:
-    """The sender and accumulator shared by Producer and AsyncProducer; lives on one loop."""
+    """The sender and accumulator shared by Producer and AsyncProducer; lives on one loop.
+
+    The sender is one coroutine. Each pass drains every ready batch, builds the Produce
+    requests for each leader (as many as its free in-flight slots allow) and writes them with
+    one write per connection; each response completes its batches from a callback run by the
+    connection. The sender sleeps on a future that `send` (a batch filled up, or a partition's
+    first batch opened), a response, or the linger timer resolves.
+    """
 
     def __init__(self, config: ProducerConfig):
         self.config = config
@@ -361,24 +376,34 @@ class _ProducerCore:
         )
         self.acc = _Accumulator(config)
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.wakeup: asyncio.Event | None = None
+        self._loop_thread = 0
         self._wake_scheduled = False
+        self._kicked = False
+        self._waiter: asyncio.Future[None] | None = None
         self._in_flight: dict[int, int] = collections.defaultdict(int)
         self._inflight_batches = 0
         self._sticky: dict[str, int] = {}
-        # One TopicPartition per partition, reused: building a NamedTuple per record costs
-        # more than looking it up.
-        self._tps: dict[tuple[str, int], TopicPartition] = {}
+        # topic -> the open batch of its sticky partition (the fast path's target).
+        self._open: dict[str, _Batch] = {}
         self._refreshing: set[str] = set()
+        self._connecting: set[int] = set()
         self._sender: asyncio.Task[None] | None = None
         self._closing = False
+        self._closed = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._idle: asyncio.Event | None = None
         self.space: asyncio.Event | None = None
+        self._acks = config.acks_code
+        self._topics = self.client.topics  # the client's dict, updated in place
+        self._batch_size = config.batch_size
+        self._buffer_memory = config.buffer_memory
+        self._partitioner = config.partitioner
+        self._timeout_s = config.request_timeout_ms / 1000
+        self._delivery_timeout_s = config.delivery_timeout_ms / 1000
 
     def start(self) -> None:
         self.loop = asyncio.get_running_loop()
-        self.wakeup = asyncio.Event()
+        self._loop_thread = threading.get_ident()
         self.space = asyncio.Event()
         self._idle = asyncio.Event()
         self._sender = asyncio.create_task(self._run())
@@ -399,75 +424,153 @@ class _ProducerCore:
 
     # -- called from any thread ----------------------------------------------------------------
 
-    def choose_partition(
-        self, topic: str, key: bytes | None, partition: int | None, partitions: int
-    ) -> int:
-        if partition is not None:
-            if not 0 <= partition < partitions:
-                raise RaftlogError(
-                    f"partition {partition} of topic {topic!r} does not exist (it has {partitions})"
-                )
-            return partition
-        if key is not None:
-            return self.config.partitioner(key, partitions)
-        p = self._sticky.get(topic)
-        if p is None or p >= partitions:
-            p = self._sticky[topic] = random.randrange(partitions)
-        return p
-
     def append(
         self,
         topic: str,
-        partition: int,
-        key: bytes | None,
         value: bytes | None,
-        timestamp_ms: int | None,
+        key: bytes | None,
         headers: Headers | None,
-        partitions: int,
-        block: bool = True,
-    ) -> RecordFuture:
-        ts = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
-        tp = self._tps.get((topic, partition))
-        if tp is None:
-            tp = self._tps[(topic, partition)] = TopicPartition(topic, partition)
-        with self.acc.lock:
-            # Only the thread-based producer blocks here; the asyncio one awaited space.
-            if (
-                block
-                and self.acc.buffered_bytes >= self.config.buffer_memory
-                and not self.acc.space.wait_for(
-                    lambda: self.acc.buffered_bytes < self.config.buffer_memory,
-                    self.config.max_block_ms / 1000,
-                )
+        partition: int | None,
+        timestamp_ms: int | None,
+        block: bool,
+    ) -> RecordFuture | None:
+        """Add a record to its partition's open batch; None if the topic's metadata is not
+        known yet (the caller fetches it and calls again).
+
+        The per-record hot path: a record with no key, partition, timestamp or headers that
+        fits the topic's sticky open batch without filling it takes one dict lookup, one lock,
+        one builder call and one future; anything else takes `_append`.
+        """
+        if key is None and partition is None and timestamp_ms is None and not headers and value:
+            batch = self._open.get(topic)
+            if batch is not None:
+                ts = _time_ns() // 1_000_000
+                acc = self.acc
+                lock = acc.lock
+                lock.acquire()
+                builder = batch.builder
+                if (
+                    builder.size_bytes + 25 + len(value) < self._batch_size
+                    and not batch.sealed
+                    and acc.buffered_bytes < self._buffer_memory
+                    and topic in self._topics
+                ):
+                    index = builder.append(None, value, ts)
+                    acc.buffered_bytes += 25 + len(value)
+                    lock.release()
+                    return RecordFuture(batch.result, index, ts)
+                lock.release()
+        return self._append(topic, value, key, headers, partition, timestamp_ms, block)
+
+    def _append(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        headers: Headers | None,
+        partition: int | None,
+        timestamp_ms: int | None,
+        block: bool,
+    ) -> RecordFuture | None:
+        sticky = False
+        info = self._topics.get(topic)
+        if info is None:
+            return None
+        partitions = len(info.partitions)
+        if partition is None:
+            if key is None:
+                sticky = True
+                partition = self._sticky.get(topic)
+                if partition is None or partition >= partitions:
+                    partition = self._sticky[topic] = random.randrange(partitions)
+            else:
+                partition = self._partitioner(key, partitions)
+        elif not 0 <= partition < partitions:
+            raise RaftlogError(
+                f"partition {partition} of topic {topic!r} does not exist (it has {partitions})"
+            )
+        ts = _time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
+        # Bytes the record adds to a batch: its fixed part, its entry in the length table, key,
+        # value and headers.
+        if key is None and not headers:
+            record_bytes = 25 + len(value) if value else 25
+        else:
+            record_bytes = 25 + (len(key) if key else 0) + (len(value) if value else 0)
+            if headers:
+                record_bytes += sum(8 + len(k.encode()) + len(v or b"") for k, v in headers)
+        acc = self.acc
+        batch_size = self._batch_size
+        lock = acc.lock
+        lock.acquire()
+        try:
+            if block and acc.buffered_bytes >= self._buffer_memory:
+                self._wait_for_space_locked()
+            entry = acc.by_topic.get(topic)
+            if entry is None or len(entry[0]) <= partition:
+                entry = acc.topic_queues(topic, partitions)
+            q = entry[0][partition]
+            # Close the open batch before this record would take it past batch_size (a batch
+            # holds at least one record): batches then never outgrow what was configured, so a
+            # batch_size near the broker's max_message_bytes cannot produce refused batches.
+            if q:
+                batch = q[-1]
+                builder = batch.builder
+                before = builder.size_bytes
+                new_batch = (
+                    before + record_bytes > batch_size and before > HEADER_SIZE
+                ) or batch.sealed
+            else:
+                new_batch = True
+            if new_batch:
+                batch = _Batch(entry[1][partition], time.monotonic(), self._delivery_timeout_s)
+                builder = batch.builder
+                q.append(batch)
+                before = 0
+            index = builder.append(key, value, ts, headers or ())
+            size = builder.size_bytes
+            acc.buffered_bytes += size - before
+            if sticky:
+                self._open[topic] = batch
+            # Wake the sender when a batch is ready, or a partition's first batch starts its
+            # linger clock; once per sender pass.
+            if size >= batch_size or new_batch:
+                full = size >= batch_size or len(q) > 1
+                if full and sticky and partitions > 1:
+                    # Sticky partitioning: the batch is full, the next records go elsewhere.
+                    self._sticky[topic] = (partition + random.randrange(1, partitions)) % partitions
+                wake = not self._wake_scheduled
+                self._wake_scheduled = True
+            else:
+                wake = False
+        finally:
+            lock.release()
+        if wake:
+            self._wake()
+        return RecordFuture(batch.result, index, ts)
+
+    def _wait_for_space_locked(self) -> None:
+        acc = self.acc
+        acc.space_waiters += 1
+        try:
+            if not acc.space.wait_for(
+                lambda: acc.buffered_bytes < self.config.buffer_memory,
+                self.config.max_block_ms / 1000,
             ):
                 raise RaftlogTimeoutError(
                     f"buffer_memory={self.config.buffer_memory} bytes stayed full for "
                     f"max_block_ms={self.config.max_block_ms}"
                 )
-            fut, full, first = self.acc.append(tp, key, value, ts, headers or (), time.monotonic())
-            if full and key is None and self._sticky.get(topic) == partition and partitions > 1:
-                # Sticky partitioning: the batch is full, the next records go elsewhere.
-                self._sticky[topic] = (partition + random.randrange(1, partitions)) % partitions
-            wake = full or first
-            if wake and not self._wake_scheduled:
-                self._wake_scheduled = True
-            else:
-                wake = False
-        if wake:
-            self._wake()
-        return fut
+        finally:
+            acc.space_waiters -= 1
 
     def _wake(self) -> None:
+        """Make the sender run a pass soon; from any thread."""
         loop = self.loop
-        assert loop is not None and self.wakeup is not None
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
-            self.wakeup.set()
+        assert loop is not None
+        if threading.get_ident() == self._loop_thread:
+            self._kick()
         else:
-            loop.call_soon_threadsafe(self.wakeup.set)
+            loop.call_soon_threadsafe(self._kick)
 
     def begin_flush(self) -> None:
         with self.acc.lock:
@@ -480,42 +583,61 @@ class _ProducerCore:
 
     # -- the sender (on the loop) --------------------------------------------------------------
 
+    def _kick(self) -> None:
+        self._kicked = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def _sleep(self, timeout: float | None) -> None:
+        loop = self.loop
+        assert loop is not None
+        waiter = self._waiter = loop.create_future()
+        timer = None if timeout is None else loop.call_later(timeout, _resolve, waiter)
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
+
     async def _run(self) -> None:
-        assert self.wakeup is not None and self._idle is not None
-        max_in_flight = self.config.max_in_flight_requests_per_connection
+        assert self._idle is not None
         while True:
+            self._kicked = False
             now = time.monotonic()
             with self.acc.lock:
                 self._wake_scheduled = False
-                ready, next_ready = self.acc.drain(
-                    now, self._node_of, lambda n: self._in_flight[n] >= max_in_flight, self._closing
+                requests, next_ready, expired = self.acc.drain(
+                    now, self._node_of, self._free_slots, self._closing
                 )
                 pending = self.acc.pending()
-            for node, batches in ready.items():
-                self._in_flight[node] += 1
-                self._inflight_batches += len(batches)
-                task = asyncio.create_task(self._send(node, batches))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+            for b in expired:
+                b.result.complete(
+                    -1,
+                    RaftlogTimeoutError(
+                        f"record batch for {b.tp} expired: not sent within "
+                        f"delivery_timeout_ms={self.config.delivery_timeout_ms}"
+                    ),
+                )
+            if expired:
+                self._space_freed()
+            for node, node_requests in requests.items():
+                self._dispatch(node, node_requests)
             if pending == 0 and self._inflight_batches == 0:
                 self._idle.set()
                 if self._closing:
                     return
             else:
                 self._idle.clear()
-            if ready and pending:
-                # More batches wait and a request just left: drain again at once (after the
-                # new send tasks ran), so that every free in-flight slot is used, rather than
-                # waiting for a wake-up that may only come with a response.
-                await asyncio.sleep(0)
+            if self._kicked:
                 continue
             timeout = None if next_ready is None else max(next_ready - time.monotonic(), 0)
-            if pending and not ready and next_ready is None:
-                # Batches wait for metadata or a free in-flight slot: poll again soon.
+            if pending and not requests and next_ready is None:
+                # Batches wait for metadata, a connection or a free in-flight slot; responses
+                # and connections wake the sender, this is the fallback.
                 timeout = self.config.retry_backoff_ms / 1000
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wakeup.wait(), timeout)
-            self.wakeup.clear()
+            await self._sleep(timeout)
 
     def _node_of(self, tp: TopicPartition) -> int | None:
         try:
@@ -524,13 +646,45 @@ class _ProducerCore:
             self._schedule_refresh(tp.topic)
             return None
 
-    def _schedule_refresh(self, topic: str) -> None:
-        if topic in self._refreshing:
-            return
-        self._refreshing.add(topic)
-        task = asyncio.ensure_future(self._refresh(topic))
+    def _free_slots(self, node: int) -> int:
+        conn = self.client.ready_connection(node)
+        if conn is None:
+            self._schedule_connect(node)
+            return 0
+        if not conn.writable:
+            return 0  # resume_writing wakes the sender
+        return self.config.max_in_flight_requests_per_connection - self._in_flight[node]
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def _schedule_connect(self, node: int) -> None:
+        if node not in self._connecting:
+            self._connecting.add(node)
+            self._spawn(self._connect(node))
+
+    async def _connect(self, node: int) -> None:
+        try:
+            conn = await self.client.connection(node)
+            conn.on_writable = self._kick
+        except RaftlogError as e:
+            # The leader may have moved: refresh the metadata of every topic waiting on it.
+            log.debug("cannot connect to broker %d: %s", node, e)
+            with self.acc.lock:
+                topics = {tp.topic for tp, q in self.acc.queues.items() if q}
+            for topic in topics:
+                self._schedule_refresh(topic)
+            await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+        finally:
+            self._connecting.discard(node)
+        self._kick()
+
+    def _schedule_refresh(self, topic: str) -> None:
+        if topic not in self._refreshing:
+            self._refreshing.add(topic)
+            self._spawn(self._refresh(topic))
 
     async def _refresh(self, topic: str) -> None:
         try:
@@ -540,57 +694,101 @@ class _ProducerCore:
             log.debug("metadata refresh for %s failed: %s", topic, e)
         finally:
             self._refreshing.discard(topic)
-        self._wake()
+        self._kick()
 
-    async def _send(self, node: int, batches: list[_Batch]) -> None:
-        acks = self.config.acks_code
-        built = [(b, b.builder.build()) for b in batches]
-        by_topic: dict[str, list[list[int]]] = {}
-        payload: list[bytes] = []
-        # Consecutive batches of one partition go as one chunk: one append, one answer.
-        groups: list[tuple[TopicPartition, list[tuple[_Batch, bytes]]]] = []
-        for b, raw in built:
-            if groups and groups[-1][0] == b.tp:
-                groups[-1][1].append((b, raw))
+    def _dispatch(self, node: int, node_requests: list[list[_Batch]]) -> None:
+        """Build and write the requests for one leader: one write for all of them."""
+        conn = self.client.ready_connection(node)
+        for batches in node_requests:
+            self._send_request(conn, node, batches)
+        if conn is not None:
+            conn.flush()
+
+    def _send_request(
+        self, conn: BrokerConnection | None, node: int, batches: list[_Batch]
+    ) -> None:
+        # Batches of one partition travel as one chunk: one append on the broker, one answer.
+        merged: dict[TopicPartition, list[_Batch]] = {}
+        for b in batches:
+            group = merged.get(b.tp)
+            if group is None:
+                merged[b.tp] = [b]
             else:
-                groups.append((b.tp, [(b, raw)]))
-        merged: dict[TopicPartition, list[tuple[_Batch, bytes]]] = {}
-        for tp, items in groups:
-            merged.setdefault(tp, []).extend(items)
-        for tp, items in merged.items():
-            size = sum(len(raw) for _, raw in items)
-            by_topic.setdefault(tp.topic, []).append([tp.partition, size])
-            payload.extend(raw for _, raw in items)
+                group.append(b)
+        payload: list[bytes] = []
+        by_topic: dict[str, list[list[int]]] = {}
+        nbytes = 0
+        for tp, group in merged.items():
+            size = 0
+            for b in group:
+                head, tail = b.builder.build_parts()
+                payload += (head, tail)
+                size += len(head) + len(tail)
+            parts = by_topic.get(tp.topic)
+            if parts is None:
+                by_topic[tp.topic] = [[tp.partition, size]]
+            else:
+                parts.append([tp.partition, size])
+            nbytes += size
         body = {
-            "acks": acks,
+            "acks": self._acks,
             "timeout_ms": self.config.request_timeout_ms,
             "topics": [[t, ps] for t, ps in by_topic.items()],
         }
-        nbytes = sum(len(p) for p in payload)
+        self._in_flight[node] += 1
+        self._inflight_batches += len(batches)
+        done = functools.partial(self._on_response, node, merged, len(batches), nbytes)
         try:
-            conn = await self.client.connection(node)
-            await conn.wait_writable()
-            if acks == 0:
-                conn.send(protocol.ApiKey.PRODUCE, body, payload, expect_response=False)
-                for b in batches:
-                    b.result.complete(-1)
-                return
-            resp, _ = await conn.request(
-                protocol.ApiKey.PRODUCE, body, payload, self.config.request_timeout_ms / 1000
+            if conn is None:
+                raise BrokerNotAvailableError(f"no connection to broker {node}")
+            conn.queue_request(
+                protocol.ApiKey.PRODUCE,
+                body,
+                payload,
+                done if self._acks else None,
+                self._timeout_s,
             )
         except RaftlogError as e:
-            for b in batches:
-                self._retry_or_fail(b, e)
+            done(None, None, e)
             return
+        if not self._acks:
+            done(None, None, None)  # acks=0: delivered once written; offsets unknown (-1)
+
+    def _on_response(
+        self,
+        node: int,
+        merged: dict[TopicPartition, list[_Batch]],
+        count: int,
+        nbytes: int,
+        body: dict[str, Any] | None,
+        _payload: memoryview | None,
+        error: RaftlogError | None,
+    ) -> None:
+        self._in_flight[node] -= 1
+        self._inflight_batches -= count
+        self.acc.release(nbytes)
+        self._space_freed()
+        try:
+            if error is not None:
+                for group in merged.values():
+                    for b in group:
+                        self._retry_or_fail(b, error)
+            elif body is None:
+                for group in merged.values():
+                    for b in group:
+                        b.result.complete(-1)
+            else:
+                self._complete(merged, body)
         finally:
-            self._in_flight[node] -= 1
-            self._inflight_batches -= len(batches)
-            self.acc.release(nbytes)
-            if self.space is not None:
-                self.space.set()
-            self._wake()
-        results = {(t, p[0]): p for t, ps in resp["topics"] for p in ps}
-        for tp, items in merged.items():
+            self._kick()
+
+    def _complete(self, merged: dict[TopicPartition, list[_Batch]], body: dict[str, Any]) -> None:
+        try:
+            results = {(t, p[0]): p for t, ps in body["topics"] for p in ps}
+        except (KeyError, TypeError, IndexError, ValueError) as e:
+            results = {}
+            log.warning("malformed Produce response %r: %s", body, e)
+        for tp, group in merged.items():
             r = results.get((tp.topic, tp.partition))
             if r is None:
                 err: RaftlogError | None = RaftlogError(f"no result for {tp} in the response")
@@ -599,59 +797,64 @@ class _ProducerCore:
             else:
                 err = None
             if err is not None:
-                for b, _ in items:
+                for b in group:
                     self._retry_or_fail(b, err)
                 continue
             offset = r[2]
-            for b, _ in items:
+            for b in group:
                 b.result.complete(offset)
                 offset += len(b.builder)
+
+    def _space_freed(self) -> None:
+        if self.space is not None:
+            self.space.set()
 
     def _retry_or_fail(self, batch: _Batch, error: RaftlogError) -> None:
         batch.attempts += 1
         if (
             error.retriable
+            and not self._closed
             and batch.attempts <= self.config.retries
             and time.monotonic() < batch.deadline
         ):
             log.debug("retrying batch for %s after %s", batch.tp, error)
             self.client.invalidate(batch.tp.topic)
-            with self.acc.lock:
-                self.acc.buffered_bytes += batch.builder.size_bytes
             self.acc.requeue(batch)
             self._schedule_refresh(batch.tp.topic)
             return
         batch.result.complete(-1, error)
 
     async def wait_idle(self) -> None:
-        assert self._idle is not None and self.wakeup is not None
+        assert self._idle is not None
         # `_idle` is only updated when the sender runs: records appended since its last pass
         # (an AsyncProducer's sends do not yield to it) must not find it still set.
         with self.acc.lock:
             busy = self.acc.pending() > 0 or self._inflight_batches > 0
         if busy:
             self._idle.clear()
-        self.wakeup.set()
+        self._kick()
         await self._idle.wait()
 
     async def close(self, timeout_s: float | None) -> None:
         self._closing = True
-        self._wake()
+        self._kick()
         if self._sender is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(self._sender), timeout_s)
             except TimeoutError:
                 self._sender.cancel()
-                with self.acc.lock:
-                    leftovers = [b for q in self.acc.queues.values() for b in q]
-                    self.acc.queues.clear()
-                for b in leftovers:
-                    b.result.complete(
-                        -1, RaftlogTimeoutError("producer closed before the record was sent")
-                    )
         for t in list(self._tasks):
             t.cancel()
+        # From here a failed batch fails instead of waiting for a retry that will not come:
+        # closing the connections fails the requests still in flight.
+        self._closed = True
         await self.client.close()
+        with self.acc.lock:
+            leftovers = [b for q in self.acc.queues.values() for b in q]
+            self.acc.queues.clear()
+            self.acc.by_topic.clear()
+        for b in leftovers:
+            b.result.complete(-1, RaftlogTimeoutError("producer closed before the record was sent"))
 
 
 class AsyncProducer:
@@ -694,17 +897,14 @@ class AsyncProducer:
         """Queue a record; returns its future (await it for the RecordMetadata)."""
         if not self._started:
             raise RaftlogError("AsyncProducer.start() must be awaited before send()")
-        info = self._core.client.topics.get(topic)
-        if info is None:
-            info = await asyncio.wait_for(
-                self._core.topic_metadata(topic), self.config.max_block_ms / 1000
-            )
-        n = len(info.partitions)
-        p = self._core.choose_partition(topic, key, partition, n)
         core = self._core
         if core.acc.buffered_bytes >= self.config.buffer_memory:
             await self._wait_for_space()
-        return core.append(topic, p, key, value, timestamp_ms, headers, n, block=False)
+        while True:
+            fut = core.append(topic, value, key, headers, partition, timestamp_ms, False)
+            if fut is not None:
+                return fut
+            await asyncio.wait_for(core.topic_metadata(topic), self.config.max_block_ms / 1000)
 
     async def _wait_for_space(self) -> None:
         core = self._core
@@ -796,10 +996,11 @@ class Producer:
     ) -> RecordFuture:
         if self._closed:
             raise RaftlogError("send() on a closed producer")
-        info = self._core.client.topics.get(topic)
-        n = len(info.partitions) if info is not None else self.partitions_for(topic)
-        p = self._core.choose_partition(topic, key, partition, n)
-        return self._core.append(topic, p, key, value, timestamp_ms, headers, n)
+        while True:
+            fut = self._core.append(topic, value, key, headers, partition, timestamp_ms, True)
+            if fut is not None:
+                return fut
+            self._call(self._core.topic_metadata(topic), self.config.max_block_ms / 1000)
 
     def flush(self, timeout: float | None = None) -> None:
         self._core.begin_flush()

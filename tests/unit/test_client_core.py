@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -12,68 +13,138 @@ from raftlog.client.producer import (
     BatchResult,
     ProducerConfig,
     RecordFuture,
-    _Accumulator,
+    _ProducerCore,
     default_partitioner,
 )
 from raftlog.errors import InvalidConfigError, RaftlogTimeoutError
+from raftlog.metadata.model import PartitionInfo, TopicInfo
+from raftlog.records import BatchBuilder
 from raftlog.topics import TopicPartition
 
 TP0, TP1 = TopicPartition("t", 0), TopicPartition("t", 1)
 
 
-def _acc(**kw: object) -> _Accumulator:
-    return _Accumulator(ProducerConfig(**kw))  # type: ignore[arg-type]
+def _core(**kw: object) -> tuple[_ProducerCore, list[int]]:
+    """A producer core with metadata for topic "t" (partition p led by node p) and no loop:
+    wake-ups are counted instead of sent."""
+    core = _ProducerCore(ProducerConfig(**kw))  # type: ignore[arg-type]
+    core.client.topics["t"] = TopicInfo(
+        "t", "id", tuple(PartitionInfo(p, p, 0, (p,), (p,)) for p in range(2))
+    )
+    wakes: list[int] = []
+    core._wake = lambda: wakes.append(1)  # type: ignore[method-assign]
+    return core, wakes
 
 
-def _drain(acc: _Accumulator, now: float, closing: bool = False, blocked: set[int] = frozenset()):  # type: ignore[assignment, no-untyped-def]
-    return acc.drain(now, lambda tp: tp.partition % 2, lambda n: n in blocked, closing)
+def _send(
+    core: _ProducerCore,
+    tp: TopicPartition | None,
+    key: bytes | None,
+    value: bytes,
+    headers: tuple[tuple[str, bytes], ...] = (),
+) -> RecordFuture:
+    fut = core.append("t", value, key, headers, None if tp is None else tp.partition, None, True)
+    assert fut is not None
+    return fut
+
+
+def _drain(
+    core: _ProducerCore, now: float, closing: bool = False, blocked: frozenset[int] = frozenset()
+):  # type: ignore[no-untyped-def]
+    requests, next_ready, expired = core.acc.drain(
+        now, lambda tp: tp.partition, lambda n: 0 if n in blocked else 5, closing
+    )
+    assert expired == []
+    return {n: [b for r in rs for b in r] for n, rs in requests.items()}, next_ready
 
 
 def test_batch_waits_for_linger_then_goes() -> None:
-    acc = _acc(linger_ms=10, batch_size=10_000)
-    acc.append(TP0, None, b"x", 1, (), now=100.0)
-    ready, next_ready = _drain(acc, 100.005)
-    assert ready == {} and next_ready == pytest.approx(100.010)
-    ready, _ = _drain(acc, 100.010)
+    core, _ = _core(linger_ms=10_000, batch_size=10_000)
+    t0 = time.monotonic()
+    _send(core, TP0, None, b"x")
+    ready, next_ready = _drain(core, t0)
+    assert ready == {} and next_ready == pytest.approx(t0 + 10, abs=1)
+    ready, _ = _drain(core, t0 + 11)
     assert [len(b.builder) for b in ready[0]] == [1]
 
 
 def test_full_batch_goes_at_once_and_a_new_one_starts() -> None:
-    acc = _acc(linger_ms=1000, batch_size=300)
-    fulls = [acc.append(TP0, None, b"v" * 50, 1, (), now=0.0)[1] for _ in range(6)]
-    assert fulls.index(True) < 5
-    ready, _ = _drain(acc, 0.0)
+    core, wakes = _core(linger_ms=1000_000, batch_size=300)
+    for _ in range(6):
+        _send(core, TP0, None, b"v" * 50)
+    assert wakes  # the batch that filled up woke the sender
+    ready, _ = _drain(core, time.monotonic())
     # The full batch goes; the one still filling waits for its linger.
-    assert len(ready[0]) == 1 and acc.pending() == 1
+    assert len(ready[0]) == 1 and core.acc.pending() == 1
 
 
 def test_drain_groups_by_leader_and_respects_request_size_and_blocked_nodes() -> None:
-    acc = _acc(linger_ms=0, batch_size=100, max_request_size=250)
+    core, _ = _core(linger_ms=0, batch_size=100, max_request_size=250)
     for _ in range(4):
-        acc.append(TP0, None, b"v" * 80, 1, (), now=0.0)
-        acc.append(TP1, None, b"v" * 80, 1, (), now=0.0)
-    ready, _ = _drain(acc, 1.0, blocked={1})
-    assert set(ready) == {0}  # node 1 is at its in-flight limit
-    assert sum(b.builder.size_bytes for b in ready[0]) <= 250
-    assert all(b.tp == TP0 for b in ready[0])
+        _send(core, TP0, None, b"v" * 80)
+        _send(core, TP1, None, b"v" * 80)
+    requests, _, _ = core.acc.drain(
+        time.monotonic() + 1, lambda tp: tp.partition, lambda n: 0 if n else 2, False
+    )
+    assert set(requests) == {0}  # node 1 is at its in-flight limit
+    assert len(requests[0]) == 2  # node 0 has 2 free slots: 2 requests, 2 batches left
+    for request in requests[0]:
+        assert sum(b.builder.size_bytes for b in request) <= 250
+        assert all(b.tp == TP0 and b.sealed for b in request)
+    assert core.acc.pending() == 4 + 2
 
 
 def test_closing_drains_everything() -> None:
-    acc = _acc(linger_ms=60_000)
-    acc.append(TP0, None, b"x", 1, (), now=0.0)
-    ready, _ = _drain(acc, 0.0, closing=True)
-    assert len(ready[0]) == 1 and acc.pending() == 0
+    core, _ = _core(linger_ms=60_000)
+    _send(core, TP0, None, b"x")
+    ready, _ = _drain(core, time.monotonic(), closing=True)
+    assert len(ready[0]) == 1 and core.acc.pending() == 0
+
+
+def test_batches_past_their_delivery_timeout_expire_in_the_queue() -> None:
+    core, _ = _core(linger_ms=0, delivery_timeout_ms=1000)
+    fut = _send(core, TP0, None, b"x")
+    requests, _, expired = core.acc.drain(time.monotonic() + 2, lambda tp: None, lambda n: 5, False)
+    assert requests == {} and [b.result for b in expired] == [fut._batch]
+    assert core.acc.buffered_bytes == 0 and core.acc.pending() == 0
 
 
 def test_buffered_bytes_balance() -> None:
-    acc = _acc(linger_ms=0, batch_size=100)
+    core, _ = _core(linger_ms=0, batch_size=100)
     for _ in range(10):
-        acc.append(TP0, b"k", b"v" * 30, 1, (), now=0.0)
-    ready, _ = _drain(acc, 1.0)
+        _send(core, TP0, b"k", b"v" * 30)
+    ready, _ = _drain(core, time.monotonic() + 1)
     sent = sum(len(b.builder.build()) for b in ready[0])
-    assert acc.buffered_bytes == sent
-    acc.release(sent)
-    assert acc.buffered_bytes == 0
+    assert core.acc.buffered_bytes == sent
+    core.acc.release(sent)
+    assert core.acc.buffered_bytes == 0
+
+
+def test_fast_path_builds_the_same_batches_and_sticks_until_a_batch_fills() -> None:
+    """Keyless records go to one sticky partition until its batch fills, then to another;
+    the fast path (records that fit the open batch) and the general one build identical
+    batches, and a drained batch takes no more records."""
+    core, _ = _core(linger_ms=1000_000, batch_size=1000)
+    futs = [_send(core, None, None, bytes([i]) * 100) for i in range(30)]
+    by_partition: dict[int, list[int]] = {}
+    for f in futs:
+        by_partition.setdefault(f._batch.topic_partition.partition, []).append(f._index)
+    # 7 records of 125 bytes fit a 1000-byte batch (65-byte header); then the sticky
+    # partition changes (2 partitions).
+    assert len(by_partition) == 2
+    first = futs[0]._batch
+    assert sum(f._batch is first for f in futs) == 7
+    queues = core.acc.queues
+    reference = BatchBuilder()
+    batch = queues[first.topic_partition][0]
+    for i, f in enumerate(futs):
+        if f._batch is first:
+            reference.append(None, bytes([i]) * 100, f._timestamp)
+    assert batch.builder.build() == reference.build()
+    # Drain everything; the next record must open a new batch, not reuse a sealed one.
+    _drain(core, time.monotonic(), closing=True)
+    later = _send(core, None, None, b"z")
+    assert all(later._batch is not f._batch for f in futs)
 
 
 def test_record_future_offsets_and_errors() -> None:
@@ -137,22 +208,24 @@ def test_parse_bootstrap() -> None:
 def test_batches_never_outgrow_batch_size() -> None:
     """A batch closes before a record would take it past batch_size (one record minimum), so a
     batch_size near the broker's max_message_bytes never yields refused batches."""
-    acc = _acc(linger_ms=60_000, batch_size=1000)
-    completes = [
-        acc.append(TP0, b"k", b"x" * n, 1, (("h", b"v"),), now=0.0)[1] for n in range(0, 400, 7)
-    ]
-    sizes = [b.builder.size_bytes for b in acc.queues[TP0]]
+    core, wakes = _core(linger_ms=60_000, batch_size=1000)
+    closed = 0
+    for n in range(0, 400, 7):
+        before = core.acc.pending()
+        _send(core, TP0, b"k", b"x" * n, (("h", b"v"),))
+        closed += core.acc.pending() > before and before > 0
+        core._wake_scheduled = False  # as a sender pass would
+    sizes = [b.builder.size_bytes for b in core.acc.queues[TP0]]
     assert max(sizes) <= 1000 and len(sizes) > 1
-    assert sizes == [len(b.builder.build()) for b in acc.queues[TP0]]
-    assert sum(completes) >= len(sizes) - 1  # every closed batch woke the sender
-    acc = _acc(batch_size=100)
-    acc.append(TP0, None, b"y" * 500, 1, (), now=0.0)  # alone, it may exceed batch_size
-    assert [len(b.builder) for b in acc.queues[TP0]] == [1]
+    assert sizes == [len(b.builder.build()) for b in core.acc.queues[TP0]]
+    assert len(wakes) >= closed  # every closed batch woke the sender
+    core, _ = _core(batch_size=100)
+    _send(core, TP0, None, b"y" * 500)  # alone, it may exceed batch_size
+    assert [len(b.builder) for b in core.acc.queues[TP0]] == [1]
 
 
 def test_client_metadata_never_goes_back_to_an_older_leader_epoch() -> None:
     from raftlog.client.cluster import ClusterClient
-    from raftlog.metadata.model import PartitionInfo, TopicInfo
 
     c = ClusterClient("127.0.0.1:1")
     newer = TopicInfo("t", "id", (PartitionInfo(0, 2, 5, (1, 2), (2,)),))
