@@ -171,7 +171,7 @@ def encode_request(
     payload: Sequence[bytes | memoryview] = (),
 ) -> list[bytes | memoryview]:
     """The buffers of one request frame (write them in order; no payload copy is made)."""
-    size = sum(len(p) for p in payload)
+    size = sum(map(len, payload))
     return [_frame([api_key, api_version, correlation_id, client_id, body], size), *payload]
 
 

@@ -10,6 +10,9 @@ Rules:
   version, wrong field types) gets an error response and the connection stays open.
 - Back-pressure: reading pauses while too many responses are queued or the socket's write
   buffer is full, so a client that never reads cannot make the broker buffer without limit.
+- The responses completed while one read's frames are dispatched leave in one write at the
+  end of that read: a client that pipelines many small requests costs one send per read, not
+  one per request.
 """
 
 from __future__ import annotations
@@ -66,6 +69,8 @@ class Connection(asyncio.Protocol):
         self._write_paused = False
         self._closing = False
         self._sending = False  # a sendfile writer is running
+        # While data_received dispatches a read's frames, responses gather here.
+        self._out: list[Any] | None = None
 
     @property
     def busy(self) -> bool:
@@ -108,16 +113,25 @@ class Connection(asyncio.Protocol):
         if self._closing:
             return
         self._decoder.feed(data)
-        while not self._closing:
-            try:
-                frame = self._decoder.next_frame()
-            except protocol.RemoteProtocolError as e:
-                self._protocol_error(None, e)
-                return
-            if frame is None:
-                break
-            self._dispatch(*frame)
+        self._out = []
+        try:
+            while not self._closing:
+                try:
+                    frame = self._decoder.next_frame()
+                except protocol.RemoteProtocolError as e:
+                    self._protocol_error(None, e)
+                    return
+                if frame is None:
+                    break
+                self._dispatch(*frame)
+        finally:
+            self._write_gathered()
         self._update_reading()
+
+    def _write_gathered(self) -> None:
+        out, self._out = self._out, None
+        if out and self.transport is not None:
+            self.transport.writelines(out)
 
     # -- dispatch ------------------------------------------------------------------------------
 
@@ -206,6 +220,7 @@ class Connection(asyncio.Protocol):
         log.warning("closing connection from %s: %s", self.peer, error)
         if correlation_id is not None:
             self._respond_error(correlation_id, InvalidRequestError(str(error)))
+        self._write_gathered()
         self._closing = True
         if self.transport is not None:
             self.transport.close()  # sends what is buffered, then closes
@@ -228,8 +243,12 @@ class Connection(asyncio.Protocol):
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
                 return
-            parts: list[Any] = resp.parts
-            transport.writelines([header, *parts])
+            out = self._out
+            if out is not None:
+                out.append(header)
+                out += resp.parts
+            else:
+                transport.writelines([header, *resp.parts])
         self._update_reading()
 
     async def _sendfile(self, header: bytes, resp: Response) -> None:

@@ -96,8 +96,11 @@ def register(sub: Any) -> None:
 
     co = sub.add_parser("consume", help="print records to stdout")
     co.add_argument("topic")
-    co.add_argument("--group", help="consume as a member of this consumer group "
-                    "(partitions shared with the other members, offsets committed)")
+    co.add_argument(
+        "--group",
+        help="consume as a member of this consumer group "
+        "(partitions shared with the other members, offsets committed)",
+    )
     co.add_argument("--from-beginning", action="store_true")
     co.add_argument(
         "--partition",

@@ -138,7 +138,7 @@ class BatchResult:
         self.error: BaseException | None = None
         self._done = False
         self._event: threading.Event | None = None
-        self._callbacks: list[Callable[[], None]] = []
+        self._callbacks: list[Callable[[], None]] | None = None  # made by the first add
 
     def done(self) -> bool:
         return self._done
@@ -152,16 +152,22 @@ class BatchResult:
         event = self._event
         if event is not None:
             event.set()
-        callbacks, self._callbacks = self._callbacks, []
-        for cb in callbacks:
-            cb()
+        with _EVENT_LOCK:
+            callbacks, self._callbacks = self._callbacks, None
+        if callbacks:
+            for cb in callbacks:
+                cb()
 
     def add_callback(self, cb: Callable[[], None]) -> None:
-        # Appending then re-checking closes the race with complete() on another thread.
-        self._callbacks.append(cb)
-        if self._done and cb in self._callbacks:
-            self._callbacks.remove(cb)
-            cb()
+        # complete() sets `_done` and then takes the list under the same lock: a callback
+        # is either in the list it takes or sees `_done` and runs here; never both.
+        with _EVENT_LOCK:
+            if not self._done:
+                if self._callbacks is None:
+                    self._callbacks = []
+                self._callbacks.append(cb)
+                return
+        cb()
 
     def wait(self, timeout: float | None) -> bool:
         if self._done:
@@ -175,7 +181,7 @@ class BatchResult:
         return event.wait(timeout)
 
 
-# Guards the lazy creation of BatchResult events (rare: only waits that must block take it).
+# Guards BatchResult's lazily made event and callback list (cheap: once per batch at most).
 _EVENT_LOCK = threading.Lock()
 
 
@@ -257,10 +263,14 @@ class _Accumulator:
         # topic -> the queues (and TopicPartitions) of its partitions, by partition number:
         # what send() looks up, one dict access per record.
         self.by_topic: dict[str, tuple[list[collections.deque[_Batch]], list[TopicPartition]]] = {}
-        self.buffered_bytes = 0
+        # Bytes buffered = added (by send, under the lock) - released (by the sender thread
+        # alone, without the lock: a response must not wait for a busy send()).
+        self.added_bytes = 0
+        self.released_bytes = 0
         self.space = threading.Condition(self.lock)
         self.space_waiters = 0
         self.flushing = 0
+        self.slot_bound = False
 
     def topic_queues(
         self, topic: str, partitions: int
@@ -286,7 +296,8 @@ class _Accumulator:
     ) -> tuple[dict[int, list[list[_Batch]]], float | None, list[_Batch]]:
         """Take the ready batches as requests per leader (at most `free_slots(node)` requests
         of at most max_request_size each). Also returns the next time a lingering batch becomes
-        ready, and the batches whose delivery timeout ran out before they could be sent."""
+        ready, and the batches whose delivery timeout ran out before they could be sent.
+        `self.slot_bound` tells whether ready batches stayed for want of an in-flight slot."""
         config = self.config
         linger = config.linger_ms / 1000
         batch_size = config.batch_size
@@ -297,6 +308,7 @@ class _Accumulator:
         slots: dict[int, int] = {}
         next_ready: float | None = None
         expired: list[_Batch] = []
+        self.slot_bound = False
         for tp, q in self.queues.items():
             if not q:
                 continue
@@ -336,23 +348,31 @@ class _Accumulator:
                     requests.setdefault(node, []).append([b])
                     last_size[node] = size
                 else:
+                    self.slot_bound = True
                     break
                 q.popleft()
                 b.sealed = True
             slots[node] = free
         for b in expired:
-            self.buffered_bytes -= b.builder.size_bytes
+            self.released_bytes += b.builder.size_bytes
         return requests, next_ready, expired
 
     def requeue(self, batch: _Batch) -> None:
         with self.lock:
-            self.buffered_bytes += batch.builder.size_bytes
+            self.added_bytes += batch.builder.size_bytes
             self.queues.setdefault(batch.tp, collections.deque()).appendleft(batch)
 
+    @property
+    def buffered_bytes(self) -> int:
+        return self.added_bytes - self.released_bytes
+
     def release(self, nbytes: int) -> None:
-        with self.lock:
-            self.buffered_bytes -= nbytes
-            if self.space_waiters:
+        """Bytes sent (called on the sender's loop only). A blocked send() counts itself in
+        space_waiters before it checks for space, so reading the count after the release
+        cannot miss it."""
+        self.released_bytes += nbytes
+        if self.space_waiters:
+            with self.lock:
                 self.space.notify_all()
 
     def pending(self) -> int:
@@ -399,6 +419,7 @@ class _ProducerCore:
         self._buffer_memory = config.buffer_memory
         self._partitioner = config.partitioner
         self._timeout_s = config.request_timeout_ms / 1000
+        self._timeout_ms = config.request_timeout_ms
         self._delivery_timeout_s = config.delivery_timeout_ms / 1000
 
     def start(self) -> None:
@@ -452,11 +473,11 @@ class _ProducerCore:
                 if (
                     builder.size_bytes + 25 + len(value) < self._batch_size
                     and not batch.sealed
-                    and acc.buffered_bytes < self._buffer_memory
+                    and acc.added_bytes - acc.released_bytes < self._buffer_memory
                     and topic in self._topics
                 ):
-                    index = builder.append(None, value, ts)
-                    acc.buffered_bytes += 25 + len(value)
+                    index = builder.append_value(value, ts)
+                    acc.added_bytes += 25 + len(value)
                     lock.release()
                     return RecordFuture(batch.result, index, ts)
                 lock.release()
@@ -528,7 +549,7 @@ class _ProducerCore:
                 before = 0
             index = builder.append(key, value, ts, headers or ())
             size = builder.size_bytes
-            acc.buffered_bytes += size - before
+            acc.added_bytes += size - before
             if sticky:
                 self._open[topic] = batch
             # Wake the sender when a batch is ready, or a partition's first batch starts its
@@ -632,6 +653,10 @@ class _ProducerCore:
                 self._idle.clear()
             if self._kicked:
                 continue
+            if self.acc.slot_bound:
+                # Every free in-flight slot is used and ready batches wait: a response will
+                # wake the sender, so send() need not (a wake-up costs two system calls).
+                self._wake_scheduled = True
             timeout = None if next_ready is None else max(next_ready - time.monotonic(), 0)
             if pending and not requests and next_ready is None:
                 # Batches wait for metadata, a connection or a free in-flight slot; responses
@@ -707,34 +732,40 @@ class _ProducerCore:
     def _send_request(
         self, conn: BrokerConnection | None, node: int, batches: list[_Batch]
     ) -> None:
-        # Batches of one partition travel as one chunk: one append on the broker, one answer.
         merged: dict[TopicPartition, list[_Batch]] = {}
-        for b in batches:
-            group = merged.get(b.tp)
-            if group is None:
-                merged[b.tp] = [b]
-            else:
-                group.append(b)
         payload: list[bytes] = []
-        by_topic: dict[str, list[list[int]]] = {}
-        nbytes = 0
-        for tp, group in merged.items():
-            size = 0
-            for b in group:
-                head, tail = b.builder.build_parts()
-                payload += (head, tail)
-                size += len(head) + len(tail)
-            parts = by_topic.get(tp.topic)
-            if parts is None:
-                by_topic[tp.topic] = [[tp.partition, size]]
-            else:
-                parts.append([tp.partition, size])
-            nbytes += size
-        body = {
-            "acks": self._acks,
-            "timeout_ms": self.config.request_timeout_ms,
-            "topics": [[t, ps] for t, ps in by_topic.items()],
-        }
+        if len(batches) == 1:  # the common case, kept short
+            b = batches[0]
+            head, tail = b.builder.build_parts()
+            payload += (head, tail)
+            nbytes = len(head) + len(tail)
+            merged[b.tp] = batches
+            topics = [[b.tp.topic, [[b.tp.partition, nbytes]]]]
+        else:
+            # Batches of one partition travel as one chunk: one append on the broker, one
+            # answer.
+            for b in batches:
+                group = merged.get(b.tp)
+                if group is None:
+                    merged[b.tp] = [b]
+                else:
+                    group.append(b)
+            by_topic: dict[str, list[list[int]]] = {}
+            nbytes = 0
+            for tp, group in merged.items():
+                size = 0
+                for b in group:
+                    head, tail = b.builder.build_parts()
+                    payload += (head, tail)
+                    size += len(head) + len(tail)
+                parts = by_topic.get(tp.topic)
+                if parts is None:
+                    by_topic[tp.topic] = [[tp.partition, size]]
+                else:
+                    parts.append([tp.partition, size])
+                nbytes += size
+            topics = [[t, ps] for t, ps in by_topic.items()]
+        body = {"acks": self._acks, "timeout_ms": self._timeout_ms, "topics": topics}
         self._in_flight[node] += 1
         self._inflight_batches += len(batches)
         done = functools.partial(self._on_response, node, merged, len(batches), nbytes)

@@ -141,9 +141,13 @@ class Model:
         i = 0
         while i < len(batches):
             b = batches[i]
-            if i and seg.batches and (
-                seg.size + b.size > limit
-                or (seg.first_ts >= 0 and b.max_ts - seg.first_ts > self.config.segment_ms)
+            if (
+                i
+                and seg.batches
+                and (
+                    seg.size + b.size > limit
+                    or (seg.first_ts >= 0 and b.max_ts - seg.first_ts > self.config.segment_ms)
+                )
             ):
                 seg = MSegment(b.base)
                 self.segments.append(seg)
