@@ -1,0 +1,101 @@
+"""BrokerConnection's callback requests against a real loopback socket: a scripted server
+answers (or does not), and the callbacks must see responses, timeouts and a lost connection."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from raftlog import protocol
+from raftlog.client.connection import BrokerConnection
+from raftlog.errors import BrokerNotAvailableError, RaftlogError, RaftlogTimeoutError
+
+Outcome = tuple[dict[str, Any] | None, RaftlogError | None]
+
+
+class ScriptedBroker:
+    """Reads request frames; answers each one whose correlation id `answer` accepts."""
+
+    def __init__(self, answer: Callable[[int], bool]):
+        self.answer = answer
+        self.seen: list[int] = []
+        self.writers: list[asyncio.StreamWriter] = []
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.writers.append(writer)
+        decoder = protocol.FrameDecoder()
+        while data := await reader.read(65536):
+            decoder.feed(data)
+            while (frame := decoder.next_frame()) is not None:
+                corr = frame[0][2]
+                self.seen.append(corr)
+                if self.answer(corr):
+                    writer.writelines(protocol.encode_response(corr, {"echo": corr}))
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[tuple[ScriptedBroker, int]]:
+    broker = ScriptedBroker(lambda corr: corr % 2 == 1)  # odd ids answered, even ids never
+    srv = await asyncio.start_server(broker.handle, "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    yield broker, port
+    srv.close()
+    for w in broker.writers:
+        w.close()
+
+
+async def _outcomes(n: int, timeout_s: float = 10.0) -> tuple[list[Outcome], Any, Any]:
+    outcomes: list[Outcome] = []
+    done = asyncio.Event()
+
+    def callback(body: dict[str, Any] | None, _payload: Any, error: RaftlogError | None) -> None:
+        outcomes.append((body, error))
+        if len(outcomes) == n:
+            done.set()
+
+    async def wait() -> None:
+        await asyncio.wait_for(done.wait(), timeout_s)
+
+    return outcomes, callback, wait
+
+
+async def test_callbacks_get_responses_and_timeouts(server: tuple[ScriptedBroker, int]) -> None:
+    broker, port = server
+    conn = await BrokerConnection.connect("127.0.0.1", port, "test")
+    outcomes, callback, wait = await _outcomes(4)
+    for _ in range(4):  # correlation ids 1..4: 1 and 3 answered, 2 and 4 time out
+        conn.queue_request(protocol.ApiKey.METADATA, {}, [], callback, timeout_s=0.3)
+    assert broker.seen == []  # queued requests leave only with flush()
+    conn.flush()
+    await wait()
+    answered = sorted(body["echo"] for body, error in outcomes if body is not None)
+    timed_out = [error for body, error in outcomes if body is None]
+    assert answered == [1, 3]
+    assert len(timed_out) == 2 and all(isinstance(e, RaftlogTimeoutError) for e in timed_out)
+    assert conn.in_flight == 0 and not conn.closed  # a timeout does not break the connection
+    conn.close()
+
+
+async def test_lost_connection_fails_queued_callbacks(server: tuple[ScriptedBroker, int]) -> None:
+    broker, port = server
+    conn = await BrokerConnection.connect("127.0.0.1", port, "test")
+    outcomes, callback, wait = await _outcomes(2)
+    conn.queue_request(protocol.ApiKey.METADATA, {}, [], callback, timeout_s=30)
+    conn.queue_request(protocol.ApiKey.METADATA, {}, [], callback, timeout_s=30)
+    conn.flush()
+    deadline = asyncio.get_running_loop().time() + 10
+    while len(broker.seen) < 2:  # the server has read both requests
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.01)
+    for w in broker.writers:
+        w.transport.abort()
+    await wait()
+    # Request 1 was answered before the connection dropped, or it failed with it.
+    errors = [error for body, error in outcomes if body is None]
+    assert errors and all(isinstance(e, BrokerNotAvailableError) for e in errors)
+    assert conn.closed
+    with pytest.raises(BrokerNotAvailableError):
+        conn.queue_request(protocol.ApiKey.METADATA, {}, [], callback, timeout_s=1)
