@@ -266,6 +266,10 @@ class Broker:
 
     def leader_log(self, tp: TopicPartition) -> PartitionLog:
         """The log of a partition this broker leads, or the error a client should act on."""
+        return self.leader_log_and_epoch(tp)[0]
+
+    def leader_log_and_epoch(self, tp: TopicPartition) -> tuple[PartitionLog, int]:
+        """`leader_log` and the partition's leader epoch, from one metadata lookup."""
         p = self.metadata.partition(tp.topic, tp.partition)
         if p is None:
             raise UnknownTopicOrPartitionError(f"unknown topic or partition {tp}")
@@ -278,7 +282,7 @@ class Broker:
         if plog is None:
             # Metadata says we lead it but the log is not open yet (a reconcile is pending).
             raise NotLeaderOrFollowerError(f"broker {self.config.node_id} is opening {tp}")
-        return plog
+        return plog, p.leader_epoch
 
     # -- replication seams ---------------------------------------------------------------------
 

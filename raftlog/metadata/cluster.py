@@ -52,6 +52,13 @@ class ClusterMetadata:
         self._brokers: list[BrokerInfo] = []
 
     def _refresh(self) -> None:
+        # The version is read without the lock first: an int read is atomic, and a cache
+        # built at the current version is the current state (an apply in progress has not
+        # bumped it yet, so this read simply comes just before that apply). The lock is
+        # taken only to rebuild.
+        if self.quorum.state.version == self._cache_version:
+            return
+
         def grab(s: MetadataState) -> tuple[int, dict[str, TopicInfo], list[BrokerInfo]]:
             if s.version == self._cache_version:
                 return s.version, self._topics, self._brokers

@@ -62,10 +62,10 @@ def _produce(
             chunk = next(pieces)
             tp = TopicPartition(topic, partition)
             try:
-                if topic in topic_errors:
+                if topic_errors and topic in topic_errors:
                     raise topic_errors[topic]
-                plog = broker.leader_log(tp)
-                info = plog.append(chunk, broker.leader_epoch(tp))
+                plog, epoch = broker.leader_log_and_epoch(tp)
+                info = plog.append(chunk, epoch)
             except RaftlogError as e:
                 out.append([partition, e.code, -1, -1, str(e)])
                 continue
