@@ -61,6 +61,7 @@ import struct
 import sys
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import groupby
 from typing import Any, NamedTuple, TypeVar
 
 import xxhash
@@ -537,56 +538,72 @@ def _decode_fast(
         cls, topic, partition = layout
     no_headers: tuple[tuple[str, bytes | None], ...] = ()
     structs = _PLAIN_RECORD_STRUCTS
+    view = memoryview(data)
     try:
-        for length in lengths:
-            end = at + length
-            # A record with a null key and no headers, the common case, in one struct call
-            # (one Struct per record length, cached); any other record takes the general path.
+        # Records come in runs of equal length (same-sized events, the common case). A run of
+        # records with a null key and no headers is read by one Struct's iter_unpack (one
+        # Struct per record length, cached); the first record of another shape ends that, and
+        # it and the rest of its run take the general path, one record at a time.
+        for length, run in groupby(lengths):
+            k = len(list(run))
             st = structs.get(length)
             if st is None and length >= RECORD_MIN_SIZE and len(structs) < _MAX_PLAIN_STRUCTS:
                 st = structs[length] = struct.Struct(f"<bqii{length - RECORD_MIN_SIZE}si")
             if st is not None:
-                _attrs, ts, klen, vlen, value, hcount = st.unpack_from(data, at)
-                if klen == -1 and hcount == 0 and vlen == length - RECORD_MIN_SIZE:
-                    if layout is None:
+                plain_vlen = length - RECORD_MIN_SIZE
+                first = offset
+                if layout is None:
+                    for _attrs, ts, klen, vlen, value, hcount in st.iter_unpack(
+                        view[at : at + k * length]
+                    ):
+                        if klen != -1 or hcount or vlen != plain_vlen:
+                            break
                         append(new(Record, (None, value, no_headers, ts, offset)))
-                    else:
+                        offset += 1
+                else:
+                    for _attrs, ts, klen, vlen, value, hcount in st.iter_unpack(
+                        view[at : at + k * length]
+                    ):
+                        if klen != -1 or hcount or vlen != plain_vlen:
+                            break
                         append(new(cls, (topic, partition, offset, ts, None, value, no_headers)))
-                    offset += 1
-                    at = end
-                    continue
-            _attrs, ts, klen, vlen = unpack_fixed(data, at)
-            if klen == -1:
-                key = None
-                p = at + 17
-            elif klen >= 0:
-                p = at + 13 + klen
-                key = data[at + 13 : p]
-                (vlen,) = unpack_int(data, p)
+                        offset += 1
+                at += (offset - first) * length
+                k -= offset - first
+            for _ in range(k):
+                end = at + length
+                _attrs, ts, klen, vlen = unpack_fixed(data, at)
+                if klen == -1:
+                    key = None
+                    p = at + 17
+                elif klen >= 0:
+                    p = at + 13 + klen
+                    key = data[at + 13 : p]
+                    (vlen,) = unpack_int(data, p)
+                    p += 4
+                else:
+                    return None
+                if vlen >= 0:
+                    value = data[p : p + vlen]
+                    p += vlen
+                elif vlen == -1:
+                    value = None
+                else:
+                    return None
+                (hcount,) = unpack_int(data, p)
                 p += 4
-            else:
-                return None
-            if vlen >= 0:
-                value = data[p : p + vlen]
-                p += vlen
-            elif vlen == -1:
-                value = None
-            else:
-                return None
-            (hcount,) = unpack_int(data, p)
-            p += 4
-            if hcount:
-                headers, p = _decode_headers_fast(data, p, hcount)
-            else:
-                headers = no_headers
-            if p != end:
-                return None
-            if layout is None:
-                append(new(Record, (key, value, headers, ts, offset)))
-            else:
-                append(new(cls, (topic, partition, offset, ts, key, value, headers)))
-            offset += 1
-            at = end
+                if hcount:
+                    headers, p = _decode_headers_fast(data, p, hcount)
+                else:
+                    headers = no_headers
+                if p != end:
+                    return None
+                if layout is None:
+                    append(new(Record, (key, value, headers, ts, offset)))
+                else:
+                    append(new(cls, (topic, partition, offset, ts, key, value, headers)))
+                offset += 1
+                at = end
     except (struct.error, UnicodeDecodeError, ValueError):
         return None
     return out
