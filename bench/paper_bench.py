@@ -21,7 +21,7 @@ Phases (`--only` picks some; the consumers need the data of the producer phase t
   acknowledgements, so a deep pipeline is the acks=1 equivalent). Kafka 2011: 50,000 msg/s.
 - `batch50`: batches of 50: batch_size = header + 50 records, so the 50th record fills a batch;
   linger_ms=1000 so no batch leaves before it is full (the last one is flushed) and
-  max_request_size = one batch, so each request carries exactly 50 messages; up to 100
+  max_request_size = one batch, so each request carries exactly 50 messages; up to 1000
   requests outstanding. Kafka 2011: 400,000 msg/s.
 - `linger`: tuned: linger_ms=5, batch_size=1,000,000, default max_request_size (1 MiB), 5
   requests in flight (Kafka's default).
@@ -98,7 +98,7 @@ PHASES = ("single", "batch50", "linger", "consumer", "sendfile", "e2e")
 # Requests in flight per phase (--max-in-flight overrides): Kafka 2011's producer did not
 # wait for acknowledgements at all, so the phases that send many small requests get a deep
 # pipeline, the nearest acks=1 equivalent; the others keep Kafka's default of 5.
-PHASE_IN_FLIGHT = {"single": 1000, "batch50": 100, "linger": 5, "e2e": 5}
+PHASE_IN_FLIGHT = {"single": 1000, "batch50": 1000, "linger": 5, "e2e": 5}
 PRODUCER_PHASES = ("single", "batch50", "linger")
 
 # The published figures (records of 200 bytes in 2011, 100 bytes in 2014).

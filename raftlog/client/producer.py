@@ -459,8 +459,10 @@ class _ProducerCore:
         known yet (the caller fetches it and calls again).
 
         The per-record hot path: a record with no key, partition, timestamp or headers that
-        fits the topic's sticky open batch without filling it takes one dict lookup, one lock,
-        one builder call and one future; anything else takes `_append`.
+        fits the topic's sticky open batch takes one dict lookup, one lock, one builder call
+        and one future; anything else takes `_append`. The open batch is used even if the
+        topic's metadata was dropped meanwhile (after an error): its partition is known, and
+        the sender refreshes the metadata before it sends it.
         """
         if key is None and partition is None and timestamp_ms is None and not headers and value:
             batch = self._open.get(topic)
@@ -470,15 +472,23 @@ class _ProducerCore:
                 lock = acc.lock
                 lock.acquire()
                 builder = batch.builder
+                n = 25 + len(value)
+                size = builder.size_bytes + n
                 if (
-                    builder.size_bytes + 25 + len(value) < self._batch_size
+                    size <= self._batch_size
                     and not batch.sealed
                     and acc.added_bytes - acc.released_bytes < self._buffer_memory
-                    and topic in self._topics
                 ):
                     index = builder.append_value(value, ts)
-                    acc.added_bytes += 25 + len(value)
+                    acc.added_bytes += n
+                    if size < self._batch_size:
+                        lock.release()
+                        return RecordFuture(batch.result, index, ts)
+                    # This record filled the batch: move the sticky partition, wake the sender.
+                    wake = self._batch_filled(topic, batch.tp.partition, True)
                     lock.release()
+                    if wake:
+                        self._wake()
                     return RecordFuture(batch.result, index, ts)
                 lock.release()
         return self._append(topic, value, key, headers, partition, timestamp_ms, block)
@@ -555,12 +565,9 @@ class _ProducerCore:
             # Wake the sender when a batch is ready, or a partition's first batch starts its
             # linger clock; once per sender pass.
             if size >= batch_size or new_batch:
-                full = size >= batch_size or len(q) > 1
-                if full and sticky and partitions > 1:
-                    # Sticky partitioning: the batch is full, the next records go elsewhere.
-                    self._sticky[topic] = (partition + random.randrange(1, partitions)) % partitions
-                wake = not self._wake_scheduled
-                self._wake_scheduled = True
+                wake = self._batch_filled(
+                    topic, partition, sticky and (size >= batch_size or len(q) > 1)
+                )
             else:
                 wake = False
         finally:
@@ -568,6 +575,18 @@ class _ProducerCore:
         if wake:
             self._wake()
         return RecordFuture(batch.result, index, ts)
+
+    def _batch_filled(self, topic: str, partition: int, move_sticky: bool) -> bool:
+        """A batch is ready (or a partition's first batch opened): with the lock held, move a
+        sticky partition whose batch is full, and say whether send() must wake the sender
+        (once per sender pass)."""
+        if move_sticky:
+            partitions = len(self._topics[topic].partitions)
+            if partitions > 1 and self._sticky.get(topic) == partition:
+                self._sticky[topic] = (partition + random.randrange(1, partitions)) % partitions
+        wake = not self._wake_scheduled
+        self._wake_scheduled = True
+        return wake
 
     def _wait_for_space_locked(self) -> None:
         acc = self.acc

@@ -234,3 +234,22 @@ def test_client_metadata_never_goes_back_to_an_older_leader_epoch() -> None:
     assert c._newest(older).partitions[0].leader == 2  # a lagging broker's answer is ignored
     recreated = TopicInfo("t", "other-id", (PartitionInfo(0, 1, 0, (1,), (1,)),))
     assert c._newest(recreated).partitions[0].leader == 1  # a new topic id starts afresh
+
+
+def test_a_record_that_exactly_fills_the_open_batch_wakes_the_sender_and_moves_on() -> None:
+    """4 records of 125 bytes fill a 565-byte batch exactly (65-byte header): the 4th takes
+    the fast path, and must still wake the sender and move the sticky partition."""
+    core, wakes = _core(linger_ms=1000_000, batch_size=65 + 4 * 125)
+    futs = [_send(core, None, None, b"v" * 100)]
+    assert len(wakes) == 1  # the partition's first batch opened: its linger clock starts
+    core._wake_scheduled = False  # as a sender pass would
+    futs += [_send(core, None, None, b"v" * 100) for _ in range(3)]
+    assert len({f._batch for f in futs}) == 1
+    batch = core.acc.queues[futs[0]._batch.topic_partition][0]
+    assert batch.builder.size_bytes == 565 and core._open["t"] is batch
+    assert len(wakes) == 2  # the 4th record filled it
+    # The next record goes to the other partition, in a new batch.
+    nxt = _send(core, None, None, b"w")
+    assert nxt._batch.topic_partition != futs[0]._batch.topic_partition
+    ready, _ = _drain(core, time.monotonic())
+    assert [len(b.builder) for b in ready[futs[0]._batch.topic_partition.partition]] == [4]
