@@ -839,7 +839,7 @@ def python_floor(value_bytes: int, records: int = 200_000, runs: int = 5) -> flo
 
 
 def settle_before_reading(
-    bootstrap: str, produced: list[str], keep: str, progress: Progress
+    bootstrap: str, data_dir: str, produced: list[str], keep: str, progress: Progress
 ) -> None:
     """Delete the producer phases' topics the consumers do not read and flush dirty pages, so
     that the consumer phases measure reads, not the kernel writing back gigabytes of earlier
@@ -851,6 +851,17 @@ def settle_before_reading(
     if others:
         with Admin(bootstrap) as admin:
             admin.delete_topics(others)
+        # The broker removes the partition directories after the deletion commits; the
+        # consumers must not run while it unlinks gigabytes.
+        logs = Path(data_dir) / "logs"
+        doomed = set(others)
+
+        def left() -> bool:  # a partition directory is <topic>-<partition>
+            return any(d.name.rpartition("-")[0] in doomed for d in logs.iterdir())
+
+        deadline = time.monotonic() + 120
+        while left() and time.monotonic() < deadline:
+            time.sleep(0.2)
     progress.message(f"deleted {len(others)} topics the consumers do not read; syncing")
     os.sync()
 
@@ -1153,7 +1164,9 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
             i = s.producer_runs - 1
             consume_topic = f"paper-{s.consume_from}" + (f"-{i}" if i else "")
             n = source.records
-            settle_before_reading(broker(False).bootstrap, produced, consume_topic, progress)
+            settle_before_reading(
+                broker(False).bootstrap, data_dir, produced, consume_topic, progress
+            )
             for i in range(s.consumer_runs):
                 order = consumer_phases if i % 2 == 0 else consumer_phases[::-1]
                 for phase in order:
