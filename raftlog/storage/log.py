@@ -39,10 +39,10 @@ import logging
 import os
 import time
 from bisect import bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import NamedTuple, NoReturn
 
 from raftlog.errors import (
     CorruptRecordError,
@@ -90,9 +90,11 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-@dataclass(frozen=True, slots=True)
-class AppendInfo:
-    """What an append did: the offsets it assigned (or kept) and the log's state after it."""
+class AppendInfo(NamedTuple):
+    """What an append did: the offsets it assigned (or kept) and the log's state after it.
+
+    A NamedTuple, not a frozen dataclass: the broker makes one per Produce request, and a
+    tuple is built several times faster."""
 
     base_offset: int
     last_offset: int
@@ -339,45 +341,85 @@ class PartitionLog:
 
     def append(self, batch_bytes: bytes | bytearray | memoryview, leader_epoch: int) -> AppendInfo:
         """Leader path: validate one or more batches, assign consecutive offsets, append."""
+        result = self.append_chunks([memoryview(batch_bytes)], leader_epoch)[0]
+        if isinstance(result, RaftlogError):
+            raise result
+        return result
+
+    def append_chunks(
+        self, chunks: Sequence[memoryview], leader_epoch: int
+    ) -> list[AppendInfo | RaftlogError]:
+        """Leader path for many appends at once, each a chunk of one or more batches: the
+        broker gathers the Produce requests that one socket read brought for this partition.
+
+        Each chunk is validated on its own: a corrupt or oversized chunk gets its error in the
+        result list and is left out, so one bad producer costs the others nothing. The valid
+        chunks get consecutive offsets in list order and are written with one pwritev, as one
+        unit: a failed write raises (StorageError, LogOfflineError) and appends none of them.
+        Raises too when the whole log refuses (offline, a fenced leader epoch).
+        """
         self._check_writable()
-        mv = memoryview(batch_bytes)
-        n = len(mv)
-        if n == 0:
-            raise CorruptRecordError(f"{self.name}: empty append")
         latest = self.epoch_cache.latest_epoch
         if leader_epoch < latest:
             raise FencedLeaderEpochError(
                 f"{self.name}: append with leader epoch {leader_epoch}, log is at epoch {latest}"
             )
-        offset = self._next_offset
+        first_offset = offset = self._next_offset
         max_bytes = self.config.max_message_bytes
         iov: list[bytes | memoryview] = []
         batches: list[tuple[int, int, int]] = []
+        # Per chunk: (base offset, last offset, records, batches, bytes, max timestamp) or
+        # the chunk's error; AppendInfo is made once the write has succeeded.
+        outcomes: list[tuple[int, int, int, int, int, int] | RaftlogError] = []
         records = 0
+        nbytes = 0
         max_ts = -1
-        pos = 0
-        while pos < n:
+        stamp = STAMP.pack
+        for mv in chunks:
+            n = len(mv)
+            if n == 0:
+                outcomes.append(CorruptRecordError(f"{self.name}: empty append"))
+                continue
+            chunk_offset, chunk_ts = offset, -1
+            mark = len(batches)
+            pos = 0
             try:
-                h = validate_batch(mv, pos, n)
-            except CorruptRecordError as e:
-                raise CorruptRecordError(f"{self.name}: {e}; nothing appended") from None
-            size = h.batch_length + LOG_OVERHEAD
-            if size > max_bytes:
-                raise RecordTooLargeError(
-                    f"{self.name}: batch of {size} bytes at byte {pos} exceeds "
-                    f"max_message_bytes={max_bytes}; nothing appended"
-                )
-            iov.append(STAMP.pack(offset, h.batch_length, leader_epoch))
-            iov.append(mv[pos + STAMP_SIZE : pos + size])
-            batches.append((offset, size, h.max_timestamp))
-            offset += h.record_count
-            records += h.record_count
-            if h.max_timestamp > max_ts:
-                max_ts = h.max_timestamp
-            pos += size
-        if leader_epoch > latest:
-            self._assign_epoch(leader_epoch, self._next_offset)
-        return self._write(iov, n, batches, offset, records, max_ts)
+                while pos < n:
+                    try:
+                        h = validate_batch(mv, pos, n)
+                    except CorruptRecordError as e:
+                        raise CorruptRecordError(f"{self.name}: {e}; nothing appended") from None
+                    size = h.batch_length + LOG_OVERHEAD
+                    if size > max_bytes:
+                        raise RecordTooLargeError(
+                            f"{self.name}: batch of {size} bytes at byte {pos} exceeds "
+                            f"max_message_bytes={max_bytes}; nothing appended"
+                        )
+                    iov.append(stamp(offset, h.batch_length, leader_epoch))
+                    iov.append(mv[pos + STAMP_SIZE : pos + size])
+                    batches.append((offset, size, h.max_timestamp))
+                    offset += h.record_count
+                    if h.max_timestamp > chunk_ts:
+                        chunk_ts = h.max_timestamp
+                    pos += size
+            except RaftlogError as e:
+                del iov[2 * mark :], batches[mark:]
+                offset = chunk_offset
+                outcomes.append(e)
+                continue
+            outcomes.append(
+                (chunk_offset, offset - 1, offset - chunk_offset, len(batches) - mark, n, chunk_ts)
+            )
+            records += offset - chunk_offset
+            nbytes += n
+            if chunk_ts > max_ts:
+                max_ts = chunk_ts
+        if batches:
+            if leader_epoch > latest:
+                self._assign_epoch(leader_epoch, first_offset)
+            self._write(iov, nbytes, batches, offset, records, max_ts)
+        log_start = self._log_start
+        return [o if isinstance(o, RaftlogError) else AppendInfo(*o, log_start) for o in outcomes]
 
     def append_as_follower(self, batch_bytes: bytes | bytearray | memoryview) -> AppendInfo:
         """Follower path: append batches that already carry the leader's offsets and epochs."""

@@ -336,6 +336,57 @@ def test_corrupt_error_names_the_partition_and_the_byte(tmp_path: str) -> None:
     assert f"checksum mismatch in batch at byte {2 * len(good)}" in str(e.value)
 
 
+def test_append_chunks_isolates_bad_chunks_and_writes_the_rest_as_one(tmp_path: str) -> None:
+    """The broker's gathered appends: each chunk stands or falls alone, the good ones get
+    consecutive offsets in list order, one write holds them all."""
+    good1, good3 = batch_of(1, 50), batch_of(3, 50) + batch_of(2, 10)
+    corrupt = bytearray(batch_of(2, 50))
+    corrupt[-1] ^= 1
+    too_big = batch_of(1, 900)
+    chunks = [good1, bytes(corrupt), good3, b"", too_big, good1]
+    with open_log(str(tmp_path / "t-0"), max_message_bytes=800) as log:
+        log.append(batch_of(2, 5), 0)
+        out = log.append_chunks([memoryview(c) for c in chunks], 1)
+        assert [type(o).__name__ for o in out] == [
+            "AppendInfo",
+            "CorruptRecordError",
+            "AppendInfo",
+            "CorruptRecordError",
+            "RecordTooLargeError",
+            "AppendInfo",
+        ]
+        assert [
+            (o.base_offset, o.last_offset, o.record_count, o.batch_count)
+            for o in out
+            if not isinstance(o, Exception)
+        ] == [(2, 2, 1, 1), (3, 7, 5, 2), (8, 8, 1, 1)]
+        assert "t-0: checksum mismatch" in str(out[1]) and "nothing appended" in str(out[1])
+        assert "max_message_bytes=800" in str(out[4])
+        assert log.log_end_offset == 9
+        assert log.size_bytes == len(batch_of(2, 5)) + 2 * len(good1) + len(good3)
+        assert log.epoch_cache.entries() == [(0, 0), (1, 2)]
+        values = [(r.offset, r.value) for r in all_records(log)]
+        assert [o for o, _ in values] == list(range(9))
+        # Every chunk was refused: nothing written, no epoch assigned.
+        assert all(
+            isinstance(o, CorruptRecordError)
+            for o in log.append_chunks([memoryview(bytes(corrupt)), memoryview(b"")], 2)
+        )
+        assert log.log_end_offset == 9 and log.epoch_cache.entries() == [(0, 0), (1, 2)]
+        with pytest.raises(FencedLeaderEpochError):
+            log.append_chunks([memoryview(good1)], 0)
+    assert tools.verify(str(tmp_path / "t-0")) == []
+
+
+def test_append_chunks_spanning_segments_are_split_between_batches(tmp_path: str) -> None:
+    batch = batch_of(2, 100)
+    with open_log(str(tmp_path), segment_bytes=3 * len(batch)) as log:
+        out = log.append_chunks([memoryview(batch)] * 7, 0)
+        assert [o.base_offset for o in out] == [0, 2, 4, 6, 8, 10, 12]  # type: ignore[union-attr]
+        assert log.segment_base_offsets == [0, 6, 12]
+    assert tools.verify(str(tmp_path)) == []
+
+
 def test_a_batch_over_max_message_bytes_is_refused(tmp_path: str) -> None:
     small, big = batch_of(1, 100), batch_of(1, 500)
     assert len(small) <= 300 < len(big)

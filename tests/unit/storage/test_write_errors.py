@@ -279,3 +279,24 @@ def test_file_size_limit_fails_the_write_with_efbig_and_rolls_it_back(
     with PartitionLog.open(path, LogConfig(), clock_ms=FakeClock()) as log:
         assert log.append(record_batch(20), 0).base_offset == 20
         check_acked(log, 21)
+
+
+def test_gathered_appends_fail_together_on_a_full_disk(small_fs: str) -> None:
+    """append_chunks writes many producers' chunks as one unit: ENOSPC fails all of them and
+    leaves the log as it was; once space is back they all go in, in order."""
+    ballast = os.path.join(small_fs, "ballast")
+    with open(ballast, "wb") as f:
+        f.write(b"\0" * BALLAST_BYTES)
+    path = os.path.join(small_fs, "topic-0")
+    log = PartitionLog.open(path, ONE_SEGMENT, clock_ms=FakeClock())
+    acked, _ = fill(log)
+    chunks = [memoryview(record_batch(acked + i)) for i in range(3)]
+    with pytest.raises(StorageError, match="nothing appended"):
+        log.append_chunks(chunks, 0)
+    check_acked(log, acked)
+    os.unlink(ballast)
+    out = log.append_chunks(chunks, 0)
+    assert [o.base_offset for o in out] == [acked, acked + 1, acked + 2]  # type: ignore[union-attr]
+    log.flush()
+    log.close()
+    reopen_check_verify(path, ONE_SEGMENT, acked + 3)
