@@ -29,12 +29,20 @@ from raftlog.errors import InvalidRequestError, RaftlogError, UnsupportedVersion
 from raftlog.storage import FileSlice
 
 if TYPE_CHECKING:
+    from raftlog.broker.handlers.produce import ProduceGroup
     from raftlog.broker.server import Broker
 
 log = logging.getLogger(__name__)
 
 # Responses queued (being computed or waiting for earlier ones) before reading pauses.
 MAX_PENDING_RESPONSES = 1000
+_PRODUCE = int(protocol.ApiKey.PRODUCE)
+# Produce requests appended together before their responses are written: enough to make the
+# write cost per request small, few enough that the client gets answers while we work.
+MAX_GROUPED_REQUESTS = 128
+# What a handler raises when a body has the wrong shape for its API (Overflow: int() of an
+# infinite float): the client's bug, answered with InvalidRequestError.
+_MALFORMED = (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError)
 
 
 class Response:
@@ -71,6 +79,8 @@ class Connection(asyncio.Protocol):
         self._sending = False  # a sendfile writer is running
         # While data_received dispatches a read's frames, responses gather here.
         self._out: list[Any] | None = None
+        # Slots of the current produce group's requests, and their response topic lists.
+        self._grouped: list[tuple[_Slot, list[Any]]] = []
 
     @property
     def busy(self) -> bool:
@@ -114,19 +124,79 @@ class Connection(asyncio.Protocol):
             return
         self._decoder.feed(data)
         self._out = []
+        # The Produce requests of this read are appended together (handlers/produce.py): a
+        # pipelining producer costs one write per partition per read, not one per request.
+        group: ProduceGroup | None = None
         try:
             while not self._closing:
                 try:
                     frame = self._decoder.next_frame()
                 except protocol.RemoteProtocolError as e:
+                    if group is not None:
+                        self._finish_group(group)
+                        group = None
                     self._protocol_error(None, e)
                     return
                 if frame is None:
                     break
-                self._dispatch(*frame)
+                header, payload = frame
+                if (
+                    len(header) == 5
+                    and header[0] == _PRODUCE
+                    and header[1] == 0
+                    and type(header[2]) is int
+                    and type(header[4]) is dict
+                ):
+                    if group is None:
+                        group = self.broker.produce_group()
+                    if self._add_produce(group, header[2], header[4], payload):
+                        if len(group) >= MAX_GROUPED_REQUESTS:
+                            # Answer what we have: the client works on these responses
+                            # while we append the rest of the read.
+                            self._finish_group(group)
+                            group = None
+                            self._write_gathered()
+                            self._out = []
+                        continue
+                if group is not None:
+                    self._finish_group(group)
+                    group = None
+                self._dispatch(header, payload)
         finally:
+            if group is not None:
+                self._finish_group(group)
             self._write_gathered()
         self._update_reading()
+
+    def _add_produce(
+        self, group: ProduceGroup, correlation_id: int, body: dict[str, Any], payload: memoryview
+    ) -> bool:
+        """Add a Produce request to this read's group; False if it must take the ordinary
+        path (it names a topic to auto-create, which waits for the quorum)."""
+        broker = self.broker
+        try:
+            acks = group.acks_of(body)
+            topics = body["topics"]
+            if broker.config.auto_create_topics and broker.topics_to_auto_create(
+                t for t, _ in topics
+            ):
+                return False
+            results = group.add(acks, topics, payload)
+        except Exception as e:
+            self._request_failed(correlation_id, _PRODUCE, e)
+            return True
+        if acks:
+            slot = _Slot(correlation_id)
+            self._slots.append(slot)
+            self._grouped.append((slot, results))
+        return True
+
+    def _finish_group(self, group: ProduceGroup) -> None:
+        group.finish()
+        grouped, self._grouped = self._grouped, []
+        for slot, results in grouped:
+            slot.response = Response({"topics": results})
+        self._flush()
 
     def _write_gathered(self) -> None:
         out, self._out = self._out, None
@@ -165,25 +235,8 @@ class Connection(asyncio.Protocol):
             return
         try:
             result = handler(body, payload, self)
-        except RaftlogError as e:
-            self._respond_error(correlation_id, e)
-            return
-        except protocol.RemoteProtocolError as e:
-            # The body does not match the frame (e.g. payload sizes that do not add up).
-            if e.fatal:
-                self._protocol_error(correlation_id, e)
-            else:
-                self._respond_error(correlation_id, InvalidRequestError(str(e)))
-            return
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as e:
-            # The body had the wrong shape for this API: the client's bug, not ours. (Overflow:
-            # int() of an infinite float.)
-            self._respond_error(
-                correlation_id,
-                InvalidRequestError(
-                    f"malformed {protocol.ApiKey(api_key).name} request: {type(e).__name__}: {e}"
-                ),
-            )
+        except Exception as e:
+            self._request_failed(correlation_id, api_key, e)
             return
         if result is None:
             return  # acks=0 produce: no response at all
@@ -202,13 +255,34 @@ class Connection(asyncio.Protocol):
             slot.response = await pending
         except RaftlogError as e:
             slot.response = error_response(e)
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError) as e:
+        except _MALFORMED as e:
             slot.response = error_response(
                 InvalidRequestError(
                     f"malformed {protocol.ApiKey(api_key).name} request: {type(e).__name__}: {e}"
                 )
             )
         self._flush()
+
+    def _request_failed(self, correlation_id: int, api_key: int, e: Exception) -> None:
+        """Answer a request whose handler raised; re-raise what is not the client's doing."""
+        if isinstance(e, RaftlogError):
+            self._respond_error(correlation_id, e)
+        elif isinstance(e, protocol.RemoteProtocolError):
+            # The body does not match the frame (e.g. payload sizes that do not add up).
+            if e.fatal:
+                self._protocol_error(correlation_id, e)
+            else:
+                self._respond_error(correlation_id, InvalidRequestError(str(e)))
+        elif isinstance(e, _MALFORMED):
+            # The body had the wrong shape for this API: the client's bug, not ours.
+            self._respond_error(
+                correlation_id,
+                InvalidRequestError(
+                    f"malformed {protocol.ApiKey(api_key).name} request: {type(e).__name__}: {e}"
+                ),
+            )
+        else:
+            raise e
 
     def _respond_error(self, correlation_id: int, error: RaftlogError) -> None:
         slot = _Slot(correlation_id)
@@ -237,7 +311,8 @@ class Connection(asyncio.Protocol):
             resp = slot.response
             assert resp is not None
             header, resp = _encode_header(slot.correlation_id, resp)
-            if any(isinstance(p, FileSlice) for p in resp.parts):
+            parts = resp.parts
+            if parts and any(isinstance(p, FileSlice) for p in parts):
                 self._sending = True
                 task = asyncio.ensure_future(self._sendfile(header, resp))
                 self._tasks.add(task)
@@ -246,9 +321,10 @@ class Connection(asyncio.Protocol):
             out = self._out
             if out is not None:
                 out.append(header)
-                out += resp.parts
+                if parts:
+                    out += parts
             else:
-                transport.writelines([header, *resp.parts])
+                transport.writelines([header, *parts])
         self._update_reading()
 
     async def _sendfile(self, header: bytes, resp: Response) -> None:
@@ -296,7 +372,8 @@ def _encode_header(correlation_id: int, resp: Response) -> tuple[bytes, Response
     be encoded (it echoes a value msgpack refuses, e.g. an int past 64 bits that a handler
     made from a float the client sent). Bad input must cost the client an error, not the
     connection."""
-    size = sum(p.size if isinstance(p, FileSlice) else len(p) for p in resp.parts)
+    parts = resp.parts
+    size = sum(p.size if isinstance(p, FileSlice) else len(p) for p in parts) if parts else 0
     try:
         return protocol.encode_response_header(correlation_id, resp.body, size), resp
     except (TypeError, ValueError, OverflowError) as e:

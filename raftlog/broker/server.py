@@ -264,6 +264,10 @@ class Broker:
                 errors[topic] = e
         return errors
 
+    def produce_group(self) -> produce.ProduceGroup:
+        """A group for the Produce requests of one socket read (handlers/produce.py)."""
+        return produce.ProduceGroup(self)
+
     def leader_log(self, tp: TopicPartition) -> PartitionLog:
         """The log of a partition this broker leads, or the error a client should act on."""
         return self.leader_log_and_epoch(tp)[0]
