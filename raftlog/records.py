@@ -194,6 +194,8 @@ class BatchBuilder:
     """
 
     __slots__ = (
+        "_built",
+        "_count",
         "_first_ts",
         "_lengths",
         "_max_ts",
@@ -215,13 +217,30 @@ class BatchBuilder:
         self._lengths: list[int] = []
         self._first_ts = 0
         self._max_ts = -1
+        self._built: tuple[bytes, bytes] | None = None  # set by seal()
+        self._count = 0  # records, once sealed
         self.size_bytes = HEADER_SIZE  # the size of the batch if it were built now
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
         self.base_sequence = base_sequence
 
     def __len__(self) -> int:
-        return len(self._lengths)
+        return self._count if self._built is not None else len(self._lengths)
+
+    def seal(self) -> tuple[bytes, bytes]:
+        """Build the batch as a producer sends it (offset 0, no leader epoch) and keep only its
+        bytes: the record pieces and their lists go at once, instead of living on (and being
+        walked by the garbage collector) while the batch waits to be sent. Returns the parts;
+        `build_parts()` with default arguments returns them again. No record can be added
+        after this (an assertion)."""
+        built = self._built
+        if built is None:
+            built = self._built = self.build_parts()
+            self._count = len(self._lengths)
+            # Shared empty lists: no new objects for the collector; the asserts in the append
+            # methods keep anything from being added to them.
+            self._parts = self._lengths = _SEALED_EMPTY
+        return built
 
     def append(
         self,
@@ -231,6 +250,7 @@ class BatchBuilder:
         headers: Sequence[tuple[str, bytes | None]] = (),
     ) -> int:
         """Add a record; returns its offset delta within the batch."""
+        assert self._built is None, "a sealed batch takes no more records"
         if key is None and value is not None and not headers:
             # The common case: attributes, timestamp, null key and value length in one call.
             n = len(value)
@@ -262,6 +282,7 @@ class BatchBuilder:
     def append_value(self, value: bytes, timestamp: int) -> int:
         """`append(None, value, timestamp)` for a batch that already holds a record: the
         producer's hot path (no key, no headers), kept to one struct call."""
+        assert self._built is None, "a sealed batch takes no more records"
         n = len(value)
         self._parts += (_FIXED_AND_VLEN.pack(0, timestamp, -1, n), value, _NO_HEADERS)
         if timestamp > self._max_ts:
@@ -281,6 +302,12 @@ class BatchBuilder:
         self, base_offset: int = 0, partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH
     ) -> tuple[bytes, bytes]:
         """The batch as its first 25 bytes and the rest (written back to back, no copy made)."""
+        built = self._built
+        if built is not None:
+            assert base_offset == 0 and partition_leader_epoch == NO_PARTITION_LEADER_EPOCH, (
+                "a sealed batch is built for a producer only"
+            )
+            return built
         lengths = self._lengths
         assert lengths, "cannot build an empty batch"
         count = len(lengths)
@@ -309,6 +336,7 @@ class BatchBuilder:
 
 
 _NO_HEADERS = b"\0\0\0\0"
+_SEALED_EMPTY: list[Any] = []
 _TAIL_FIXED = struct.Struct("<hiqqqhii")
 _HEAD_FIXED = struct.Struct("<qiibQ")
 

@@ -33,6 +33,8 @@ from raftlog.errors import (
 log = logging.getLogger(__name__)
 
 ResponseT = tuple[dict[str, Any], memoryview]
+# Correlation ids fit 32 bits, so pre-encoded headers (protocol.ProduceTemplate) can hold them.
+MAX_CORRELATION_ID = 0xFFFFFFFF
 # Called with (body, payload, None) or (None, None, error) when a queued request ends.
 ResponseCallback = Callable[[dict[str, Any] | None, memoryview | None, RaftlogError | None], None]
 
@@ -135,10 +137,16 @@ class BrokerConnection(asyncio.Protocol):
                     waiter.set_exception(error_from_code(error, body.get("message") or ""))
                 else:
                     waiter.set_result((body, frame[1]))
-            elif error:
-                waiter(None, None, error_from_code(error, body.get("message") or ""))
             else:
-                waiter(body, frame[1], None)
+                # Answers come in request order: the oldest deadline is usually this one's.
+                # Dropping it now keeps the deque as short as the requests in flight.
+                deadlines = self._deadlines
+                if deadlines and deadlines[0][1] == corr:
+                    deadlines.popleft()
+                if error:
+                    waiter(None, None, error_from_code(error, body.get("message") or ""))
+                else:
+                    waiter(body, frame[1], None)
 
     # -- requests ------------------------------------------------------------------------------
 
@@ -154,7 +162,7 @@ class BrokerConnection(asyncio.Protocol):
         if self._closed is not None:
             raise BrokerNotAvailableError(str(self._closed))
         assert self.transport is not None
-        corr = next(self._ids)
+        corr = self._next_id()
         fut: asyncio.Future[ResponseT] | None = None
         if expect_response:
             fut = asyncio.get_running_loop().create_future()
@@ -174,15 +182,44 @@ class BrokerConnection(asyncio.Protocol):
     ) -> None:
         """Queue a request for the next `flush`; `callback` gets its outcome (None: no response
         is expected, as for acks=0)."""
+        corr = self._register(api_key, callback, timeout_s)
+        self._out += protocol.encode_request(api_key, 0, corr, self.client_id, body, payload)
+
+    def queue_produce(
+        self,
+        template: protocol.ProduceTemplate,
+        payload: Sequence[bytes | memoryview],
+        nbytes: int,
+        callback: ResponseCallback | None,
+        timeout_s: float,
+    ) -> None:
+        """`queue_request` for a one-partition Produce whose header comes from `template`
+        (`nbytes` = the payload's size)."""
+        corr = self._register(protocol.ApiKey.PRODUCE, callback, timeout_s)
+        out = self._out
+        out.append(template.frame_prefix(corr, nbytes))
+        out += payload
+
+    def _next_id(self) -> int:
+        corr = next(self._ids)
+        if corr > MAX_CORRELATION_ID:
+            # Ids wrap (a connection can live for days at 50k requests/s); an id comes back
+            # only after 4 billion others, long after its request ended.
+            self._ids = itertools.count(1)
+            corr = next(self._ids)
+        return corr
+
+    def _register(self, api_key: int, callback: ResponseCallback | None, timeout_s: float) -> int:
+        """A correlation id for a queued request; its callback and deadline are kept."""
         if self._closed is not None:
             raise BrokerNotAvailableError(str(self._closed))
-        corr = next(self._ids)
+        corr = self._next_id()
         if callback is not None:
             self._pending[corr] = callback
             self._deadlines.append((time.monotonic() + timeout_s, corr, api_key))
             if self._timer is None:
                 self._arm_timer()
-        self._out += protocol.encode_request(api_key, 0, corr, self.client_id, body, payload)
+        return corr
 
     def flush(self) -> None:
         """Write every queued request (one write for all of them)."""

@@ -55,6 +55,9 @@ log = logging.getLogger(__name__)
 Headers = Sequence[tuple[str, bytes | None]]
 
 _time_ns = time.time_ns
+# A sender pass writes its requests in writes of this many: the broker starts on the first
+# ones while the rest are being built, instead of the two taking turns at idling.
+REQUESTS_PER_WRITE = 64
 
 
 class RecordMetadata(NamedTuple):
@@ -235,17 +238,58 @@ def _resolve(fut: asyncio.Future[None]) -> None:
         fut.set_result(None)
 
 
-class _Batch:
-    __slots__ = ("attempts", "builder", "created", "deadline", "result", "sealed", "tp")
+class _Batch(BatchResult):
+    """A batch in the accumulator and in flight; it is also the BatchResult its records'
+    futures share (one object per batch, not two: batches live long enough to cost the
+    garbage collector per object). Completing it drops the builder, so a future kept after
+    its record was sent does not keep the record's bytes alive."""
+
+    __slots__ = ("attempts", "builder", "created", "deadline", "sealed", "tp")
 
     def __init__(self, tp: TopicPartition, now: float, delivery_timeout_s: float):
+        BatchResult.__init__(self, tp)
         self.tp = tp
         self.builder = BatchBuilder()
-        self.result = BatchResult(tp)
         self.created = now
         self.deadline = now + delivery_timeout_s
         self.attempts = 0
-        self.sealed = False  # drained: it takes no more records
+        self.sealed = False  # full, drained or expired: it takes no more records
+
+    @property
+    def result(self) -> BatchResult:
+        return self
+
+    def complete(self, base_offset: int, error: BaseException | None = None) -> None:
+        self.sealed = True
+        self.builder = _COMPLETED_BUILDER
+        BatchResult.complete(self, base_offset, error)
+
+    def seal(self) -> None:
+        """Full: it takes no more records, and it is encoded now (BatchBuilder.seal)."""
+        self.sealed = True
+        self.builder.seal()
+
+
+# What a completed batch keeps instead of its builder: sealed, empty, shared.
+_COMPLETED_BUILDER = BatchBuilder()
+_COMPLETED_BUILDER.append(None, b"", 0)
+_COMPLETED_BUILDER.seal()
+
+
+class _OneBatchRequest:
+    """A one-batch Produce request in flight; the connection calls it with the outcome. One
+    object per request (not a partial over a dict and a list): requests in flight are
+    long-lived enough that every object they hold costs garbage-collector time."""
+
+    __slots__ = ("batch", "core", "nbytes", "node")
+
+    def __init__(self, core: _ProducerCore, node: int, batch: _Batch, nbytes: int):
+        self.core, self.node, self.batch, self.nbytes = core, node, batch, nbytes
+
+    def __call__(
+        self, body: dict[str, Any] | None, _payload: memoryview | None, error: RaftlogError | None
+    ) -> None:
+        self.core._on_one_response(self.node, self.batch, self.nbytes, body, error)
 
 
 class _Accumulator:
@@ -313,7 +357,9 @@ class _Accumulator:
             if not q:
                 continue
             while q and q[0].deadline <= now:
-                expired.append(q.popleft())
+                b = q.popleft()
+                b.sealed = True  # it may still be a topic's open batch: no more records
+                expired.append(b)
             if not q:
                 continue
             first = q[0]
@@ -405,6 +451,8 @@ class _ProducerCore:
         self._sticky: dict[str, int] = {}
         # topic -> the open batch of its sticky partition (the fast path's target).
         self._open: dict[str, _Batch] = {}
+        # Pre-encoded Produce headers of one-batch requests, per partition.
+        self._templates: dict[TopicPartition, protocol.ProduceTemplate] = {}
         self._refreshing: set[str] = set()
         self._connecting: set[int] = set()
         self._sender: asyncio.Task[None] | None = None
@@ -483,13 +531,14 @@ class _ProducerCore:
                     acc.added_bytes += n
                     if size < self._batch_size:
                         lock.release()
-                        return RecordFuture(batch.result, index, ts)
+                        return RecordFuture(batch, index, ts)
                     # This record filled the batch: move the sticky partition, wake the sender.
+                    batch.seal()
                     wake = self._batch_filled(topic, batch.tp.partition, True)
                     lock.release()
                     if wake:
                         self._wake()
-                    return RecordFuture(batch.result, index, ts)
+                    return RecordFuture(batch, index, ts)
                 lock.release()
         return self._append(topic, value, key, headers, partition, timestamp_ms, block)
 
@@ -564,6 +613,8 @@ class _ProducerCore:
                 self._open[topic] = batch
             # Wake the sender when a batch is ready, or a partition's first batch starts its
             # linger clock; once per sender pass.
+            if size >= batch_size:
+                batch.seal()
             if size >= batch_size or new_batch:
                 wake = self._batch_filled(
                     topic, partition, sticky and (size >= batch_size or len(q) > 1)
@@ -574,7 +625,7 @@ class _ProducerCore:
             lock.release()
         if wake:
             self._wake()
-        return RecordFuture(batch.result, index, ts)
+        return RecordFuture(batch, index, ts)
 
     def _batch_filled(self, topic: str, partition: int, move_sticky: bool) -> bool:
         """A batch is ready (or a partition's first batch opened): with the lock held, move a
@@ -653,7 +704,7 @@ class _ProducerCore:
                 )
                 pending = self.acc.pending()
             for b in expired:
-                b.result.complete(
+                b.complete(
                     -1,
                     RaftlogTimeoutError(
                         f"record batch for {b.tp} expired: not sent within "
@@ -743,47 +794,43 @@ class _ProducerCore:
     def _dispatch(self, node: int, node_requests: list[list[_Batch]]) -> None:
         """Build and write the requests for one leader: one write for all of them."""
         conn = self.client.ready_connection(node)
-        for batches in node_requests:
+        for i, batches in enumerate(node_requests, 1):
             self._send_request(conn, node, batches)
+            if conn is not None and not i % REQUESTS_PER_WRITE:
+                conn.flush()
         if conn is not None:
             conn.flush()
 
     def _send_request(
         self, conn: BrokerConnection | None, node: int, batches: list[_Batch]
     ) -> None:
+        if len(batches) == 1:
+            self._send_one(conn, node, batches[0])
+            return
+        # Batches of one partition travel as one chunk: one append on the broker, one answer.
         merged: dict[TopicPartition, list[_Batch]] = {}
         payload: list[bytes] = []
-        if len(batches) == 1:  # the common case, kept short
-            b = batches[0]
-            head, tail = b.builder.build_parts()
-            payload += (head, tail)
-            nbytes = len(head) + len(tail)
-            merged[b.tp] = batches
-            topics = [[b.tp.topic, [[b.tp.partition, nbytes]]]]
-        else:
-            # Batches of one partition travel as one chunk: one append on the broker, one
-            # answer.
-            for b in batches:
-                group = merged.get(b.tp)
-                if group is None:
-                    merged[b.tp] = [b]
-                else:
-                    group.append(b)
-            by_topic: dict[str, list[list[int]]] = {}
-            nbytes = 0
-            for tp, group in merged.items():
-                size = 0
-                for b in group:
-                    head, tail = b.builder.build_parts()
-                    payload += (head, tail)
-                    size += len(head) + len(tail)
-                parts = by_topic.get(tp.topic)
-                if parts is None:
-                    by_topic[tp.topic] = [[tp.partition, size]]
-                else:
-                    parts.append([tp.partition, size])
-                nbytes += size
-            topics = [[t, ps] for t, ps in by_topic.items()]
+        for b in batches:
+            group = merged.get(b.tp)
+            if group is None:
+                merged[b.tp] = [b]
+            else:
+                group.append(b)
+        by_topic: dict[str, list[list[int]]] = {}
+        nbytes = 0
+        for tp, group in merged.items():
+            size = 0
+            for b in group:
+                head, tail = b.builder.build_parts()
+                payload += (head, tail)
+                size += len(head) + len(tail)
+            parts = by_topic.get(tp.topic)
+            if parts is None:
+                by_topic[tp.topic] = [[tp.partition, size]]
+            else:
+                parts.append([tp.partition, size])
+            nbytes += size
+        topics = [[t, ps] for t, ps in by_topic.items()]
         body = {"acks": self._acks, "timeout_ms": self._timeout_ms, "topics": topics}
         self._in_flight[node] += 1
         self._inflight_batches += len(batches)
@@ -797,6 +844,32 @@ class _ProducerCore:
                 payload,
                 done if self._acks else None,
                 self._timeout_s,
+            )
+        except RaftlogError as e:
+            done(None, None, e)
+            return
+        if not self._acks:
+            done(None, None, None)  # acks=0: delivered once written; offsets unknown (-1)
+
+    def _send_one(self, conn: BrokerConnection | None, node: int, b: _Batch) -> None:
+        """`_send_request` for a request of one batch, the common case: its header comes from
+        the partition's pre-encoded template instead of msgpack."""
+        head, tail = b.builder.build_parts()
+        nbytes = len(head) + len(tail)
+        tp = b.tp
+        template = self._templates.get(tp)
+        if template is None:
+            template = self._templates[tp] = protocol.ProduceTemplate(
+                self.config.client_id, self._acks, self._timeout_ms, tp.topic, tp.partition
+            )
+        self._in_flight[node] += 1
+        self._inflight_batches += 1
+        done = _OneBatchRequest(self, node, b, nbytes)
+        try:
+            if conn is None:
+                raise BrokerNotAvailableError(f"no connection to broker {node}")
+            conn.queue_produce(
+                template, (head, tail), nbytes, done if self._acks else None, self._timeout_s
             )
         except RaftlogError as e:
             done(None, None, e)
@@ -826,9 +899,39 @@ class _ProducerCore:
             elif body is None:
                 for group in merged.values():
                     for b in group:
-                        b.result.complete(-1)
+                        b.complete(-1)
             else:
                 self._complete(merged, body)
+        finally:
+            self._kick()
+
+    def _on_one_response(
+        self,
+        node: int,
+        b: _Batch,
+        nbytes: int,
+        body: dict[str, Any] | None,
+        error: RaftlogError | None,
+    ) -> None:
+        """`_on_response` for a one-batch request."""
+        self._in_flight[node] -= 1
+        self._inflight_batches -= 1
+        self.acc.release(nbytes)
+        self._space_freed()
+        try:
+            if error is not None:
+                self._retry_or_fail(b, error)
+            elif body is None:
+                b.complete(-1)
+            else:
+                try:
+                    (topic, (r,)), *rest = body["topics"]
+                    if rest or topic != b.tp.topic or r[0] != b.tp.partition:
+                        r = None
+                except (KeyError, TypeError, IndexError, ValueError) as e:
+                    log.warning("malformed Produce response %r: %s", body, e)
+                    r = None
+                self._complete_partition(b.tp, (b,), r)
         finally:
             self._kick()
 
@@ -839,21 +942,28 @@ class _ProducerCore:
             results = {}
             log.warning("malformed Produce response %r: %s", body, e)
         for tp, group in merged.items():
-            r = results.get((tp.topic, tp.partition))
-            if r is None:
-                err: RaftlogError | None = RaftlogError(f"no result for {tp} in the response")
-            elif r[1]:
-                err = error_from_code(r[1], r[4] or "")
-            else:
-                err = None
-            if err is not None:
-                for b in group:
-                    self._retry_or_fail(b, err)
-                continue
-            offset = r[2]
+            self._complete_partition(tp, group, results.get((tp.topic, tp.partition)))
+
+    def _complete_partition(
+        self, tp: TopicPartition, group: Sequence[_Batch], r: list[Any] | None
+    ) -> None:
+        """Complete (or retry) one partition's batches from its response entry `r`:
+        [partition, error, base_offset, log_start_offset, message]; None if it was missing."""
+        if r is None:
+            err: RaftlogError | None = RaftlogError(f"no result for {tp} in the response")
+        elif r[1]:
+            err = error_from_code(r[1], r[4] or "")
+        else:
+            err = None
+        if err is not None:
             for b in group:
-                b.result.complete(offset)
-                offset += len(b.builder)
+                self._retry_or_fail(b, err)
+            return
+        offset = r[2]  # type: ignore[index]
+        for b in group:
+            count = len(b.builder)
+            b.complete(offset)
+            offset += count
 
     def _space_freed(self) -> None:
         if self.space is not None:
@@ -872,7 +982,7 @@ class _ProducerCore:
             self.acc.requeue(batch)
             self._schedule_refresh(batch.tp.topic)
             return
-        batch.result.complete(-1, error)
+        batch.complete(-1, error)
 
     async def wait_idle(self) -> None:
         assert self._idle is not None
@@ -904,7 +1014,7 @@ class _ProducerCore:
             self.acc.queues.clear()
             self.acc.by_topic.clear()
         for b in leftovers:
-            b.result.complete(-1, RaftlogTimeoutError("producer closed before the record was sent"))
+            b.complete(-1, RaftlogTimeoutError("producer closed before the record was sent"))
 
 
 class AsyncProducer:

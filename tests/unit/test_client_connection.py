@@ -4,6 +4,7 @@ answers (or does not), and the callbacks must see responses, timeouts and a lost
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -99,3 +100,52 @@ async def test_lost_connection_fails_queued_callbacks(server: tuple[ScriptedBrok
     assert conn.closed
     with pytest.raises(BrokerNotAvailableError):
         conn.queue_request(protocol.ApiKey.METADATA, {}, [], callback, timeout_s=1)
+
+
+@pytest.fixture
+async def answering_server() -> AsyncIterator[tuple[ScriptedBroker, int]]:
+    broker = ScriptedBroker(lambda corr: True)
+    srv = await asyncio.start_server(broker.handle, "127.0.0.1", 0)
+    yield broker, srv.sockets[0].getsockname()[1]
+    srv.close()
+    for w in broker.writers:
+        w.close()
+
+
+async def test_answered_requests_leave_no_deadline_behind(
+    answering_server: tuple[ScriptedBroker, int],
+) -> None:
+    """Deadlines of answered requests must not pile up until the oldest one's timer fires (30 s
+    of requests at a high rate is millions of entries, and garbage-collector time)."""
+    _broker, port = answering_server
+    conn = await BrokerConnection.connect("127.0.0.1", port, "test")
+    outcomes, callback, wait = await _outcomes(2000)
+    template = protocol.ProduceTemplate("test", 1, 1000, "t", 0)
+    for i in range(2000):
+        if i % 2:
+            conn.queue_request(protocol.ApiKey.METADATA, {}, [], callback, timeout_s=30)
+        else:
+            conn.queue_produce(template, [b"x" * 10], 10, callback, timeout_s=30)
+        if i % 100 == 99:
+            conn.flush()
+    await wait()
+    assert sorted(body["echo"] for body, _ in outcomes) == list(range(1, 2001))  # type: ignore[index]
+    assert conn.in_flight == 0 and len(conn._deadlines) == 0
+    conn.close()
+
+
+async def test_correlation_ids_wrap_within_32_bits(
+    answering_server: tuple[ScriptedBroker, int],
+) -> None:
+    broker, port = answering_server
+    conn = await BrokerConnection.connect("127.0.0.1", port, "test")
+    conn._ids = itertools.count(0xFFFFFFFF)
+    outcomes, callback, wait = await _outcomes(2)
+    template = protocol.ProduceTemplate("test", 1, 1000, "t", 0)
+    conn.queue_produce(template, [b"a"], 1, callback, timeout_s=30)
+    conn.queue_produce(template, [b"b"], 1, callback, timeout_s=30)
+    conn.flush()
+    await wait()
+    assert broker.seen == [0xFFFFFFFF, 1]
+    assert all(error is None for _, error in outcomes)
+    conn.close()

@@ -90,3 +90,45 @@ def test_split_payload() -> None:
         protocol.split_payload(mv, [2, 2])
     with pytest.raises(RemoteProtocolError, match="non-negative"):
         protocol.split_payload(mv, [-1, 6])
+
+
+@given(
+    client_id=st.text(max_size=40),
+    acks=st.sampled_from([-1, 0, 1]),
+    timeout_ms=st.integers(0, 2**31 - 1),
+    topic=st.text(min_size=1, max_size=249),
+    partition=st.integers(0, 2**31 - 1),
+    corr=st.integers(0, 0xFFFFFFFF),
+    payload=st.binary(max_size=300),
+)
+def test_produce_template_frames_decode_like_encode_request(
+    client_id: str,
+    acks: int,
+    timeout_ms: int,
+    topic: str,
+    partition: int,
+    corr: int,
+    payload: bytes,
+) -> None:
+    template = protocol.ProduceTemplate(client_id, acks, timeout_ms, topic, partition)
+    frame = template.frame_prefix(corr, len(payload)) + payload
+    body = {
+        "acks": acks,
+        "timeout_ms": timeout_ms,
+        "topics": [[topic, [[partition, len(payload)]]]],
+    }
+    reference = b"".join(
+        bytes(p)
+        for p in protocol.encode_request(
+            protocol.ApiKey.PRODUCE, 0, corr, client_id, body, [payload]
+        )
+    )
+    decoded = []
+    for stream in (frame, reference):
+        dec = FrameDecoder()
+        dec.feed(stream)
+        got = dec.next_frame()
+        assert got is not None and dec.buffered_bytes == 0
+        decoded.append((protocol.parse_request_header(got[0]), bytes(got[1])))
+    assert decoded[0] == decoded[1]
+    assert decoded[0][0] == (protocol.ApiKey.PRODUCE, 0, corr, client_id, body)

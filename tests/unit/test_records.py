@@ -149,3 +149,20 @@ def test_builder_size_matches_encoding() -> None:
         b.append(str(i).encode(), b"v" * i, 100 + i, [("h", b"x")] if i % 2 else ())
     assert len(b.build()) == b.size_bytes
     assert len(b) == 10
+
+
+def test_a_sealed_builder_keeps_only_its_bytes_and_refuses_records() -> None:
+    b = BatchBuilder()
+    b.append(b"k", b"v" * 10, 5)
+    b.append_value(b"w" * 3, 7)
+    expected = b.build()
+    head, tail = b.seal()
+    assert head + tail == expected and len(b) == 2 and b.size_bytes == len(expected)
+    assert b.build_parts() == (head, tail) and b.seal() == (head, tail)
+    with pytest.raises(AssertionError):
+        b.append_value(b"x", 8)
+    with pytest.raises(AssertionError):
+        b.append(None, b"x", 8)
+    with pytest.raises(AssertionError):
+        b.build_parts(base_offset=5)  # a sealed batch is what a producer sends, nothing else
+    assert b.build() == expected
