@@ -127,7 +127,11 @@ class FrameDecoder:
         avail = len(buf) - pos
         if avail < 4:
             return None
-        (frame_length,) = struct.unpack_from("<I", buf, pos)
+        if avail >= FRAME_PREFIX_SIZE:
+            frame_length, header_length = FRAME_PREFIX.unpack_from(buf, pos)
+        else:
+            (frame_length,) = struct.unpack_from("<I", buf, pos)
+            header_length = 0  # not read yet: the frame is incomplete (or too small)
         if frame_length > self._max_frame_bytes:
             raise FrameTooLargeError(
                 f"frame of {frame_length} bytes exceeds the limit of {self._max_frame_bytes}"
@@ -136,7 +140,6 @@ class FrameDecoder:
             raise RemoteProtocolError(f"frame length {frame_length} is too small for a header")
         if avail < 4 + frame_length:
             return None
-        (header_length,) = struct.unpack_from("<I", buf, pos + 4)
         if header_length > frame_length - 4 or header_length > MAX_HEADER_BYTES:
             raise RemoteProtocolError(
                 f"header length {header_length} does not fit a frame of {frame_length} bytes"
@@ -232,8 +235,8 @@ class ProduceTemplate:
         self._header_length = len(header)
 
     def frame_prefix(self, correlation_id: int, nbytes: int) -> bytes:
-        """Frame prefix and header of a request whose payload (`nbytes` long) follows."""
-        assert 0 <= correlation_id <= 0xFFFFFFFF and 0 <= nbytes <= 0xFFFFFFFF
+        """Frame prefix and header of a request whose payload (`nbytes` long) follows.
+        Both numbers must fit 32 bits unsigned (struct.error otherwise)."""
         h = self._header_length
         return b"".join(
             (

@@ -227,6 +227,59 @@ class BatchBuilder:
     def __len__(self) -> int:
         return self._count if self._built is not None else len(self._lengths)
 
+    @classmethod
+    def sealed_one(
+        cls,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,
+        headers: Sequence[tuple[str, bytes | None]] = (),
+    ) -> BatchBuilder:
+        """A sealed builder holding one record, encoded in one go: what a producer makes when
+        a record fills a batch on its own (one message per request). The bytes are those of
+        `append` + `seal`, without the builder's lists and per-record bookkeeping."""
+        if key is None and value is not None and not headers:
+            n = len(value)
+            tail = b"".join(
+                (
+                    _ONE_VALUE_FIXED.pack(
+                        0, 0, timestamp, timestamp, NO_PRODUCER_ID, NO_PRODUCER_EPOCH,
+                        NO_SEQUENCE, 1, RECORD_MIN_SIZE + n, 0, timestamp, -1, n,
+                    ),
+                    value,
+                    _NO_HEADERS,
+                )
+            )  # fmt: skip
+        else:
+            body = encode_record(key, value, timestamp, headers)
+            tail = b"".join(
+                (
+                    _TAIL_FIXED.pack(
+                        0, 0, timestamp, timestamp, NO_PRODUCER_ID, NO_PRODUCER_EPOCH,
+                        NO_SEQUENCE, 1,
+                    ),
+                    INT32.pack(len(body)),
+                    body,
+                )
+            )  # fmt: skip
+        head = _HEAD_FIXED.pack(
+            0,
+            CHECKSUMMED_FROM + len(tail) - LOG_OVERHEAD,
+            NO_PARTITION_LEADER_EPOCH,
+            MAGIC,
+            _checksum(tail),
+        )
+        self = cls.__new__(cls)
+        self._parts = self._lengths = _SEALED_EMPTY
+        self._first_ts = self._max_ts = timestamp
+        self._built = (head, tail)
+        self._count = 1
+        self.size_bytes = len(head) + len(tail)
+        self.producer_id = NO_PRODUCER_ID
+        self.producer_epoch = NO_PRODUCER_EPOCH
+        self.base_sequence = NO_SEQUENCE
+        return self
+
     def seal(self) -> tuple[bytes, bytes]:
         """Build the batch as a producer sends it (offset 0, no leader epoch) and keep only its
         bytes: the record pieces and their lists go at once, instead of living on (and being
@@ -338,6 +391,8 @@ class BatchBuilder:
 _NO_HEADERS = b"\0\0\0\0"
 _SEALED_EMPTY: list[Any] = []
 _TAIL_FIXED = struct.Struct("<hiqqqhii")
+# _TAIL_FIXED, a one-entry length table and a record's fixed part with its value length.
+_ONE_VALUE_FIXED = struct.Struct("<hiqqqhiiibqii")
 _HEAD_FIXED = struct.Struct("<qiibQ")
 
 

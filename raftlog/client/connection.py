@@ -49,10 +49,14 @@ class BrokerConnection(asyncio.Protocol):
         self._closed: Exception | None = None
         self._drained = asyncio.Event()
         self._drained.set()
-        # Queued requests not yet written, and (deadline, correlation id, api key) of
-        # callback requests in the order they were sent.
+        # Queued requests not yet written.
         self._out: list[bytes | memoryview] = []
-        self._deadlines: collections.deque[tuple[float, int, int]] = collections.deque()
+        # Callback requests in the order they were sent: correlation id, deadline, api key,
+        # in three deques of numbers rather than one deque of tuples, because these live as
+        # long as their requests and a tuple per request is garbage-collector work.
+        self._deadline_ids: collections.deque[int] = collections.deque()
+        self._deadline_at: collections.deque[float] = collections.deque()
+        self._deadline_api: collections.deque[int] = collections.deque()
         self._timer: asyncio.TimerHandle | None = None
         # Called when the transport's write buffer drains after pause_writing().
         self.on_writable: Callable[[], None] | None = None
@@ -140,9 +144,11 @@ class BrokerConnection(asyncio.Protocol):
             else:
                 # Answers come in request order: the oldest deadline is usually this one's.
                 # Dropping it now keeps the deque as short as the requests in flight.
-                deadlines = self._deadlines
-                if deadlines and deadlines[0][1] == corr:
-                    deadlines.popleft()
+                ids = self._deadline_ids
+                if ids and ids[0] == corr:
+                    ids.popleft()
+                    self._deadline_at.popleft()
+                    self._deadline_api.popleft()
                 if error:
                     waiter(None, None, error_from_code(error, body.get("message") or ""))
                 else:
@@ -216,7 +222,9 @@ class BrokerConnection(asyncio.Protocol):
         corr = self._next_id()
         if callback is not None:
             self._pending[corr] = callback
-            self._deadlines.append((time.monotonic() + timeout_s, corr, api_key))
+            self._deadline_ids.append(corr)
+            self._deadline_at.append(time.monotonic() + timeout_s)
+            self._deadline_api.append(api_key)
             if self._timer is None:
                 self._arm_timer()
         return corr
@@ -230,16 +238,16 @@ class BrokerConnection(asyncio.Protocol):
     def _arm_timer(self) -> None:
         loop = asyncio.get_running_loop()
         self._timer = loop.call_at(
-            loop.time() + max(self._deadlines[0][0] - time.monotonic(), 0) + 0.001,
+            loop.time() + max(self._deadline_at[0] - time.monotonic(), 0) + 0.001,
             self._check_deadlines,
         )
 
     def _check_deadlines(self) -> None:
         self._timer = None
         now = time.monotonic()
-        deadlines = self._deadlines
-        while deadlines and (deadlines[0][1] not in self._pending or deadlines[0][0] <= now):
-            deadline, corr, api_key = deadlines.popleft()
+        ids, at, apis = self._deadline_ids, self._deadline_at, self._deadline_api
+        while ids and (ids[0] not in self._pending or at[0] <= now):
+            corr, deadline, api_key = ids.popleft(), at.popleft(), apis.popleft()
             waiter = self._pending.get(corr)
             if deadline <= now and waiter is not None and not isinstance(waiter, asyncio.Future):
                 del self._pending[corr]
@@ -251,7 +259,7 @@ class BrokerConnection(asyncio.Protocol):
                         "got no response in time"
                     ),
                 )
-        if deadlines and self._closed is None:
+        if ids and self._closed is None:
             self._arm_timer()
 
     async def request(
@@ -278,7 +286,9 @@ class BrokerConnection(asyncio.Protocol):
         if self._closed is None:
             self._closed = error
         pending, self._pending = self._pending, {}
-        self._deadlines.clear()
+        self._deadline_ids.clear()
+        self._deadline_at.clear()
+        self._deadline_api.clear()
         self._out = []
         if self._timer is not None:
             self._timer.cancel()

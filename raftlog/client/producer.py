@@ -246,10 +246,16 @@ class _Batch(BatchResult):
 
     __slots__ = ("attempts", "builder", "created", "deadline", "sealed", "tp")
 
-    def __init__(self, tp: TopicPartition, now: float, delivery_timeout_s: float):
+    def __init__(
+        self,
+        tp: TopicPartition,
+        now: float,
+        delivery_timeout_s: float,
+        builder: BatchBuilder | None = None,
+    ):
         BatchResult.__init__(self, tp)
         self.tp = tp
-        self.builder = BatchBuilder()
+        self.builder = BatchBuilder() if builder is None else builder
         self.created = now
         self.deadline = now + delivery_timeout_s
         self.attempts = 0
@@ -313,6 +319,10 @@ class _Accumulator:
         self.released_bytes = 0
         self.space = threading.Condition(self.lock)
         self.space_waiters = 0
+        # A send() blocked on a full buffer resumes once it drains to here, not at the first
+        # freed byte: waking a blocked thread for every response (one record each, when
+        # records go one per request) costs more than the record.
+        self.resume_below = config.buffer_memory - config.buffer_memory // 8
         self.flushing = 0
         self.slot_bound = False
 
@@ -399,8 +409,11 @@ class _Accumulator:
                 q.popleft()
                 b.sealed = True
             slots[node] = free
-        for b in expired:
-            self.released_bytes += b.builder.size_bytes
+        freed = sum(b.builder.size_bytes for b in expired)
+        if freed:
+            self.released_bytes += freed
+            if self.space_waiters and self.buffered_bytes <= self.resume_below:
+                self.space.notify_all()  # drain runs with the lock held
         return requests, next_ready, expired
 
     def requeue(self, batch: _Batch) -> None:
@@ -417,7 +430,7 @@ class _Accumulator:
         space_waiters before it checks for space, so reading the count after the release
         cannot miss it."""
         self.released_bytes += nbytes
-        if self.space_waiters:
+        if self.space_waiters and self.added_bytes - self.released_bytes <= self.resume_below:
             with self.lock:
                 self.space.notify_all()
 
@@ -514,13 +527,15 @@ class _ProducerCore:
         """
         if key is None and partition is None and timestamp_ms is None and not headers and value:
             batch = self._open.get(topic)
-            if batch is not None:
+            n = 25 + len(value)
+            # The size is checked again under the lock; this first look spares the lock when
+            # the record cannot fit (one record per batch: every record).
+            if batch is not None and batch.builder.size_bytes + n <= self._batch_size:
                 ts = _time_ns() // 1_000_000
                 acc = self.acc
                 lock = acc.lock
                 lock.acquire()
                 builder = batch.builder
-                n = 25 + len(value)
                 size = builder.size_bytes + n
                 if (
                     size <= self._batch_size
@@ -601,20 +616,37 @@ class _ProducerCore:
                 ) or batch.sealed
             else:
                 new_batch = True
-            if new_batch:
-                batch = _Batch(entry[1][partition], time.monotonic(), self._delivery_timeout_s)
-                builder = batch.builder
+            if new_batch and HEADER_SIZE + record_bytes >= batch_size:
+                # The record fills a batch on its own (one message per request): encode it
+                # at once, with no builder lists to fill and drop.
+                batch = _Batch(
+                    entry[1][partition],
+                    time.monotonic(),
+                    self._delivery_timeout_s,
+                    BatchBuilder.sealed_one(key, value, ts, headers or ()),
+                )
+                batch.sealed = True
                 q.append(batch)
-                before = 0
-            index = builder.append(key, value, ts, headers or ())
-            size = builder.size_bytes
-            acc.added_bytes += size - before
+                index = 0
+                size = batch.builder.size_bytes
+                acc.added_bytes += size
+            else:
+                if new_batch:
+                    batch = _Batch(
+                        entry[1][partition], time.monotonic(), self._delivery_timeout_s
+                    )
+                    builder = batch.builder
+                    q.append(batch)
+                    before = 0
+                index = builder.append(key, value, ts, headers or ())
+                size = builder.size_bytes
+                acc.added_bytes += size - before
+                if size >= batch_size:
+                    batch.seal()
             if sticky:
                 self._open[topic] = batch
             # Wake the sender when a batch is ready, or a partition's first batch starts its
             # linger clock; once per sender pass.
-            if size >= batch_size:
-                batch.seal()
             if size >= batch_size or new_batch:
                 wake = self._batch_filled(
                     topic, partition, sticky and (size >= batch_size or len(q) > 1)
@@ -644,7 +676,7 @@ class _ProducerCore:
         acc.space_waiters += 1
         try:
             if not acc.space.wait_for(
-                lambda: acc.buffered_bytes < self.config.buffer_memory,
+                lambda: acc.buffered_bytes <= acc.resume_below,
                 self.config.max_block_ms / 1000,
             ):
                 raise RaftlogTimeoutError(
@@ -913,11 +945,13 @@ class _ProducerCore:
         body: dict[str, Any] | None,
         error: RaftlogError | None,
     ) -> None:
-        """`_on_response` for a one-batch request."""
+        """`_on_response` for a one-batch request, with the success case kept short."""
         self._in_flight[node] -= 1
         self._inflight_batches -= 1
-        self.acc.release(nbytes)
-        self._space_freed()
+        acc = self.acc
+        acc.release(nbytes)
+        if self.space is not None and acc.added_bytes - acc.released_bytes <= acc.resume_below:
+            self.space.set()
         try:
             if error is not None:
                 self._retry_or_fail(b, error)
@@ -925,13 +959,16 @@ class _ProducerCore:
                 b.complete(-1)
             else:
                 try:
-                    (topic, (r,)), *rest = body["topics"]
-                    if rest or topic != b.tp.topic or r[0] != b.tp.partition:
+                    ((topic, (r,)),) = body["topics"]
+                    if topic != b.tp.topic or r[0] != b.tp.partition:
                         r = None
                 except (KeyError, TypeError, IndexError, ValueError) as e:
                     log.warning("malformed Produce response %r: %s", body, e)
                     r = None
-                self._complete_partition(b.tp, (b,), r)
+                if r is not None and not r[1]:
+                    b.complete(r[2])
+                else:
+                    self._complete_partition(b.tp, (b,), r)
         finally:
             self._kick()
 
@@ -966,7 +1003,8 @@ class _ProducerCore:
             offset += count
 
     def _space_freed(self) -> None:
-        if self.space is not None:
+        """Wake blocked AsyncProducer.send() calls once the buffer has drained enough."""
+        if self.space is not None and self.acc.buffered_bytes <= self.acc.resume_below:
             self.space.set()
 
     def _retry_or_fail(self, batch: _Batch, error: RaftlogError) -> None:
@@ -1070,7 +1108,7 @@ class AsyncProducer:
         core = self._core
         assert core.space is not None
         deadline = time.monotonic() + self.config.max_block_ms / 1000
-        while core.acc.buffered_bytes >= self.config.buffer_memory:
+        while core.acc.buffered_bytes > core.acc.resume_below:
             core.space.clear()
             remaining = deadline - time.monotonic()
             if remaining <= 0:

@@ -130,7 +130,7 @@ async def test_answered_requests_leave_no_deadline_behind(
             conn.flush()
     await wait()
     assert sorted(body["echo"] for body, _ in outcomes) == list(range(1, 2001))  # type: ignore[index]
-    assert conn.in_flight == 0 and len(conn._deadlines) == 0
+    assert conn.in_flight == 0 and len(conn._deadline_ids) == len(conn._deadline_at) == 0
     conn.close()
 
 

@@ -166,3 +166,22 @@ def test_a_sealed_builder_keeps_only_its_bytes_and_refuses_records() -> None:
     with pytest.raises(AssertionError):
         b.build_parts(base_offset=5)  # a sealed batch is what a producer sends, nothing else
     assert b.build() == expected
+
+
+@given(
+    key=st.one_of(st.none(), st.binary(max_size=20)),
+    value=st.one_of(st.none(), st.binary(max_size=300)),
+    headers=st.lists(
+        st.tuples(st.text(max_size=5), st.one_of(st.none(), st.binary(max_size=5))), max_size=2
+    ),
+    timestamp=st.integers(0, 2**62),
+)
+def test_sealed_one_encodes_exactly_like_append_and_seal(
+    key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]], timestamp: int
+) -> None:
+    reference = BatchBuilder()
+    reference.append(key, value, timestamp, headers)
+    one = BatchBuilder.sealed_one(key, value, timestamp, headers)
+    assert one.seal() == reference.seal()
+    assert (len(one), one.size_bytes) == (1, reference.size_bytes)
+    validate_batch(b"".join(one.build_parts()))
