@@ -253,3 +253,61 @@ def test_a_record_that_exactly_fills_the_open_batch_wakes_the_sender_and_moves_o
     assert nxt._batch.topic_partition != futs[0]._batch.topic_partition
     ready, _ = _drain(core, time.monotonic())
     assert [len(b.builder) for b in ready[futs[0]._batch.topic_partition.partition]] == [4]
+    assert core.batches_since_yield == 0
+
+
+def test_one_record_per_batch_and_what_a_completed_batch_keeps() -> None:
+    """batch_size below one record: every record is a sealed batch of its own (the paper's
+    one message per request), with the bytes append + seal would make; completing a batch
+    gives its futures their offsets and drops the record bytes."""
+    core, _ = _core(linger_ms=0, batch_size=1)
+    futs = [_send(core, TP0, None, b"v%d" % i) for i in range(3)]
+    futs.append(_send(core, TP0, b"key", b"keyed", (("h", b"1"),)))
+    batches = list(core.acc.queues[TP0])
+    assert [len(b.builder) for b in batches] == [1, 1, 1, 1] and all(b.sealed for b in batches)
+    # Each counts towards the sync Producer's next GIL yield; bigger batches do not.
+    assert core.batches_since_yield == 4
+    for f, b, (k, v, h) in zip(
+        futs,
+        batches,
+        [
+            (None, b"v0", ()),
+            (None, b"v1", ()),
+            (None, b"v2", ()),
+            (b"key", b"keyed", (("h", b"1"),)),
+        ],
+        strict=True,
+    ):
+        reference = BatchBuilder()
+        reference.append(k, v, f._timestamp, h)
+        assert f._batch is b and b.builder.build() == reference.build()
+    assert core.acc.buffered_bytes == sum(b.builder.size_bytes for b in batches)
+    for i, b in enumerate(batches):
+        b.complete(100 + i)
+    assert [f.result(0).offset for f in futs] == [100, 101, 102, 103]
+    assert all(b"keyed" not in b"".join(b.builder.build_parts()) for b in batches)
+
+
+def test_a_blocked_send_resumes_once_the_buffer_drains_to_seven_eighths() -> None:
+    core, _ = _core(linger_ms=60_000, batch_size=100, buffer_memory=8000, max_block_ms=10_000)
+    while core.acc.buffered_bytes < 8000:
+        _send(core, TP0, None, b"x" * 60)
+    full = core.acc.buffered_bytes
+    done = threading.Event()
+
+    def blocked_send() -> None:
+        _send(core, TP1, None, b"y")
+        done.set()
+
+    t = threading.Thread(target=blocked_send)
+    t.start()
+    deadline = time.monotonic() + 10
+    while core.acc.space_waiters == 0:  # it is waiting for space
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    core.acc.release(full - 7000 - 1)  # still above 7/8 of buffer_memory: stays blocked
+    assert not done.wait(0.2) and core.acc.space_waiters == 1
+    core.acc.release(2)  # now at 7/8: it resumes
+    assert done.wait(10)
+    t.join(10)
+    assert core.acc.space_waiters == 0
