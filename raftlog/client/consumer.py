@@ -9,17 +9,20 @@ producer and here is an error, not a wrong record.
 
 Positions start from `auto_offset_reset` ("latest", "earliest", or "none" to raise) when none
 was set, and are reset the same way if the broker says the position is out of range (retention
-deleted it). Group membership and committed offsets come with the metadata quorum; until then a
-`group_id` is refused with a clear error rather than silently ignored.
+deleted it). With a `group_id` the group coordinator assigns partitions and keeps committed
+offsets (group.py).
 
-`Consumer` drives the same code on a private event loop in the calling thread, so it needs no
-thread of its own; `for record in consumer:` blocks for new data and never ends.
+`Consumer` runs the same code on an event loop in a background thread, which also keeps group
+heartbeats going while the application works between polls; `for record in consumer:` blocks
+for new data and never ends. Its `close` is bounded, so a broker that stops answering cannot
+hang the caller.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import contextlib
 import logging
 import threading
@@ -696,8 +699,16 @@ class Consumer:
         return self._run(self._async.committed(tps))  # type: ignore[no-any-return]
 
     def close(self) -> None:
+        """Commit, leave the group and close, within a bound: the final commit and the leave
+        each give up after request_timeout_ms, so a close that takes longer than both (plus
+        a margin) is stopped with a warning instead of hanging the caller."""
         if not self._loop.is_closed() and self._thread.is_alive():
+            timeout_s = 2 * self.config.request_timeout_ms / 1000 + 5
+            fut = asyncio.run_coroutine_threadsafe(self._async.close(), self._loop)
             try:
-                self._run(self._async.close())
+                fut.result(timeout_s)
+            except concurrent.futures.TimeoutError:
+                fut.cancel()
+                log.warning("consumer close did not finish in %.0f s; stopped it", timeout_s)
             finally:
                 self._stop_loop()

@@ -47,3 +47,31 @@ def test_frozen_broker_fails_records_by_their_deadlines_then_recovers(
     records = consume_exactly(broker.bootstrap, "frozen", {0: after.offset + 1})
     values = [r.value for r in records[0]]
     assert values[0] == b"before" and values[-1] == b"after"
+
+
+def test_a_group_consumer_closes_in_bounded_time_against_a_frozen_broker(
+    broker: BrokerProcess,
+) -> None:
+    """close() commits and leaves the group; with the broker frozen both requests time out,
+    and close returns within its bound (2 x request_timeout_ms + 5 s) instead of hanging."""
+    from raftlog.client import Consumer
+
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topic("frozen-group", 1)
+    consumer = Consumer(
+        "frozen-group",
+        bootstrap_servers=broker.bootstrap,
+        group_id="frozen",
+        request_timeout_ms=1000,
+        session_timeout_ms=6000,
+        heartbeat_interval_ms=500,
+    )
+    consumer.poll(100)
+    os.kill(broker.proc.pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        consumer.close()
+        took = time.monotonic() - started
+    finally:
+        os.kill(broker.proc.pid, signal.SIGCONT)
+    assert took < 2 * 1.0 + 5 + 2, took  # the bound, plus slack for a loaded machine

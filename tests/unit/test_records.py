@@ -53,8 +53,15 @@ def test_round_trip(recs: list[Record], base_offset: int, epoch: int) -> None:
 # one iter_unpack) broken up by other shapes: keyed, null value, with headers, empty value.
 plain_runs = st.lists(
     st.one_of(
-        st.tuples(st.sampled_from([0, 1, 7, 200]), st.integers(1, 6)).map(
+        st.tuples(st.sampled_from([0, 1, 7, 200]), st.integers(1, 20)).map(
             lambda lk: [Record(None, bytes([lk[0] % 251]) * lk[0], (), 5)] * lk[1]
+        ),
+        # A run of one length whose records are not all plain: a keyed record or one with a
+        # header, as long as its plain neighbours, sits somewhere in it.
+        st.tuples(st.integers(0, 12), st.integers(0, 12), st.booleans()).map(
+            lambda abh: [Record(None, b"p" * 40, (), 9)] * abh[0]
+            + [Record(None, b"q" * 31, (("h", b""),), 9) if abh[2] else Record(b"kk", b"q" * 38)]
+            + [Record(None, b"r" * 40, (), 9)] * abh[1]
         ),
         records.map(lambda r: [r]),
     ),
