@@ -9,7 +9,7 @@
     broker_heartbeat_interval_ms = 500
     broker_session_timeout_ms = 3000
     auto_create_topics = false
-    fetch_zero_copy = false
+    fetch_zero_copy = true                       # false: pread + write instead of sendfile
     default_replication_factor = 1
     [log]                                        # broker-wide topic config defaults
     "retention.ms" = "604800000"
@@ -60,7 +60,7 @@ class NodeConfig:
     broker_heartbeat_interval_ms: int = 500
     broker_session_timeout_ms: int = 3000
     auto_create_topics: bool = False
-    fetch_zero_copy: bool = False
+    fetch_zero_copy: bool = True
     default_partitions: int = 1
     default_replication_factor: int = 1
     log: dict[str, Any] = field(default_factory=dict)

@@ -45,8 +45,9 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--fetch-zero-copy",
-        action="store_true",
-        help="serve fetches with sendfile instead of pread+write",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="serve fetches with sendfile (the default; --no-fetch-zero-copy: pread + write)",
     )
     p.add_argument(
         "--session-timeout-ms",

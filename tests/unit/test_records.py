@@ -59,9 +59,15 @@ plain_runs = st.lists(
         # A run of one length whose records are not all plain: a keyed record or one with a
         # header, as long as its plain neighbours, sits somewhere in it.
         st.tuples(st.integers(0, 12), st.integers(0, 12), st.booleans()).map(
-            lambda abh: [Record(None, b"p" * 40, (), 9)] * abh[0]
-            + [Record(None, b"q" * 31, (("h", b""),), 9) if abh[2] else Record(b"kk", b"q" * 38)]
-            + [Record(None, b"r" * 40, (), 9)] * abh[1]
+            lambda abh: (
+                [Record(None, b"p" * 40, (), 9)] * abh[0]
+                + [
+                    Record(None, b"q" * 31, (("h", b""),), 9)
+                    if abh[2]
+                    else Record(b"kk", b"q" * 38)
+                ]
+                + [Record(None, b"r" * 40, (), 9)] * abh[1]
+            )
         ),
         records.map(lambda r: [r]),
     ),
