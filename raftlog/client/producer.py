@@ -267,10 +267,6 @@ class _Batch(BatchResult):
         self.attempts = 0
         self.sealed = False  # full, drained or expired: it takes no more records
 
-    @property
-    def result(self) -> BatchResult:
-        return self
-
     def complete(self, base_offset: int, error: BaseException | None = None) -> None:
         self.sealed = True
         self.builder = _COMPLETED_BUILDER
@@ -955,10 +951,8 @@ class _ProducerCore:
         """`_on_response` for a one-batch request, with the success case kept short."""
         self._in_flight[node] -= 1
         self._inflight_batches -= 1
-        acc = self.acc
-        acc.release(nbytes)
-        if self.space is not None and acc.added_bytes - acc.released_bytes <= acc.resume_below:
-            self.space.set()
+        self.acc.release(nbytes)
+        self._space_freed()
         try:
             if error is not None:
                 self._retry_or_fail(b, error)
