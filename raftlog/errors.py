@@ -68,9 +68,11 @@ class InvalidOffsetError(RaftlogError):
 
 
 class FencedLeaderEpochError(RaftlogError):
-    """A leader append carries an epoch older than one the log has already seen."""
+    """A request carries a leader epoch older than the partition's (KIP-320): the sender's
+    metadata is stale (refresh and retry), or a deposed leader tried to append."""
 
     code = 9
+    retriable = True
 
 
 class UnknownTopicOrPartitionError(RaftlogError):
@@ -132,7 +134,31 @@ class PolicyViolationError(RaftlogError):
 
 
 class NotEnoughReplicasError(RaftlogError):
+    """acks=all refused before the append: the ISR is smaller than min.insync.replicas."""
+
     code = 20
+    retriable = True
+
+
+class NotEnoughReplicasAfterAppendError(RaftlogError):
+    """acks=all: the records were appended by the leader, but the ISR fell below
+    min.insync.replicas before they were committed. They may or may not be kept."""
+
+    code = 40
+    retriable = True
+
+
+class InvalidUpdateVersionError(RaftlogError):
+    """An ISR change names a partition epoch that is no longer current (Kafka's
+    INVALID_UPDATE_VERSION): the partition changed meanwhile, maybe by this very change."""
+
+    code = 42
+
+
+class UnknownLeaderEpochError(RaftlogError):
+    """A request carries a leader epoch newer than this broker knows (its metadata lags)."""
+
+    code = 41
     retriable = True
 
 

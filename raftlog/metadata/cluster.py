@@ -35,7 +35,15 @@ def _topic_info(t: dict[str, Any]) -> TopicInfo:
         t["name"],
         t["topic_id"],
         tuple(
-            PartitionInfo(i, p["leader"], p["leader_epoch"], tuple(p["replicas"]), tuple(p["isr"]))
+            PartitionInfo(
+                i,
+                p["leader"],
+                p["leader_epoch"],
+                tuple(p["replicas"]),
+                tuple(p["isr"]),
+                p["partition_epoch"],
+                tuple(p.get("elr", ())),
+            )
             for i, p in enumerate(t["partitions"])
         ),
         dict(t["config"]),

@@ -28,11 +28,13 @@ from typing import Any
 
 from raftlog.errors import (
     CommitFailedError,
+    FencedLeaderEpochError,
     GroupIdNotFoundError,
     GroupNotEmptyError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
     InvalidRequestError,
+    InvalidUpdateVersionError,
     RaftlogError,
     StaleBrokerEpochError,
     TopicAlreadyExistsError,
@@ -47,6 +49,10 @@ NO_LEADER = -1
 MAX_PARTITIONS = 10_000
 PRODUCER_ID_BLOCK = 1000
 Result = tuple[Any, ...]
+
+
+class MetadataInvariantError(AssertionError):
+    """A metadata invariant broke: a bug in raftlog (the same on every replica)."""
 
 
 def _new_group(group_id: str) -> dict[str, Any]:
@@ -120,11 +126,26 @@ class MetadataState:
     # -- brokers -------------------------------------------------------------------------------
 
     def _cmd_register_broker(
-        self, node_id: int, host: str, port: int, rack: str | None, incarnation: str, now_ms: int
+        self,
+        node_id: int,
+        host: str,
+        port: int,
+        rack: str | None,
+        incarnation: str,
+        now_ms: int,
+        clean_shutdown: bool = False,
     ) -> Result:
-        """A broker (re)starts: a new epoch fences any older incarnation still running."""
+        """A broker (re)starts: a new epoch fences any older incarnation still running.
+
+        A restart is a leadership change: the old incarnation leaves every ISR it was in (as
+        if fenced), so its partitions move to other in-sync replicas at a new leader epoch, and
+        it rejoins each ISR only after catching up again (its log may have lost an unflushed
+        tail). Where it was the last ISR member it stays, and leads again at a new epoch.
+        """
         epoch = self.next_broker_epoch
         self.next_broker_epoch += 1
+        if node_id in self.brokers:
+            self._remove_from_isrs(node_id, clean=clean_shutdown, restarted=True)
         self.brokers[node_id] = {
             "node_id": node_id,
             "host": host,
@@ -148,24 +169,13 @@ class MetadataState:
         return broker
 
     def _cmd_fence_broker(self, node_id: int, broker_epoch: int) -> Result:
-        """The controller lost the broker's heartbeats: move its leaderships away."""
+        """The controller lost the broker's heartbeats: move its leaderships away and take it
+        out of every ISR (where it is not the last member)."""
         broker = self._check_epoch(node_id, broker_epoch)
         if broker["fenced"]:
             return _ok(0)
         broker["fenced"] = True
-        moved = 0
-        for topic in self._sorted_topics():
-            unclean = topic["config"].get("unclean.leader.election.enable") == "true"
-            for p in topic["partitions"]:
-                if node_id not in p["isr"] and p["leader"] != node_id:
-                    continue
-                if p["leader"] == node_id:
-                    moved += 1
-                    self._elect(p, exclude=node_id, unclean=unclean)
-                elif len(p["isr"]) > 1:
-                    p["isr"] = [r for r in p["isr"] if r != node_id]
-                    p["partition_epoch"] += 1
-        return _ok(moved)
+        return _ok(self._remove_from_isrs(node_id, clean=True, restarted=False))
 
     def _cmd_unfence_broker(self, node_id: int, broker_epoch: int) -> Result:
         broker = self._check_epoch(node_id, broker_epoch)
@@ -178,33 +188,146 @@ class MetadataState:
         b = self.brokers.get(node_id)
         return b is not None and not b["fenced"]
 
-    def _elect(self, p: dict[str, Any], exclude: int, unclean: bool) -> None:
-        """New leader for `p` from its ISR (replica order), never outside it unless unclean."""
-        candidates = [r for r in p["replicas"] if r in p["isr"] and r != exclude and self._live(r)]
-        if candidates:
-            p["leader"] = candidates[0]
-            p["isr"] = [r for r in p["isr"] if r != exclude]
+    # -- partition leadership: every election rule lives here -----------------------------------
+    #
+    # Each partition: replicas (fixed), leader (NO_LEADER when offline), leader_epoch (bumps on
+    # every leadership change), isr, elr (KIP-966's eligible leader replicas) and
+    # partition_epoch (bumps on every change of any of them).
+    # Invariants (checked by _check_partition after every change):
+    # - isr and elr are disjoint subsets of replicas; the isr is empty only in an offline
+    #   partition whose last ISR member restarted uncleanly, and then the elr is not;
+    # - a leader is in the isr; elr is empty while the isr has min.insync.replicas members;
+    # - replicas in the elr were removed from the isr while it was below min.insync.replicas,
+    #   when the high watermark could not advance (strict min ISR), so each holds every
+    #   committed record and may lead when no ISR member can.
+
+    @staticmethod
+    def _min_isr(topic: dict[str, Any]) -> int:
+        return int(topic["config"].get("min.insync.replicas", "1"))
+
+    @staticmethod
+    def _fsync_policy(topic: dict[str, Any]) -> bool:
+        return bool(topic["config"].get("durability.policy") == "fsync")
+
+    def _check_partition(self, topic: dict[str, Any], index: int) -> None:
+        p = topic["partitions"][index]
+        name = f"{topic['name']}-{index}"
+        isr, elr, replicas = p["isr"], p["elr"], p["replicas"]
+        ok = (
+            (bool(isr) or (p["leader"] == NO_LEADER and bool(elr)))
+            and set(isr) <= set(replicas)
+            and set(elr) <= set(replicas)
+            and not set(isr) & set(elr)
+            and len(set(isr)) == len(isr)
+            and len(set(elr)) == len(elr)
+            and (p["leader"] == NO_LEADER or p["leader"] in isr)
+            and (not elr or len(isr) < self._min_isr(topic))
+        )
+        if not ok:
+            raise MetadataInvariantError(
+                f"{name}: leader {p['leader']} isr {isr} elr {elr} replicas {replicas} break the "
+                f"partition invariants (min.insync.replicas={self._min_isr(topic)})"
+            )
+
+    def _set_isr(
+        self, topic: dict[str, Any], p: dict[str, Any], isr: list[int], elr_candidates: list[int]
+    ) -> None:
+        """New ISR; replicas leaving it join the ELR while the ISR is below the minimum."""
+        old_isr = p["isr"]
+        p["isr"] = [r for r in p["replicas"] if r in isr]
+        if len(p["isr"]) >= self._min_isr(topic):
+            p["elr"] = []
+        else:
+            left = [r for r in old_isr if r not in p["isr"] and r in elr_candidates]
+            p["elr"] = [r for r in p["replicas"] if (r in p["elr"] or r in left) and r not in isr]
+
+    def _remove_from_isrs(self, node_id: int, clean: bool, restarted: bool) -> int:
+        """`node_id` stopped (fenced) or restarted: it leaves every ISR where others remain
+        and gives up its leaderships. Returns how many leaderships moved.
+
+        Eligibility: a broker that restarted after an unclean shutdown, under the replication
+        durability policy, may have lost an unflushed tail (power loss), so it leaves every
+        ELR where another candidate remains. As the last ISR member it leads again at a new
+        epoch only if it surely kept its data or no ELR member exists; otherwise it leaves
+        the ISR and an ELR member leads, now or when one returns (KIP-966: a last replica
+        standing that lost its disk cannot erase committed records). A fenced last ISR member
+        keeps its place: the partition is offline until it or an ELR member returns.
+        """
+        moved = 0
+        for topic in self._sorted_topics():
+            unclean_enabled = topic["config"].get("unclean.leader.election.enable") == "true"
+            eligible = clean or self._fsync_policy(topic)
+            for i, p in enumerate(topic["partitions"]):
+                p.setdefault("elr", [])
+                before = (p["leader"], list(p["isr"]), list(p["elr"]), p["leader_epoch"])
+                others = [r for r in p["isr"] + p["elr"] if r != node_id]
+                if restarted and not eligible and node_id in p["elr"] and others:
+                    p["elr"] = [r for r in p["elr"] if r != node_id]
+                if node_id in p["isr"] and len(p["isr"]) > 1:
+                    was_leader = p["leader"] == node_id
+                    self._set_isr(
+                        topic,
+                        p,
+                        [r for r in p["isr"] if r != node_id],
+                        [node_id] if eligible else [],
+                    )
+                    if was_leader:
+                        self._elect(topic, p, exclude=node_id, unclean=unclean_enabled)
+                elif node_id in p["isr"] and restarted:
+                    if eligible or not p["elr"]:
+                        p["leader"] = node_id
+                        p["leader_epoch"] += 1
+                    else:
+                        p["isr"] = []
+                        self._elect(topic, p, exclude=node_id, unclean=unclean_enabled)
+                elif p["leader"] == node_id:
+                    self._elect(topic, p, exclude=node_id, unclean=unclean_enabled)
+                if before[0] == node_id and p["leader"] != node_id:
+                    moved += 1
+                if (p["leader"], p["isr"], p["elr"], p["leader_epoch"]) != before:
+                    p["partition_epoch"] += 1
+                self._check_partition(topic, i)
+        return moved
+
+    def _elect(self, topic: dict[str, Any], p: dict[str, Any], exclude: int, unclean: bool) -> None:
+        """A new leader for `p`, at a new leader epoch: the first live ISR member (replica
+        order), else a live ELR member (the ISR's members then join the ELR where the rules
+        allow), else with `unclean` any live replica, else none: the partition is offline and
+        waits for an ISR or ELR member to return."""
+        live_isr = [r for r in p["replicas"] if r in p["isr"] and r != exclude and self._live(r)]
+        live_elr = [r for r in p["replicas"] if r in p["elr"] and r != exclude and self._live(r)]
+        if live_isr:
+            p["leader"] = live_isr[0]
+        elif live_elr:
+            leader = live_elr[0]
+            p["elr"] = [r for r in p["elr"] if r != leader]
+            self._set_isr(topic, p, [leader], list(p["isr"]))
+            p["leader"] = leader
         elif unclean and (out := [r for r in p["replicas"] if r != exclude and self._live(r)]):
             p["leader"] = out[0]
             p["isr"] = [out[0]]
+            p["elr"] = []
         else:
-            # No eligible replica: the partition is offline. The ISR keeps its last member so
-            # that broker, and only it, can lead again without losing committed records.
             p["leader"] = NO_LEADER
         p["leader_epoch"] += 1
-        p["partition_epoch"] += 1
 
     def _elect_for_returning(self, node_id: int) -> int:
-        """Offline partitions whose ISR holds `node_id` get it back as leader."""
+        """Offline partitions whose ISR or ELR holds `node_id` get it back as leader."""
         elected = 0
         for topic in self._sorted_topics():
-            for p in topic["partitions"]:
-                if p["leader"] == NO_LEADER and node_id in p["isr"]:
-                    p["leader"] = node_id
-                    p["isr"] = [node_id]
-                    p["leader_epoch"] += 1
-                    p["partition_epoch"] += 1
-                    elected += 1
+            for i, p in enumerate(topic["partitions"]):
+                p.setdefault("elr", [])
+                if p["leader"] != NO_LEADER or (
+                    node_id not in p["isr"] and node_id not in p["elr"]
+                ):
+                    continue
+                p["elr"] = [r for r in p["elr"] if r != node_id]
+                self._set_isr(topic, p, [node_id], list(p["isr"]))
+                p["leader"] = node_id
+                p["leader_epoch"] += 1
+                p["partition_epoch"] += 1
+                elected += 1
+                self._check_partition(topic, i)
         return elected
 
     # -- topics --------------------------------------------------------------------------------
@@ -260,6 +383,12 @@ class MetadataState:
             )
         config = {str(k): str(v) for k, v in config.items()}
         LogConfig.from_topic_config(config)
+        min_isr = int(config.get("min.insync.replicas", "1"))
+        if min_isr > replication_factor:
+            raise InvalidReplicationFactorError(
+                f"topic {name!r}: min.insync.replicas={min_isr} is larger than the replication "
+                f"factor {replication_factor}: acks=all could never succeed"
+            )
         replicas = self._assign_replicas(partitions, replication_factor)
         self.partitions_created += partitions
         self.topics[name] = {
@@ -272,6 +401,7 @@ class MetadataState:
                     "leader": r[0],
                     "leader_epoch": 0,
                     "isr": list(r),
+                    "elr": [],
                     "partition_epoch": 0,
                 }
                 for r in replicas
@@ -299,16 +429,25 @@ class MetadataState:
         leader_epoch: int,
         partition_epoch: int,
         isr: list[int],
+        broker_epochs: list[list[int]] | None = None,
     ) -> Result:
-        """A partition leader changes its ISR; only with the current epochs (no zombies)."""
+        """A partition leader changes its ISR; only with the current epochs (no zombies).
+
+        A replica may join only while its broker is live, and only as the incarnation whose
+        fetches the leader saw (`broker_epochs`: [[node_id, broker_epoch], ...], KIP-903), so
+        a fetch from before a restart cannot put a replica that lost data back in the ISR.
+        """
+        t = self.topics.get(topic)
         p = self._partition(topic, partition)
+        assert t is not None
+        p.setdefault("elr", [])
         if p["leader"] != leader_id or p["leader_epoch"] != leader_epoch:
-            raise StaleBrokerEpochError(
+            raise FencedLeaderEpochError(
                 f"{topic}-{partition}: ISR change from leader {leader_id} epoch {leader_epoch}, "
                 f"but the leader is {p['leader']} at epoch {p['leader_epoch']}"
             )
         if p["partition_epoch"] != partition_epoch:
-            raise StaleBrokerEpochError(
+            raise InvalidUpdateVersionError(
                 f"{topic}-{partition}: partition epoch {partition_epoch} is stale "
                 f"(current {p['partition_epoch']})"
             )
@@ -317,8 +456,23 @@ class MetadataState:
                 f"{topic}-{partition}: ISR {isr} must contain the leader and only replicas "
                 f"{p['replicas']}"
             )
-        p["isr"] = [r for r in p["replicas"] if r in isr]
+        stated = {int(n): int(e) for n, e in broker_epochs or []}
+        for r in isr:
+            if r in p["isr"]:
+                continue
+            broker = self.brokers.get(r)
+            if broker is None or broker["fenced"]:
+                raise InvalidRequestError(
+                    f"{topic}-{partition}: broker {r} cannot join the ISR: it is fenced"
+                )
+            if r in stated and stated[r] != broker["broker_epoch"]:
+                raise StaleBrokerEpochError(
+                    f"{topic}-{partition}: broker {r} caught up as epoch {stated[r]}, but its "
+                    f"registered epoch is {broker['broker_epoch']} (it restarted)"
+                )
+        self._set_isr(t, p, list(isr), list(p["isr"]))
         p["partition_epoch"] += 1
+        self._check_partition(t, partition)
         return _ok(p["partition_epoch"])
 
     def _partition(self, topic: str, partition: int) -> dict[str, Any]:

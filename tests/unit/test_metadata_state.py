@@ -12,8 +12,10 @@ from hypothesis import strategies as st
 
 from raftlog.errors import (
     CommitFailedError,
+    FencedLeaderEpochError,
     GroupNotEmptyError,
     InvalidReplicationFactorError,
+    InvalidUpdateVersionError,
     StaleBrokerEpochError,
     TopicAlreadyExistsError,
 )
@@ -159,7 +161,7 @@ def test_alter_isr_needs_current_epochs() -> None:
     err(
         s,
         "alter_isr",
-        StaleBrokerEpochError,
+        InvalidUpdateVersionError,
         topic="t",
         partition=0,
         leader_id=leader,
@@ -170,7 +172,7 @@ def test_alter_isr_needs_current_epochs() -> None:
     err(
         s,
         "alter_isr",
-        StaleBrokerEpochError,
+        FencedLeaderEpochError,
         topic="t",
         partition=0,
         leader_id=leader,
