@@ -5,10 +5,11 @@
 
 Rules:
 - A topic config key must be one of `TOPIC_CONFIG_KEYS`: the log's settings plus the topic
-  settings other layers read (`unclean.leader.election.enable`, `min.insync.replicas`) and
-  `cleanup.policy` (only `delete`: nothing implements compaction). Anything else, a typo like
-  `retention.msx` or a snake_case `retention_ms`, raises InvalidConfigError naming the key;
-  creating a topic, `validate_only` and the broker's `[log]` defaults all go through here.
+  settings other layers read (`unclean.leader.election.enable`, `min.insync.replicas`,
+  `durability.policy`) and `cleanup.policy` (only `delete`: nothing implements compaction).
+  Anything else, a typo like `retention.msx` or a snake_case `retention_ms`, raises
+  InvalidConfigError naming the key; creating a topic, `validate_only` and the broker's
+  `[log]` defaults all go through here.
 - Every value is validated; an invalid one raises InvalidConfigError naming it by its dotted
   name and value (`retention.ms=-5: must be >= -1 ...`), also when a LogConfig is built directly.
 - `strict=False` (opening the logs of existing topics) ignores unknown keys with a warning, so
@@ -133,6 +134,14 @@ def _check_bool(key: str, value: Any) -> None:
         raise InvalidConfigError(f"{key}={value!r}: must be true or false (lower case)")
 
 
+def _check_durability_policy(key: str, value: Any) -> None:
+    if value not in ("replication", "fsync"):
+        raise InvalidConfigError(
+            f"{key}={value!r}: must be 'replication' (committed = in every ISR member's log, "
+            "Kafka's default) or 'fsync' (committed = fsynced on every ISR member)"
+        )
+
+
 def _check_min_insync(key: str, value: Any) -> None:
     try:
         n = int(value)
@@ -142,11 +151,13 @@ def _check_min_insync(key: str, value: Any) -> None:
         raise InvalidConfigError(f"{key}={n}: must be >= 1")
 
 
-# Topic configs that are not the log's: their checks. Replication reads these two.
+# Topic configs that are not the log's: their checks. Replication and the metadata's
+# elections read the last three.
 _OTHER_KEYS = {
     "cleanup.policy": _check_cleanup_policy,
     "unclean.leader.election.enable": _check_bool,
     "min.insync.replicas": _check_min_insync,
+    "durability.policy": _check_durability_policy,
 }
 # Every topic config key raftlog knows (Kafka's names; recovery.point.checkpoint.ms is ours).
 TOPIC_CONFIG_KEYS = frozenset(

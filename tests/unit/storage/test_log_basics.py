@@ -564,6 +564,7 @@ def test_log_config_from_topic_config_accepts_kafka_names() -> None:
             "cleanup.policy": "delete",
             "unclean.leader.election.enable": "false",
             "min.insync.replicas": "2",
+            "durability.policy": "fsync",
         }
     )
     assert config == LogConfig(
@@ -594,6 +595,7 @@ def test_log_config_from_topic_config_accepts_kafka_names() -> None:
         ({"cleanup.policy": "compact"}, "cleanup.policy='compact': only 'delete' is supported"),
         ({"min.insync.replicas": "0"}, "min.insync.replicas=0: must be >= 1"),
         ({"min.insync.replicas": "two"}, "min.insync.replicas='two': must be an integer"),
+        ({"durability.policy": "always"}, "durability.policy='always': must be 'replication'"),
         (
             {"unclean.leader.election.enable": "yes"},
             "unclean.leader.election.enable='yes': must be true or false",
