@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
@@ -42,6 +41,7 @@ from tests.integration._support import (
     wait_for,
 )
 from tests.integration.conftest import MakeBroker
+from tests.unit.storage._helpers import fill_until_enospc
 
 SMALL_SEGMENTS = {"segment.bytes": "16384", "index.interval.bytes": "4096"}
 # The broker retries an offline partition with a backoff that grows to 30 s
@@ -179,17 +179,6 @@ def full_disk_broker(make_broker: MakeBroker, tmp_path: Path) -> Iterator[Broker
             subprocess.run(["umount", "-l", str(logs)], check=True)
 
 
-def fill(path: Path) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    try:
-        while True:
-            os.write(fd, b"\0" * 65536)
-    except OSError as e:
-        assert e.errno == errno.ENOSPC
-    finally:
-        os.close(fd)
-
-
 def test_a_full_disk_refuses_produce_naming_enospc_and_recovers_by_itself(
     full_disk_broker: BrokerProcess,
 ) -> None:
@@ -197,7 +186,7 @@ def test_a_full_disk_refuses_produce_naming_enospc_and_recovers_by_itself(
     with Admin(broker.bootstrap) as admin:
         admin.create_topic("full", 1)
     ballast = broker.data_dir / "logs" / "ballast"
-    fill(ballast)
+    fill_until_enospc(str(ballast))
     with RawClient(broker.host, broker.port) as client:
         entry = produce_raw(client, "full", 0)
         assert entry[1] != 0, entry

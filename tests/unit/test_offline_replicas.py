@@ -13,29 +13,13 @@ from raftlog.errors import StaleBrokerEpochError
 from raftlog.metadata.cluster import ClusterMetadata
 from raftlog.metadata.quorum import QuorumStatus
 from raftlog.metadata.state import MetadataState
-
-
-def ok(state: MetadataState, name: str, /, **args: Any) -> Any:
-    result = state.apply((name, args))
-    assert result[0] == "ok", result
-    return result[1]
+from tests.unit.test_metadata_state import cluster as two_brokers
+from tests.unit.test_metadata_state import ok
 
 
 def cluster() -> tuple[MetadataState, dict[int, int]]:
-    s = MetadataState()
-    epochs = {
-        i: ok(
-            s,
-            "register_broker",
-            node_id=i,
-            host="127.0.0.1",
-            port=9000 + i,
-            rack=None,
-            incarnation=f"inc-{i}",
-            now_ms=0,
-        )
-        for i in (1, 2)
-    }
+    """Two registered brokers and a topic "t" of two partitions, each on both."""
+    s, epochs = two_brokers(2)
     ok(s, "create_topic", name="t", topic_id="id-t", partitions=2, replication_factor=2, config={})
     return s, epochs
 

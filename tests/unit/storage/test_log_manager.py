@@ -7,7 +7,6 @@ checked without sleeping.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import shutil
@@ -26,7 +25,7 @@ from raftlog.metadata.model import PartitionInfo, TopicInfo
 from raftlog.storage.log import CLEAN_SHUTDOWN_FILE
 from raftlog.topics import TopicPartition
 
-from ._helpers import batch_of
+from ._helpers import batch_of, fill_until_enospc
 from .test_corruption_offline import batches_of, overwrite, seg_path, snapshot
 
 SMALL = {"segment.bytes": "4096", "index.interval.bytes": "1024", "retention.ms": "-1"}
@@ -217,14 +216,7 @@ def test_a_partition_created_while_the_disk_is_full_opens_when_space_returns(
     clock = Clock()
     logs = LogManager(small_fs, clock=clock)
     ballast = os.path.join(small_fs, "ballast")
-    fd = os.open(ballast, os.O_WRONLY | os.O_CREAT)
-    try:
-        while True:
-            os.write(fd, b"\0" * 4096)
-    except OSError as e:
-        assert e.errno == errno.ENOSPC
-    finally:
-        os.close(fd)
+    fill_until_enospc(ballast)
     logs.reconcile([topic(1)], NODE)
     error = logs.offline_error(tp(0))
     assert error is not None, "the open should have failed on a full disk"
