@@ -34,7 +34,7 @@ def test_topic_create_refuses_unknown_or_invalid_configs(
 
 def test_known_configs_are_accepted(broker: BrokerProcess) -> None:
     run = run_cli(
-        "topic", "create", "cfg", "-c", "cleanup.policy=delete", "-c", "min.insync.replicas=2",
+        "topic", "create", "cfg", "-c", "cleanup.policy=delete", "-c", "min.insync.replicas=1",
         "-c", "unclean.leader.election.enable=false", "-c", "retention.ms=60000",
         "-b", broker.bootstrap,
     )  # fmt: skip
