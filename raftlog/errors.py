@@ -49,10 +49,34 @@ class StorageError(RaftlogError):
 
 
 class LogOfflineError(StorageError):
-    """An earlier I/O error could not be rolled back: the log refuses writes until reopened."""
+    """The partition's log is offline on this broker: an I/O error that could not be rolled
+    back, a failed fsync, a failed open (a full disk) or damaged data (LogCorruptedError).
+
+    Retriable, as Kafka's KAFKA_STORAGE_ERROR: the broker reopens the log when the cause goes
+    away, and with replication another replica may lead the partition.
+    """
 
     code = 6
-    retriable = False
+    retriable = True
+
+
+class LogCorruptedError(LogOfflineError):
+    """Data below the log's recovery point (fsynced, so not a torn write) is damaged.
+
+    Recovery never truncates such data: the log stays offline on this broker, its files as they
+    are, until an operator repairs it. Once the log is in the broker's offline table, requests
+    for it get LogOfflineError (6) carrying this message. `log_path`, `position` and `offset`
+    name the first damaged batch: its segment file, its byte position and the offset it should
+    start with (-1 where unknown).
+    """
+
+    code = 32
+
+    def __init__(self, message: str, log_path: str = "", position: int = -1, offset: int = -1):
+        super().__init__(message)
+        self.log_path = log_path
+        self.position = position
+        self.offset = offset
 
 
 class InvalidConfigError(RaftlogError):

@@ -42,6 +42,7 @@ from raftlog.metadata.cluster import ClusterMetadata, parse_voters
 from raftlog.metadata.controller import Controller, send_heartbeats
 from raftlog.metadata.coordinator import GroupCoordinator
 from raftlog.metadata.quorum import MetadataQuorum
+from raftlog.storage import LogConfig
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,11 @@ class NodeConfig:
         host, _, port = self.client_listener.rpartition(":")
         if not host or not port.isdigit():
             raise InvalidConfigError(f"client_listener={self.client_listener!r}: HOST:PORT")
+        # [log] holds topic config defaults: the same keys and checks as a topic's config.
+        try:
+            LogConfig.from_topic_config(self.log)
+        except InvalidConfigError as e:
+            raise InvalidConfigError(f"[log]: {e}") from None
 
     @classmethod
     def load(cls, path: str) -> NodeConfig:

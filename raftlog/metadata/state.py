@@ -95,6 +95,10 @@ class MetadataState:
         # group -> {"topic:partition": [offset, metadata, commit_ms]}
         self.offsets: dict[str, dict[str, list[Any]]] = {}
         self.next_producer_id = 0
+        # node_id -> {"broker_epoch", "replicas": [[topic, partition, reason], ...]}: the
+        # replicas whose logs that broker reported offline (storage damage, a full disk). Only
+        # an entry with the broker's current epoch counts (a re-registered broker reports anew).
+        self.offline_replicas: dict[int, dict[str, Any]] = {}
         # Count of applied commands: a cheap "has anything changed" for watchers.
         self.version = 0
 
@@ -679,6 +683,34 @@ class MetadataState:
     def _cmd_noop(self) -> Result:
         """Nothing: a new leader commits one to know it has applied every earlier entry."""
         return _ok()
+
+    # -- offline replicas ----------------------------------------------------------------------
+
+    def _cmd_report_offline_replicas(
+        self, node_id: int, broker_epoch: int, replicas: list[list[Any]]
+    ) -> Result:
+        """A broker reports the full set of its replicas whose logs are offline (each
+        [topic, partition, reason]); it replaces the broker's previous report, and an empty
+        set clears it. Entries for partitions that do not exist or are not the broker's are
+        dropped (a topic deleted meanwhile). Leadership does not move because of it (yet)."""
+        self._check_epoch(node_id, broker_epoch)
+        kept: list[list[Any]] = []
+        for topic, partition, reason in replicas:
+            t = self.topics.get(topic)
+            if t is None or not isinstance(partition, int):
+                continue
+            if not 0 <= partition < len(t["partitions"]):
+                continue
+            if node_id in t["partitions"][partition]["replicas"]:
+                kept.append([str(topic), partition, str(reason)])
+        kept.sort(key=lambda e: (e[0], e[1]))
+        # A snapshot from before this field existed has no attribute: create it here.
+        reports: dict[int, dict[str, Any]] = self.__dict__.setdefault("offline_replicas", {})
+        if kept:
+            reports[node_id] = {"broker_epoch": broker_epoch, "replicas": kept}
+        else:
+            reports.pop(node_id, None)
+        return _ok(len(kept))
 
     # -- producer ids --------------------------------------------------------------------------
 

@@ -251,7 +251,7 @@ class Cluster:
             return (
                 d["quorum"]["this_node_leads"]
                 and len(d["brokers"]) == n
-                and not any(b[5] for b in d["brokers"])
+                and not any(b["fenced"] for b in d["brokers"])
             )
 
         return self.wait_view(settled, timeout_s, f"{n} registered, unfenced brokers")
