@@ -24,6 +24,7 @@ the log is never stale.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -358,7 +359,7 @@ class ReplicaManager:
             elif isinstance(a, HighWatermarkChanged):
                 p.wake(p.consumer_waiters)
             elif isinstance(a, AssignEpoch):
-                p.log.assign_epoch(a.epoch, a.start_offset)
+                p.log.assign_epoch(a.epoch)
             elif isinstance(a, ProposeIsr):
                 self._spawn(self._propose(p, a))
             elif isinstance(a, Truncate):
@@ -516,21 +517,23 @@ class ReplicaManager:
         try:
             while True:
                 p.flush_again = False
-                fds, offset = p.log.flush_begin()
+                fds, offset, token = p.log.flush_begin()
                 try:
                     await loop.run_in_executor(_FSYNC_EXECUTOR, _fdatasync_all, fds)
                 finally:
                     for fd in fds:
                         os.close(fd)
-                p.log.flush_end(offset)
+                durable = p.log.flush_end(offset, token)
                 now = self.clock_ms()
                 if self.partitions.get(p.tp) is p:
-                    self._perform(p, p.core.on_durable(min(offset, p.log.log_end_offset), now), now)
+                    self._perform(p, p.core.on_durable(durable, now), now)
                 if not p.flush_again:
                     return
         except OSError as e:
-            log.error("%s: fsync failed: %s (the log goes offline)", p.tp, e)
-            p.log.go_offline_after_failed_flush(e)
+            with contextlib.suppress(RaftlogError):
+                p.log.flush_failed(e)
+        except RaftlogError as e:
+            log.error("%s: fsync for the fsync durability policy failed: %s", p.tp, e)
         finally:
             p.flushing = False
             done, p.flush_done = p.flush_done, None

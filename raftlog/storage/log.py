@@ -180,6 +180,9 @@ class PartitionLog:
         self._start_checkpoint = OffsetCheckpoint(os.path.join(path, LOG_START_FILE))
         self.epoch_cache = LeaderEpochCache(os.path.join(path, EPOCH_CACHE_FILE))
         self._unflushed_messages = 0
+        # Bumped by every truncation: an fsync started before one cannot vouch for what
+        # was written after it (flush_begin / flush_end).
+        self._truncations = 0
         self._last_flush_ms = clock_ms()
         self._last_rp_checkpoint_ms = 0
         # Set when the log goes offline (or is closed): every later call raises a copy.
@@ -585,6 +588,14 @@ class PartitionLog:
             self._assign_epoch(epoch, start)
         return self._write([mv], n, batches, expected, records, max_ts)
 
+    def assign_epoch(self, epoch: int) -> None:
+        """A new leader: record that `epoch` starts at the log end, before any batch of it
+        (Kafka does this at become-leader, so a follower asking where the previous epoch ends
+        gets the right answer even before the first append)."""
+        self._check_writable()
+        if epoch > self.epoch_cache.latest_epoch:
+            self._assign_epoch(epoch, self._next_offset)
+
     def _assign_epoch(self, epoch: int, start_offset: int) -> None:
         """Persist a new epoch before any batch of it is written (epoch_cache.py's rule)."""
         try:
@@ -851,6 +862,41 @@ class PartitionLog:
                 ) from e
             self._last_rp_checkpoint_ms = now
 
+    def flush_begin(self) -> tuple[list[int], int, int]:
+        """Start an fsync on another thread (the fsync durability policy): returns duplicated
+        fds of every segment with unflushed bytes (the caller fdatasyncs and closes them), the
+        log end offset they cover, and a token for `flush_end`. Appends made meanwhile mark
+        their segment unflushed again, for the next round."""
+        self._check_writable()
+        fds: list[int] = []
+        try:
+            for seg in self._segments:
+                if seg.unflushed:
+                    fds.append(os.dup(seg.fd))
+                    seg.unflushed = False
+        except OSError as e:
+            for fd in fds:
+                os.close(fd)
+            for seg in self._segments:
+                seg.unflushed = True
+            raise StorageError(f"{self.name}: starting an fsync failed ({os_error_text(e)})") from e
+        return fds, self._next_offset, self._truncations
+
+    def flush_end(self, offset: int, token: int) -> int:
+        """The fsync from `flush_begin` succeeded: everything below `offset` is on disk, unless
+        the log was truncated since (then only what is below the truncation is known to be).
+        Returns the recovery point (what is durable). The recovery point checkpoint is
+        written later (maybe_flush, roll, close): recovery tolerates it lagging."""
+        if token == self._truncations and offset > self._recovery_point:
+            self._recovery_point = min(offset, self._next_offset)
+            self._unflushed_messages = 0
+            self._last_flush_ms = self._clock_ms()
+        return self._recovery_point
+
+    def flush_failed(self, error: OSError) -> NoReturn:
+        """The fsync from `flush_begin` failed: only recovery can tell what is on disk."""
+        self._go_offline(f"fsync failed ({os_error_text(error)})", error)
+
     def maybe_flush(self) -> bool:
         """Flush if `flush_ms` has passed since the last flush; the broker calls it on a timer."""
         flush_ms = self.config.flush_ms
@@ -960,11 +1006,20 @@ class PartitionLog:
         """Remove records at `offset` and after (the whole batch holding `offset`).
 
         For a follower whose log diverged from its leader's. Returns the new log end offset,
-        which is <= `offset`.
+        which is <= `offset`. Epochs starting at or after `offset` leave the epoch cache even
+        when no record goes (an epoch a former leader assigned but never wrote in must not
+        make its next fetch look divergent forever).
         """
         self._check_writable()
         if offset >= self._next_offset:
+            try:
+                self.epoch_cache.truncate_from_end(max(offset, self._next_offset))
+            except OSError as e:
+                raise StorageError(
+                    f"{self.name}: writing {self.epoch_cache.path} failed ({os_error_text(e)})"
+                ) from e
             return self._next_offset
+        self._truncations += 1
         self._finish_roll_flush()
         try:
             if offset <= self._segments[0].base_offset or offset < self._log_start:
@@ -1006,6 +1061,18 @@ class PartitionLog:
             self._recovery_point = offset
             self._rp_checkpoint.write(offset)
 
+    def truncate_fully(self, offset: int) -> None:
+        """Empty the log and restart it at `offset` (a follower whose position the leader no
+        longer has: its log start moved past it)."""
+        self._check_writable()
+        self._truncations += 1
+        self._finish_roll_flush()
+        try:
+            self._truncate_fully(offset)
+        except OSError as e:
+            self._go_offline(f"restarting the log at offset {offset} failed ({os_error_text(e)})", e)
+        log.info("%s: emptied, log restarts at offset %d", self.name, offset)
+
     def _truncate_fully(self, offset: int) -> None:
         self._lower_recovery_point(offset)
         for seg in self._segments:
@@ -1038,12 +1105,14 @@ class PartitionLog:
         self._advance_log_start(offset)
         return self._log_start
 
-    def enforce_retention(self, now_ms: int | None = None) -> int:
+    def enforce_retention(self, now_ms: int | None = None, max_offset: int | None = None) -> int:
         """Delete the oldest closed segments beyond `retention_ms` / `retention_bytes`.
 
         Closed segments wholly below the log start offset go too (one that was active when
         `delete_records_before` passed it, and rolled since). Only a prefix of closed segments
-        goes, never the active one. Returns how many went.
+        goes, never the active one, and never a segment holding offsets at or past
+        `max_offset` (the high watermark: uncommitted records are not retention's to delete).
+        Returns how many went.
         """
         self._check_writable()
         now = self._clock_ms() if now_ms is None else now_ms
@@ -1051,6 +1120,8 @@ class PartitionLog:
         total = self.size_bytes
         count = 0
         for seg in self._segments[:-1]:
+            if max_offset is not None and seg.next_offset > max_offset:
+                break
             below_start = seg.next_offset <= self._log_start
             expired = retention_ms >= 0 and now - seg.max_timestamp > retention_ms
             oversize = retention_bytes >= 0 and total - seg.size >= retention_bytes
