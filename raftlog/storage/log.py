@@ -1070,7 +1070,8 @@ class PartitionLog:
         try:
             self._truncate_fully(offset)
         except OSError as e:
-            self._go_offline(f"restarting the log at offset {offset} failed ({os_error_text(e)})", e)
+            why = f"restarting the log at offset {offset} failed ({os_error_text(e)})"
+            self._go_offline(why, e)
         log.info("%s: emptied, log restarts at offset %d", self.name, offset)
 
     def _truncate_fully(self, offset: int) -> None:

@@ -11,7 +11,7 @@ from raftlog.storage import LogConfig, PartitionLog
 from tests.unit.storage._helpers import FakeClock, batch_of, stamped
 
 
-def test_assign_epoch_at_become_leader_answers_where_the_previous_epoch_ends(tmp_path: Path) -> None:
+def test_assign_epoch_at_become_leader_says_where_the_previous_epoch_ends(tmp_path: Path) -> None:
     with PartitionLog.open(str(tmp_path / "p")) as log:
         log.append(batch_of(3), 1)
         log.assign_epoch(4)
