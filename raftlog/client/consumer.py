@@ -5,7 +5,11 @@ A consumer owns its position per partition (brokers keep no consumer state, as i
 `seek_to_end` rewind or skip, so replay is one call. One Fetch request per broker covers all of
 that broker's assigned partitions and long-polls (`fetch_min_bytes`, `fetch_max_wait_ms`).
 Batch checksums are verified on receipt (`check_crcs`), so a corrupted byte anywhere between the
-producer and here is an error, not a wrong record.
+producer and here is an error, not a wrong record. A batch that fails its checks (or whose
+records do not decode: the broker never decodes records) stops only its own partition: the
+other partitions' records keep coming, and the next `poll` with nothing buffered raises the
+CorruptRecordError naming the partition and offset; the position stays there until the caller
+seeks past it (Kafka does the same).
 
 Positions start from `auto_offset_reset` ("latest", "earliest", or "none" to raise) when none
 was set, and are reset the same way if the broker says the position is out of range (retention
@@ -42,11 +46,11 @@ from raftlog.errors import (
     error_from_code,
 )
 from raftlog.records import (
-    HEADER,
     HEADER_SIZE,
+    INT32,
+    LENGTH_AT,
     LOG_OVERHEAD,
     decode_records_as,
-    read_header,
     validate_batch,
 )
 from raftlog.topics import TopicPartition
@@ -128,6 +132,9 @@ class AsyncConsumer:
         self._buffer: collections.deque[list[ConsumerRecord]] = collections.deque()
         # Which assigned partition leads the next fetch (see _fetch).
         self._fetch_rotation = 0
+        # A partition's error found by a fetch (a corrupt batch), raised by the next poll that
+        # has no buffered records left; the partition is not fetched until then.
+        self._partition_errors: dict[TopicPartition, RaftlogError] = {}
         self._started = False
         cfg = self.config
         self._group: GroupMembership | None = None
@@ -181,6 +188,7 @@ class AsyncConsumer:
         tps = [TopicPartition(*tp) for tp in partitions]
         self._positions = {tp: self._positions.get(tp) for tp in tps}
         self._paused &= set(tps)
+        self._forget_errors()
         self._drop_buffered(lambda r: TopicPartition(r.topic, r.partition) not in self._positions)
 
     def assignment(self) -> set[TopicPartition]:
@@ -195,6 +203,7 @@ class AsyncConsumer:
         if offset < 0:
             raise InvalidConfigError(f"seek({tp}, {offset}): offset must be >= 0")
         self._positions[tp] = offset
+        self._partition_errors.pop(tp, None)  # the caller moved past it
         self._drop_buffered(lambda r: (r.topic, r.partition) == tp)
 
     async def seek_to_beginning(self, *tps: TopicPartition | tuple[str, int]) -> None:
@@ -236,6 +245,11 @@ class AsyncConsumer:
 
     def paused(self) -> set[TopicPartition]:
         return set(self._paused)
+
+    def _forget_errors(self) -> None:
+        """Pending partition errors of partitions no longer assigned go with them."""
+        for tp in [tp for tp in self._partition_errors if tp not in self._positions]:
+            del self._partition_errors[tp]
 
     def _check_assigned(self, tp: TopicPartition) -> None:
         if tp not in self._positions:
@@ -299,6 +313,9 @@ class AsyncConsumer:
             if self._needs_rejoin:
                 await self._rejoin()
         while not self._buffer:
+            if self._partition_errors:
+                tp = next(iter(self._partition_errors))
+                raise self._partition_errors.pop(tp)
             remaining_ms = int((deadline - time.monotonic()) * 1000)
             await self._fetch(max(remaining_ms, 0))
             if self._buffer or time.monotonic() >= deadline:
@@ -344,7 +361,8 @@ class AsyncConsumer:
         return await self.getone()
 
     async def _fetch(self, max_wait_ms: int) -> None:
-        active = [tp for tp in self._positions if tp not in self._paused]
+        errors = self._partition_errors
+        active = [tp for tp in self._positions if tp not in self._paused and tp not in errors]
         if not active:
             if max_wait_ms:
                 await asyncio.sleep(min(max_wait_ms, self.config.fetch_max_wait_ms) / 1000)
@@ -424,37 +442,52 @@ class AsyncConsumer:
                         continue
                     raise err
                 if nbytes:
-                    self._buffer.extend(self._decode(tp, chunk, requested[tp] or 0))
+                    try:
+                        for records in self._decode(tp, chunk, requested[tp] or 0):
+                            self._buffer.append(records)
+                    except CorruptRecordError as e:
+                        # This partition stops here (its records before the bad batch are
+                        # buffered); the others go on. poll raises the error once the records
+                        # fetched before it are returned, and fetches the partition again
+                        # only after that.
+                        log.error("%s", e)
+                        self._partition_errors[tp] = e
         if reset:
             await self._reset_positions(reset)
 
     def _decode(
         self, tp: TopicPartition, chunk: memoryview, start: int
     ) -> Iterator[list[ConsumerRecord]]:
-        """The records at offsets >= `start`, one non-empty list per batch."""
+        """The records at offsets >= `start`, one non-empty list per batch.
+
+        A batch that fails its checks raises CorruptRecordError naming the partition and the
+        offset where it starts; the batches before it have been yielded. With check_crcs off
+        only the checksum is skipped: a reader that trusted a corrupt length could loop."""
         pos, end = 0, len(chunk)
         topic, partition = tp
         check = self.config.check_crcs
+        at = start  # the offset the next batch holds (for the error message)
         while pos < end:
             if end - pos < HEADER_SIZE:
                 break  # a partial batch at the end of a fetch is not an error
-            if check:
-                try:
-                    h = validate_batch(chunk, pos, end)
-                except CorruptRecordError as e:
-                    raise CorruptRecordError(f"{tp}: {e}") from None
-            else:
-                h = HEADER.unpack_from(chunk, pos)
-                if pos + h[1] + LOG_OVERHEAD > end:
-                    break
-            header = h if check else read_header(chunk, pos)
-            records = decode_records_as(chunk, pos, header, ConsumerRecord, topic, partition)
+            (length,) = INT32.unpack_from(chunk, pos + LENGTH_AT)
+            if length >= HEADER_SIZE - LOG_OVERHEAD and pos + LOG_OVERHEAD + length > end:
+                break
+            try:
+                header = validate_batch(chunk, pos, end, check)
+                records = decode_records_as(chunk, pos, header, ConsumerRecord, topic, partition)
+            except CorruptRecordError as e:
+                raise CorruptRecordError(
+                    f"{tp}: corrupt record batch at offset {at} (byte {pos} of the fetch): {e}; "
+                    f"the position stays at offset {at}: seek past it to go on"
+                ) from None
             skip = start - header.base_offset  # a fetch may start inside the first batch
             if skip > 0:
                 records = records[skip:]
             if records:
                 yield records
-            pos += h[1] + LOG_OVERHEAD
+            at = max(at, header.next_offset)
+            pos += header.size
 
     # -- groups --------------------------------------------------------------------------------
 
@@ -481,6 +514,7 @@ class AsyncConsumer:
             self.config.on_partitions_revoked(revoked)
         self._positions = {tp: self._positions.get(tp) for tp in sorted(new)}
         self._paused &= new
+        self._forget_errors()
         self._drop_buffered(lambda r: TopicPartition(r.topic, r.partition) not in new)
         if assigned:
             committed = await group.committed(assigned)
