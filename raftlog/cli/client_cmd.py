@@ -11,14 +11,18 @@ import base64
 import json
 import os
 import sys
+import threading
 import time
 from typing import Any
 
-from raftlog.client import Admin, Consumer, Producer
+from raftlog.client import Admin, Consumer, Producer, RecordFuture
 from raftlog.errors import InvalidConfigError
 from raftlog.topics import TopicPartition
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+# `produce` waits for the outcome of every this many records before it reads more lines, so
+# its memory stays bounded however long stdin is.
+PRODUCE_WINDOW_RECORDS = 10_000
 
 
 def add_bootstrap(p: argparse.ArgumentParser) -> None:
@@ -91,6 +95,13 @@ def register(sub: Any) -> None:
     p.add_argument("--partition", type=_non_negative)
     p.add_argument("--linger-ms", type=_non_negative, default=5)
     p.add_argument("--batch-size", type=_positive, default=64 * 1024)
+    p.add_argument(
+        "--delivery-timeout-ms",
+        type=_positive,
+        default=120_000,
+        help="give up on a record not acknowledged this long after it was read (default "
+        "120000); a failed record is reported on stderr and makes the exit status 1",
+    )
     add_bootstrap(p)
     p.set_defaults(func=_produce)
 
@@ -210,15 +221,40 @@ def _topic_delete(args: argparse.Namespace) -> int:
     return 0
 
 
+class _FirstError:
+    """Prints the first delivery error as it happens (from the producer's thread): a full
+    disk or a lost partition must not look like a producer that is just slow."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._printed = False
+
+    def __call__(self, fut: RecordFuture) -> None:
+        error = fut.exception(0)
+        if error is None or self._printed:
+            return
+        with self._lock:
+            if self._printed:
+                return
+            self._printed = True
+        print(
+            f"raftlog: error: a record was not delivered: {type(error).__name__}: {error}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
 def _produce(args: argparse.Namespace) -> int:
     producer = Producer(
         bootstrap_servers=args.bootstrap_server,
         acks=args.acks,
         linger_ms=args.linger_ms,
         batch_size=args.batch_size,
+        delivery_timeout_ms=args.delivery_timeout_ms,
     )
-    futures = []
-    sent = 0
+    futures: list[RecordFuture] = []
+    sent = failed = 0
+    first_error = _FirstError()
     try:
         producer.partitions_for(args.topic)  # an unknown topic fails here, before reading stdin
         for raw in sys.stdin.buffer:
@@ -228,18 +264,25 @@ def _produce(args: argparse.Namespace) -> int:
                 sep = args.key_separator.encode()
                 if sep in line:
                     key, line = line.split(sep, 1)
-            futures.append(producer.send(args.topic, line, key=key, partition=args.partition))
+            fut = producer.send(args.topic, line, key=key, partition=args.partition)
+            fut.add_done_callback(first_error)
+            futures.append(fut)
             sent += 1
-            if len(futures) >= 10_000:
-                for f in futures:
-                    f.result()
+            if len(futures) >= PRODUCE_WINDOW_RECORDS:
+                failed += sum(f.exception() is not None for f in futures)
                 futures.clear()
         producer.flush()
-        for f in futures:
-            f.result()
+        failed += sum(f.exception() is not None for f in futures)
     finally:
         producer.close()
-    print(f"produced {sent} record(s) to {args.topic}", file=sys.stderr)
+    print(f"produced {sent - failed} record(s) to {args.topic}", file=sys.stderr)
+    if failed:
+        print(
+            f"raftlog: error: {failed} of {sent} record(s) not delivered (the first error is "
+            "above)",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
