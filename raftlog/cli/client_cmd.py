@@ -10,6 +10,7 @@ import argparse
 import base64
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -23,6 +24,8 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 # `produce` waits for the outcome of every this many records before it reads more lines, so
 # its memory stays bounded however long stdin is.
 PRODUCE_WINDOW_RECORDS = 10_000
+# `consume` polls for at most this long, so a stop signal is acted on within it.
+CONSUME_POLL_MS = 500
 
 
 def add_bootstrap(p: argparse.ArgumentParser) -> None:
@@ -286,50 +289,83 @@ def _produce(args: argparse.Namespace) -> int:
     return 0
 
 
+class _StopSignals:
+    """SIGINT and SIGTERM ask `consume` to stop: the flag is checked between polls (every
+    CONSUME_POLL_MS at most), so the consumer commits, leaves its group and prints its
+    summary, instead of dying mid-call (SIGTERM's default) or raising KeyboardInterrupt
+    wherever the main thread happens to be. A second signal acts as if unhandled."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if not self.stop.is_set():
+            self.stop.set()
+            return
+        signal.signal(signum, self._previous.get(signum, signal.SIG_DFL))
+        signal.raise_signal(signum)
+
+
 def _consume(args: argparse.Namespace) -> int:
     if args.offset is not None and (not args.partition or len(args.partition) != 1):
         raise InvalidConfigError("--offset needs exactly one --partition")
     if args.group and (args.partition or args.offset is not None):
         raise InvalidConfigError("--group cannot be combined with --partition or --offset")
     group_options: dict[str, Any] = {"group_id": args.group} if args.group else {}
-    consumer = Consumer(
-        **group_options,
-        bootstrap_servers=args.bootstrap_server,
-        auto_offset_reset="earliest" if args.from_beginning else "latest",
-    )
     shown = 0
     out = sys.stdout
-    try:
-        if args.partition:
-            consumer.assign([TopicPartition(args.topic, p) for p in args.partition])
-        else:
-            consumer.subscribe([args.topic])
-        if args.offset is not None:
-            consumer.seek(TopicPartition(args.topic, args.partition[0]), args.offset)
-        elif args.from_beginning and not args.group:
-            consumer.seek_to_beginning()
-        idle_since = time.monotonic()
-        while args.max_messages is None or shown < args.max_messages:
-            wait = 500 if args.timeout_ms is None else min(500, args.timeout_ms)
-            remaining = None if args.max_messages is None else args.max_messages - shown
-            batch = consumer.poll(wait, max_records=remaining)
-            if not batch:
-                if (
-                    args.timeout_ms is not None
-                    and (time.monotonic() - idle_since) * 1000 >= args.timeout_ms
-                ):
-                    break
-                continue
+    with _StopSignals() as signals:
+        consumer = Consumer(
+            **group_options,
+            bootstrap_servers=args.bootstrap_server,
+            auto_offset_reset="earliest" if args.from_beginning else "latest",
+        )
+        try:
+            if args.partition:
+                consumer.assign([TopicPartition(args.topic, p) for p in args.partition])
+            else:
+                consumer.subscribe([args.topic])
+            if args.offset is not None:
+                consumer.seek(TopicPartition(args.topic, args.partition[0]), args.offset)
+            elif args.from_beginning and not args.group:
+                consumer.seek_to_beginning()
             idle_since = time.monotonic()
-            for records in batch.values():
-                for r in records:
-                    out.write(_format(r, args.format))
-                    shown += 1
-            out.flush()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        consumer.close()
+            while not signals.stop.is_set() and (
+                args.max_messages is None or shown < args.max_messages
+            ):
+                wait = CONSUME_POLL_MS
+                if args.timeout_ms is not None:
+                    wait = min(wait, args.timeout_ms)
+                remaining = None if args.max_messages is None else args.max_messages - shown
+                batch = consumer.poll(wait, max_records=remaining)
+                if not batch:
+                    if (
+                        args.timeout_ms is not None
+                        and (time.monotonic() - idle_since) * 1000 >= args.timeout_ms
+                    ):
+                        break
+                    continue
+                idle_since = time.monotonic()
+                for records in batch.values():
+                    for r in records:
+                        out.write(_format(r, args.format))
+                        shown += 1
+                out.flush()
+        finally:
+            consumer.close()  # commits what was printed and leaves the group
     print(f"consumed {shown} record(s)", file=sys.stderr)
     return 0
 

@@ -742,6 +742,20 @@ class AsyncConsumer:
         await self.client.close()
 
 
+# Consumer._stop_loop waits this long for the loop's tasks to end, and for its thread.
+STOP_TIMEOUT_S = 10.0
+
+
+async def _cancel_pending() -> None:
+    """Cancel every other task of this loop and wait for them: nothing is left pending (and
+    later destroyed with a warning) when the loop stops."""
+    me = asyncio.current_task()
+    tasks = [t for t in asyncio.all_tasks() if t is not me]
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
 class Consumer:
     """Synchronous consumer: the AsyncConsumer on an event loop in a background thread.
 
@@ -764,11 +778,25 @@ class Consumer:
             raise
 
     def _run(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return fut.result()
+        except BaseException:
+            # A KeyboardInterrupt in the caller's thread must not leave the call running on
+            # the loop (to race close(), or be destroyed pending when the loop stops).
+            fut.cancel()
+            raise
 
     def _stop_loop(self) -> None:
+        """Cancel what still runs on the loop (and wait for it, bounded), then stop it."""
+        if self._thread.is_alive() and not self._loop.is_closed():
+            done = asyncio.run_coroutine_threadsafe(_cancel_pending(), self._loop)
+            try:
+                done.result(STOP_TIMEOUT_S)
+            except concurrent.futures.TimeoutError:
+                log.warning("consumer tasks still running after %.0f s; stopping", STOP_TIMEOUT_S)
         self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
+        self._thread.join(STOP_TIMEOUT_S)
         if not self._thread.is_alive():
             self._loop.close()
 
