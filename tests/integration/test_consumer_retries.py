@@ -18,7 +18,7 @@ import pytest
 from raftlog.client import Admin, Consumer, Producer
 from raftlog.errors import RaftlogError
 from raftlog.topics import TopicPartition
-from tests.integration._cluster import Cluster
+from tests.integration._cluster import Cluster, started_cluster
 
 # Long enough that the topic is created before the killed node is fenced, so that one of its
 # partitions is placed on the dead node (then offline: one replica, no leader).
@@ -31,15 +31,8 @@ PARTITIONS = 3
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path, n=3, session_timeout_ms=SESSION_TIMEOUT_MS)
-    try:
-        c.start()
-        c.wait_brokers_settled(SETTLE_DEADLINE_S)
+    with started_cluster(tmp_path, 3, SESSION_TIMEOUT_MS, SETTLE_DEADLINE_S) as c:
         yield c
-    finally:
-        problems = c.shutdown_and_check()
-        if problems:
-            pytest.fail("\n".join(problems), pytrace=False)
 
 
 def retry_until(what: str, deadline: float, fn):  # type: ignore[no-untyped-def]

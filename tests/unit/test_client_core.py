@@ -349,7 +349,7 @@ def test_a_wait_without_timeout_ends_at_the_deadline_plus_the_grace(
     assert isinstance(fut.exception(), RaftlogTimeoutError) and fut.done()
     # A wait with a timeout shorter than that bound is only a wait.
     other = _send(core, TP1, None, b"y")
-    with pytest.raises(RaftlogTimeoutError, match="within 0.01 s"):
+    with pytest.raises(RaftlogTimeoutError, match=r"within 0\.01 s"):
         other.result(0.01)
     assert not other.done()
 
