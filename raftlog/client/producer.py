@@ -719,6 +719,8 @@ class _ProducerCore:
         self._sent.clear()
         for b in queued + in_flight:
             b.expire(self.dead)
+        if self._idle is not None:
+            self._idle.set()  # a flush() waiting for the sender returns
 
     async def topic_metadata(self, topic: str) -> TopicInfo:
         """The topic's metadata for send(). A broker that cannot be reached (restarting, or
@@ -1348,6 +1350,8 @@ class _ProducerCore:
 
     async def wait_idle(self) -> None:
         assert self._idle is not None
+        if self.dead is not None:
+            return  # nothing will happen any more: every batch has failed with the error
         # `_idle` is only updated when the sender runs: records appended since its last pass
         # (an AsyncProducer's sends do not yield to it) must not find it still set.
         with self.acc.lock:

@@ -18,7 +18,7 @@ import pytest
 
 from raftlog import protocol
 from raftlog.client import Admin, AsyncProducer, Producer
-from raftlog.errors import CorruptRecordError, RaftlogTimeoutError
+from raftlog.errors import CorruptRecordError, RaftlogError, RaftlogTimeoutError
 from raftlog.records import encode_batch
 from tests.integration._support import BrokerProcess, RawClient, produce_body
 
@@ -148,6 +148,36 @@ def test_a_batch_that_cannot_be_built_fails_alone_and_the_sender_goes_on(
         assert producer._core.acc.buffered_bytes == 0
     finally:
         producer.close(10)
+
+
+def test_a_sender_that_dies_anyway_fails_everything_and_hangs_nothing(
+    topic_broker: BrokerProcess,
+) -> None:
+    """The last line of defence: the sender task ends with an error (here its drain raises:
+    a bug). Every queued record fails with that error at once, later sends raise it, flush()
+    returns and close() does not raise."""
+
+    class Bug(Exception):
+        pass
+
+    producer = Producer(bootstrap_servers=topic_broker.bootstrap, acks=1, linger_ms=100)
+    try:
+        assert producer.send(TOPIC, b"before").result(10).offset >= 0
+        core = producer._core
+
+        def drain(*args: Any) -> Any:
+            raise Bug("drain is broken")
+
+        queued = producer.send(TOPIC, b"queued")  # waits for its linger
+        core.acc.drain = drain  # type: ignore[method-assign]
+        producer._loop.call_soon_threadsafe(core._kick)
+        with pytest.raises(RaftlogError, match="sender stopped: Bug"):
+            queued.result(5)
+        with pytest.raises(RaftlogError, match="sender stopped: Bug"):
+            producer.send(TOPIC, b"after", key=b"k")
+        producer.flush(5)
+    finally:
+        producer.close(5)
 
 
 def test_every_future_resolves_by_its_delivery_timeout_when_the_sender_is_stuck(
