@@ -448,7 +448,9 @@ class _Batch(BatchResult):
         )
         if self.last_error is not None:
             text += f"; last error: {type(self.last_error).__name__}: {self.last_error}"
-        return RaftlogTimeoutError(text)
+        error = RaftlogTimeoutError(text)
+        error.__cause__ = self.last_error  # for code that wants the broker's error itself
+        return error
 
     def overdue_error(self) -> RaftlogError:
         return self.expiry_error(
@@ -808,7 +810,18 @@ class _ProducerCore:
         timestamp_ms: int | None,
         block: bool,
     ) -> RecordFuture | None:
-        value, key, headers = _checked_record(topic, value, key, headers, partition, timestamp_ms)
+        if not (
+            type(value) is bytes
+            and (key is None or type(key) is bytes)
+            and (partition is None or type(partition) is int)
+            and timestamp_ms is None
+            and not headers
+            and type(topic) is str
+        ):
+            # Only what the common shapes above leave open (they are valid as they are).
+            value, key, headers = _checked_record(
+                topic, value, key, headers, partition, timestamp_ms
+            )
         if self.dead is not None:
             raise self.dead
         sticky = False
@@ -1320,12 +1333,12 @@ class _ProducerCore:
     def _retry_or_fail(self, batch: _Batch, error: RaftlogError) -> None:
         batch.attempts += 1
         batch.last_error = error
-        if (
-            error.retriable
-            and not self._closed
-            and batch.attempts <= self.config.retries
-            and time.monotonic() < batch.deadline
-        ):
+        if error.retriable and not self._closed and time.monotonic() >= batch.deadline:
+            # Out of delivery time: the same error as a batch that expires waiting, naming
+            # this attempt's error as the last one.
+            batch.complete(-1, batch.expiry_error("not delivered"))
+            return
+        if error.retriable and not self._closed and batch.attempts <= self.config.retries:
             now = time.monotonic()
             if now >= self._retry_warned_until.get(batch.tp, 0.0):
                 # Kafka's producer warns at every retry; once per partition per interval
