@@ -613,13 +613,14 @@ class AsyncConsumer:
         committed: None, so auto_offset_reset decides)."""
         group = self._group
         assert group is not None
-        tps = sorted(tp for tp in self._need_committed if tp in self._positions)
+        self._need_committed &= set(self._positions)
+        tps = sorted(self._need_committed)
         if tps:
             committed = await group.committed(tps)
             for tp in tps:
                 if tp in self._need_committed and tp in self._positions:
                     self._positions[tp] = committed.get(tp)
-        self._need_committed.clear()
+            self._need_committed.difference_update(tps)
 
     async def _heartbeat_loop(self) -> None:
         group = self._group

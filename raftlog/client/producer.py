@@ -1227,8 +1227,15 @@ class _ProducerCore:
             return
         if not self._acks:
             done(None, None, None)  # acks=0: delivered once written; offsets unknown (-1)
-        else:
-            self._sent_to(node, (b,))
+            return
+        # In flight: _sent_to for one batch, inlined (this runs once per request).
+        b.in_flight = True
+        q = self._sent.get(node)
+        if q is None:
+            q = self._sent[node] = collections.deque()
+        q.append(b)
+        if b.deadline < self._inflight_check_at:
+            self._inflight_check_at = b.deadline
 
     def _on_response(
         self,
