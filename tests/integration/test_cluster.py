@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from raftlog.client import Admin, Producer
-from tests.integration._cluster import Cluster, Describe, NodeProcess
+from tests.integration._cluster import Cluster, Describe, NodeProcess, started_cluster
 from tests.integration._support import (
     _child_env,
     cli_command,
@@ -49,15 +49,8 @@ SETTLE_DEADLINE_S = 30.0
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path, n=3, session_timeout_ms=SESSION_TIMEOUT_MS)
-    try:
-        c.start()
-        c.wait_brokers_settled(SETTLE_DEADLINE_S)
+    with started_cluster(tmp_path, 3, SESSION_TIMEOUT_MS, SETTLE_DEADLINE_S) as c:
         yield c
-    finally:
-        problems = c.shutdown_and_check()
-        if problems:
-            pytest.fail("\n".join(problems), pytrace=False)
 
 
 # -- reading describe_cluster -----------------------------------------------------------------
