@@ -21,7 +21,6 @@ NOT_YET_HELPED = {
     "raftlog dev --host",
     "raftlog dev --log-level",
     "raftlog node --log-level",
-    "raftlog cluster status --json",
     "raftlog demo --partitions",
 }
 
