@@ -71,7 +71,12 @@ class Controller:
 
     async def run(self) -> None:
         host, port = split_address(self.listen_address)
-        stream = await asyncio_dgram.bind((host, port))
+        try:
+            stream = await asyncio_dgram.bind((host, port))
+        except OSError as e:
+            raise OSError(
+                e.errno, f"controller heartbeat listener (UDP) {self.listen_address}: {e.strerror}"
+            ) from None
         try:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._receive(stream))
