@@ -21,8 +21,11 @@ Rules, and the pysyncobj traps they avoid (measured in ../shared/ENVIRONMENT.md)
   (pysyncobj's format, written with pwrite into preallocated space: pysyncobj's own mmap journal
   dies of SIGBUS on a full disk), without an fsync per entry: metadata survives kill -9 of any
   node, and survives power loss of a minority; losing power on a majority at once can lose the
-  last entries. It is compacted (a snapshot, then the journal restarts) every
-  `JOURNAL_BYTES_COMPACT` bytes as well as pysyncobj's every 5,000 entries or 5 minutes.
+  last entries. This module, not pysyncobj, decides when to compact it (a snapshot, then the
+  journal restarts): every `COMPACT_ENTRIES` entries, `JOURNAL_BYTES_COMPACT` bytes (commands
+  of up to 1 MiB would let 5,000 entries reach GBs) or `COMPACT_INTERVAL_S`, and after a failed
+  snapshot (a full disk) not again for `COMPACT_RETRY_S`: pysyncobj retried at once, forking
+  and pickling the whole state ~20 times a second while the disk stayed full.
 - Every command is at most `COMMAND_BYTES_MAX` bytes serialized (pickle protocol 2, as pysyncobj
   journals and sends it); `propose` refuses a larger one with PolicyViolationError naming both
   sizes, before it reaches Raft. pysyncobj's limits sit above ours: it cuts an entry of at least
@@ -101,9 +104,14 @@ COMMAND_ENVELOPE_BYTES_MAX = 64
 # path (see the module docstring), so this stays above every entry with a wide margin. Batches
 # of small entries also grow to this size per message (pysyncobj's default is 64 KiB).
 APPEND_ENTRIES_BYTES_MAX = 2 * COMMAND_BYTES_MAX
-# Compact (snapshot, then restart the journal) once the journal holds this many bytes: with
-# commands of up to 1 MiB, pysyncobj's 5,000-entry trigger alone would let it reach GBs.
+# Compaction (a snapshot, then the journal restarts): pysyncobj's defaults for entries and
+# time, plus a size bound, and a pause after a snapshot that failed (see the module docstring).
+COMPACT_ENTRIES = 5_000
+COMPACT_INTERVAL_S = 300.0
 JOURNAL_BYTES_COMPACT = 64 << 20
+COMPACT_RETRY_S = 10.0
+# pysyncobj's own triggers, set out of reach: this module triggers compaction instead.
+_NEVER = 2**62
 
 
 def command_bytes(command: tuple[str, dict[str, Any]]) -> int:
@@ -219,6 +227,8 @@ class MetadataQuorum:
             dynamicMembershipChange=False,
             # One bind attempt: a taken port fails the constructor instead of spinning in it.
             maxBindRetries=1,
+            logCompactionMinEntries=_NEVER,
+            logCompactionMinTime=_NEVER,
         )
         if self.raft_address is not None:
             check_port_free(self.raft_address, socket.SOCK_STREAM, "Raft listener", any_host=True)
@@ -249,6 +259,7 @@ class MetadataQuorum:
     def _tick(self) -> None:
         replica, journal = self._replica, self._journal
         assert replica is not None and journal is not None
+        next_compaction = 0.0
         try:
             while not self._stopping.is_set():
                 try:
@@ -257,8 +268,16 @@ class MetadataQuorum:
                     # Logged by the journal (rate-limited) and reported by status(); Raft
                     # resends what this tick dropped, and the next write that fits clears it.
                     continue
-                if journal.size_bytes > JOURNAL_BYTES_COMPACT:
+                now = time.monotonic()
+                if now >= next_compaction and (
+                    len(journal) > COMPACT_ENTRIES
+                    or journal.size_bytes > JOURNAL_BYTES_COMPACT
+                    or now - journal.compacted_at > COMPACT_INTERVAL_S
+                ):
+                    # A snapshot that succeeds shrinks the journal and the condition clears;
+                    # one that fails (logged by pysyncobj) is not tried again for a while.
                     replica.forceLogCompaction()
+                    next_compaction = now + COMPACT_RETRY_S
         except BaseException as e:
             self._failure = f"{type(e).__name__}: {e}"
             log.critical(

@@ -106,6 +106,8 @@ class RaftJournal(Journal):  # type: ignore[misc]
         # "meta" (storing term, vote or commit index). A success of the same kind clears it.
         self._full: dict[str, tuple[str, float]] = {}
         self._full_logged = -FULL_LOG_INTERVAL_S
+        # time.monotonic() of the open or of the last compaction (deleteEntriesTo, clear).
+        self.compacted_at = time.monotonic()
         exists = os.path.exists(path)
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -281,6 +283,7 @@ class RaftJournal(Journal):  # type: ignore[misc]
         with self._lock:
             self._write(_END_AT, _SIZE.pack(HEADER_BYTES))
             self._entries, self._positions, self._end = [], [], HEADER_BYTES
+            self.compacted_at = time.monotonic()
 
     def deleteEntriesFrom(self, entryFrom: int) -> None:
         with self._lock:
@@ -298,6 +301,7 @@ class RaftJournal(Journal):  # type: ignore[misc]
         with self._lock:
             if entryTo <= 0:
                 return
+            self.compacted_at = time.monotonic()
             if entryTo >= len(self._entries):
                 self._write(_END_AT, _SIZE.pack(HEADER_BYTES))
                 self._entries, self._positions, self._end = [], [], HEADER_BYTES
