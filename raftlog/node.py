@@ -45,7 +45,12 @@ from typing import Any
 from raftlog.broker.server import Broker, BrokerConfig
 from raftlog.errors import InvalidConfigError, RaftlogError
 from raftlog.metadata.cluster import ClusterMetadata, parse_voters
-from raftlog.metadata.controller import Controller, send_heartbeats
+from raftlog.metadata.controller import (
+    RETRY_BACKOFF_MAX_S,
+    RETRY_BACKOFF_MIN_S,
+    Controller,
+    send_heartbeats,
+)
 from raftlog.metadata.coordinator import GroupCoordinator
 from raftlog.metadata.quorum import MetadataQuorum, check_port_free
 from raftlog.storage import LogConfig
@@ -267,6 +272,7 @@ class Node:
         )
         await self.broker.start()
         incarnation = uuid.uuid4().hex
+        backoff_s = RETRY_BACKOFF_MIN_S
         while True:
             try:
                 self.broker_epoch = await self.quorum.propose(
@@ -280,8 +286,14 @@ class Node:
                 )
                 break
             except RaftlogError as e:
-                log.warning("registering broker %d failed, retrying: %s", cfg.node_id, e)
-                await asyncio.sleep(0.2)
+                log.warning(
+                    "registering broker %d failed, retrying in %.1f s: %s",
+                    cfg.node_id,
+                    backoff_s,
+                    e,
+                )
+                await asyncio.sleep(backoff_s)
+                backoff_s = min(2 * backoff_s, RETRY_BACKOFF_MAX_S)
         log.info("broker %d registered with epoch %d", cfg.node_id, self.broker_epoch)
         self.broker.metadata_ready()
         tg.create_task(

@@ -112,6 +112,8 @@ def anchored_clock_ms() -> Callable[[], int]:
     return lambda: wall_ms + time.monotonic_ns() // 1_000_000 - mono_ms
 
 
+# A failing expiry of one group is logged at most this often (it is retried every sweep).
+EXPIRY_WARNING_INTERVAL_MS = 10_000
 # Kafka's wire types for partitions and generations (int32) and offsets (int64).
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
@@ -242,6 +244,8 @@ class GroupCoordinator:
         self._pending_room = asyncio.Semaphore(self.config.commit_pending_max)
         self._batch_full = asyncio.Event()
         self._more_pending = asyncio.Event()
+        # group id -> clock_ms of the last warning that its expiry failed (one per interval).
+        self._expiry_warned_ms: dict[str, int] = {}
         # The task that lingers, then proposes batches until none is waiting; None when idle.
         self._flush_task: asyncio.Task[None] | None = None
 
@@ -491,13 +495,18 @@ class GroupCoordinator:
                 for piece in self._id_pieces(group_id, expired):
                     gone += await self._propose("leave_group", group_id=group_id, member_ids=piece)
             except RaftlogError as e:
-                log.warning(
-                    "group %s: expiring members %s failed (%s); retrying on the next sweep",
-                    group_id,
-                    expired,
-                    e,
-                )
+                # Every sweep (100 ms) tries again; a full disk would make that a flood.
+                last = self._expiry_warned_ms.get(group_id)
+                if last is None or now - last >= EXPIRY_WARNING_INTERVAL_MS:
+                    self._expiry_warned_ms[group_id] = now
+                    log.warning(
+                        "group %s: expiring members %s failed (%s); retrying every sweep",
+                        group_id,
+                        expired,
+                        e,
+                    )
                 continue
+            self._expiry_warned_ms.pop(group_id, None)
             self._forget(group_id, expired)
             removed += gone
             log.info(
