@@ -7,7 +7,7 @@ ENOSPC storing the term and commit index, and every metadata command timed out f
 Here the disk is filled (a few records, then a ballast file), offset commits (metadata only,
 no log files) go on until the journal's reserved space is used up, and then:
 - every commit is refused at once with StorageError naming the device error, never a timeout;
-- the node stays up and its quorum ready;
+- the node stays up, its quorum ready, and its status says why metadata writes are refused;
 - once space is back, commits, a new topic and a group consumer work without a restart.
 And in one process: a snapshot that fails for lack of space is not retried at once.
 """
@@ -101,10 +101,13 @@ def commit(client: RawClient, group: str, offset: int) -> dict[str, object]:
     return body
 
 
-def quorum_ready(node: BrokerProcess) -> bool:
+def quorum(node: BrokerProcess) -> dict[str, object]:
+    """The node's view of its quorum, from `raftlog cluster status --json`'s source."""
     with Admin(node.bootstrap, request_timeout_ms=5000) as a:
-        quorum = a.describe_cluster()["quorum"]
-    return bool(quorum["ready"] and quorum["this_node_leads"])
+        view: dict[str, object] = a.describe_cluster()["quorum"]
+    assert view["ready"] and view["this_node_leads"], view
+    assert view["raft_thread_failure"] is None, view
+    return view
 
 
 def test_a_full_disk_refuses_metadata_writes_and_recovers(
@@ -137,7 +140,7 @@ def test_a_full_disk_refuses_metadata_writes_and_recovers(
             t0 = time.monotonic()
             body = commit(client, "g", 0)
             assert body.get("error") == StorageError.code and time.monotonic() - t0 < 2, body
-        assert quorum_ready(node)
+        assert "No space left on device" in str(quorum(node)["journal_full"])
         node.check_alive()
 
         spare.unlink()
@@ -155,7 +158,7 @@ def test_a_full_disk_refuses_metadata_writes_and_recovers(
         assert records
         c.commit()
         assert c.committed([TopicPartition("t", 0)])[TopicPartition("t", 0)] > 0
-    assert quorum_ready(node)
+    assert quorum(node)["journal_full"] is None
 
 
 def test_a_snapshot_that_fails_on_a_full_disk_is_retried_slowly(
