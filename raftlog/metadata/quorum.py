@@ -267,6 +267,8 @@ class MetadataQuorum:
                 except JournalFullError:
                     # Logged by the journal (rate-limited) and reported by status(); Raft
                     # resends what this tick dropped, and the next write that fits clears it.
+                    # The tick may have ended before its wait for sockets: wait here instead.
+                    self._stopping.wait(TICK_WAIT_S)
                     continue
                 now = time.monotonic()
                 if now >= next_compaction and (

@@ -862,6 +862,13 @@ class _Signature:
         params = code.co_varnames[1 : code.co_argcount]  # without self
         self.required = frozenset(params[: len(params) - len(defaults)])
         self.params = {p: (_checker(hints[p]), str(hints[p])) for p in params}
+        # The fast path (every argument given, as proposers do): plain types are compared with
+        # type() in the loop; only containers and unions need a call.
+        self._all = frozenset(params)
+        self._fast = tuple(
+            (p, hints[p] if hints[p] in (int, str, bool) else None, self.params[p][0])
+            for p in params
+        )
 
     def check(self, args: object) -> None:
         if type(args) is not dict:
@@ -869,12 +876,18 @@ class _Signature:
                 f"malformed metadata command {self.name}: arguments must be a dict, got "
                 f"{args!r:.200}"
             )
+        if args.keys() == self._all:
+            for arg, plain, ok in self._fast:
+                value = args[arg]
+                if (type(value) is not plain) if plain is not None else not ok(value):
+                    self._refuse(args)
+            return
         params = self.params
         for arg, value in args.items():
             check = params.get(arg)
             if check is None or not check[0](value):
                 self._refuse(args)
-        if len(args) < len(self.required) or not self.required <= args.keys():
+        if not self.required <= args.keys():
             self._refuse(args)
 
     def _refuse(self, args: dict[Any, Any]) -> NoReturn:
