@@ -456,7 +456,11 @@ class MetadataState:
         t = self.topics.get(topic)
         p = self._partition(topic, partition)
         assert t is not None
-        p.setdefault("elr", [])
+        if any(len(e) != 2 for e in broker_epochs or []):
+            raise InvalidRequestError(
+                f"{topic}-{partition}: broker_epochs must be [[node_id, broker_epoch], ...], "
+                f"got {broker_epochs!r:.200}"
+            )
         if p["leader"] != leader_id or p["leader_epoch"] != leader_epoch:
             raise FencedLeaderEpochError(
                 f"{topic}-{partition}: ISR change from leader {leader_id} epoch {leader_epoch}, "
@@ -486,6 +490,7 @@ class MetadataState:
                     f"{topic}-{partition}: broker {r} caught up as epoch {stated[r]}, but its "
                     f"registered epoch is {broker['broker_epoch']} (it restarted)"
                 )
+        p.setdefault("elr", [])  # a partition from a snapshot that predates the ELR
         self._set_isr(t, p, list(isr), list(p["isr"]))
         p["partition_epoch"] += 1
         self._check_partition(t, partition)
@@ -610,7 +615,8 @@ class MetadataState:
         group = self.groups.get(group_id)
         if group is None:
             raise GroupIdNotFoundError(f"unknown group {group_id!r}")
-        gone = [m for m in member_ids if m in group["members"]]
+        # Each member once, in the order named (a member named twice is removed once).
+        gone = [m for m in dict.fromkeys(member_ids) if m in group["members"]]
         for m in gone:
             del group["members"][m]
         if gone:
@@ -737,6 +743,12 @@ class MetadataState:
         set clears it. Entries for partitions that do not exist or are not the broker's are
         dropped (a topic deleted meanwhile). Leadership does not move because of it (yet)."""
         self._check_epoch(node_id, broker_epoch)
+        for e in replicas:
+            if type(e) not in _SEQUENCE_TYPES or len(e) != 3 or type(e[0]) is not str:
+                raise InvalidRequestError(
+                    f"broker {node_id}: offline replica {e!r:.200} must be [topic, partition, "
+                    "reason]"
+                )
         kept: list[list[Any]] = []
         for topic, partition, reason in replicas:
             t = self.topics.get(topic)

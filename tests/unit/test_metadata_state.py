@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import pickle
 import random
+import typing
 from typing import Any
 
 import pytest
@@ -306,7 +307,7 @@ def random_command(rng: random.Random, i: int) -> tuple[str, dict[str, Any]]:
     kind = rng.choice(
         [
             "register", "fence", "unfence", "create", "delete", "join", "leave", "commit",
-            "batch", "reset", "delete_group", "producer_ids", "isr", "malformed",
+            "batch", "reset", "delete_group", "producer_ids", "isr", "offline", "malformed",
         ]
     )  # fmt: skip
     node = rng.randint(1, 4)
@@ -388,15 +389,24 @@ def random_command(rng: random.Random, i: int) -> tuple[str, dict[str, Any]]:
     if kind == "producer_ids":
         return ("allocate_producer_ids", {"count": rng.randint(-1, 3)})
     if kind == "isr":
+        args: dict[str, Any] = {
+            "topic": f"t{rng.randint(0, 3)}",
+            "partition": 0,
+            "leader_id": node,
+            "leader_epoch": rng.randint(0, 2),
+            "partition_epoch": rng.randint(0, 2),
+            "isr": rng.sample([1, 2, 3, 4], rng.randint(1, 3)),
+        }
+        if rng.random() < 0.5:
+            args["broker_epochs"] = [[n, rng.randint(1, i + 1)] for n in args["isr"]]
+        return ("alter_isr", args)
+    if kind == "offline":
         return (
-            "alter_isr",
+            "report_offline_replicas",
             {
-                "topic": f"t{rng.randint(0, 3)}",
-                "partition": 0,
-                "leader_id": node,
-                "leader_epoch": rng.randint(0, 2),
-                "partition_epoch": rng.randint(0, 2),
-                "isr": [node],
+                "node_id": node,
+                "broker_epoch": rng.randint(1, i + 1),
+                "replicas": [[f"t{rng.randint(0, 3)}", rng.randint(0, 3), "EIO"]],
             },
         )
     # A well-formed command with one argument broken: wrong type, missing, or extra.
@@ -659,3 +669,66 @@ def test_a_bug_in_a_command_is_not_disguised_as_a_malformed_command(monkeypatch)
     monkeypatch.setitem(assignors.ASSIGNORS, "range", broken)
     with pytest.raises(KeyError, match="a bug"):
         join(s)
+
+
+def test_a_leave_naming_a_member_twice_removes_it_once() -> None:
+    """Found by the fuzz test below: the second `del` raised KeyError after the first had
+    removed the member, on every replica (the old catch-all hid it as "malformed")."""
+    s, _ = cluster(1)
+    ok(s, "create_topic", name="t", topic_id="id", partitions=2, replication_factor=1, config={})
+    a, b = join(s)["member_id"], join(s)["member_id"]
+    assert ok(s, "leave_group", group_id="g", member_ids=[a, a, "ghost", a]) == 1
+    assert sorted(s.groups["g"]["members"]) == [b]
+    assert s.groups["g"]["assignment"][b] == [["t", 0], ["t", 1]]
+
+
+FUZZ_INTS = [-2, -1, 0, 1, 2, 3, 4, 2**31, 2**63, -(2**63), 10**30]
+FUZZ_STRS = ["", "t0", "t1", "g0", "c-0", "c-1", "range", "sticky", "é", "true", "-1", "x" * 300]
+FUZZ_STRS += ["min.insync.replicas", "unclean.leader.election.enable", "retention.ms"]
+FUZZ_ENTRIES: list[Any] = [
+    ["t0", 0, 1, ""], ["t0", 1, 1, "m"], ["t1", 0, 5, ""], ["t0", -1, 1, ""], ["t0", 0, -1, ""],
+    ["t0", 0], ["t0", "0", 1, ""], [1, 0, 1, ""], ("t0", 0, 1), ["t0", 0, 1], ["t9", 0, 1, ""],
+    ["t0", 0, 1, None], ["t0", 0, "r"], [["t0"]], {"a": 1}, None, "t0", [1, 1], [2, 5],
+    {"group_id": "g0", "member_id": "", "generation": -1, "offsets": [["t0", 0, 1, ""]],
+     "now_ms": 1},
+    {"group_id": "g0", "member_id": "c-0", "generation": 1, "offsets": [], "now_ms": 1},
+]  # fmt: skip
+
+
+def fuzz_value(rng: random.Random, tp: Any) -> Any:
+    """A value of annotation `tp` (a command argument's type), with hostile contents."""
+    if tp is Any:
+        return rng.choice(FUZZ_ENTRIES)
+    if tp in (int, str, bool, type(None)):
+        pool = {int: FUZZ_INTS, str: FUZZ_STRS, bool: [True, False], type(None): [None]}[tp]
+        return rng.choice(pool)
+    origin, targs = typing.get_origin(tp), typing.get_args(tp)
+    if origin is list:
+        return [fuzz_value(rng, targs[0]) for _ in range(rng.randint(0, 4))]
+    if origin is dict:
+        return {fuzz_value(rng, targs[0]): fuzz_value(rng, targs[1]) for _ in range(3)}
+    return fuzz_value(rng, rng.choice(targs))  # a union
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_well_typed_hostile_arguments_never_raise_and_refusals_change_nothing(seed: int) -> None:
+    """Arguments of the right types (they pass the annotation check) with hostile contents:
+    duplicates, negatives, huge ints, unknown names, malformed entries. `apply` must answer
+    ok or err, never raise (a raise stops every replica's Raft thread), and an err must leave
+    the state as it was."""
+    rng = random.Random(seed)
+    s = MetadataState()
+    for cmd in random_commands(seed, 150):
+        s.apply(cmd)
+    names = sorted(n[len("_cmd_") :] for n in vars(MetadataState) if n.startswith("_cmd_"))
+    for _ in range(1_500):
+        name = rng.choice(names)
+        hints = typing.get_type_hints(getattr(MetadataState, "_cmd_" + name))
+        params = [p for p in hints if p != "return"]
+        args = {p: fuzz_value(rng, hints[p]) for p in params if rng.random() < 0.95}
+        before = copy.deepcopy(s)
+        result = s.apply((name, args))
+        assert result[0] in ("ok", "err"), result
+        if result[0] == "err":
+            assert s == before, f"seed {seed}: refused {name} {args!r:.300} changed the state"
+        check_invariants(s)
