@@ -203,12 +203,23 @@ def _run_cluster(args: argparse.Namespace) -> int:
                 code = p.poll()
                 if code is not None and not stopping and i not in reported:
                     reported.add(i)
-                    print(
-                        f"raftlog dev: node {i + 1} exited with status {code}; the others "
-                        "keep running",
-                        file=sys.stderr,
-                    )
                     status = 1
+                    if code > 0:
+                        # The node failed by itself (it printed why: a taken port, a failed
+                        # Raft thread): a dev cluster missing a node is not what was asked for.
+                        print(
+                            f"raftlog dev: node {i + 1} failed (exit status {code}); stopping "
+                            "the others",
+                            file=sys.stderr,
+                        )
+                        stop(signal.SIGTERM, None)
+                    else:
+                        # Killed by a signal (a kill -9 to watch failover): the others go on.
+                        print(
+                            f"raftlog dev: node {i + 1} exited with status {code}; the others "
+                            "keep running",
+                            file=sys.stderr,
+                        )
             time.sleep(0.2)
     finally:
         stop(signal.SIGTERM, None)

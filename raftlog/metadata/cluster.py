@@ -205,5 +205,9 @@ class ClusterMetadata:
             "last_applied": st.last_applied,
             "ready": st.ready,
             "this_node_leads": st.is_leader,
+            # Not None while this node's metadata journal refuses writes for lack of disk space
+            # (why, since when), or once its Raft thread has failed (the node then exits).
+            "journal_full": st.journal_full,
+            "raft_thread_failure": st.failure,
         }
         return out
