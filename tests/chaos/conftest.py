@@ -22,6 +22,7 @@ from contextlib import contextmanager
 import pytest
 from toxiproxy import Toxiproxy
 
+from chaos.local_cluster import wait_or_kill
 from tests.integration._support import wait_for
 
 SERVER_START_TIMEOUT_S = 30.0
@@ -56,11 +57,8 @@ def run_toxiproxy_server() -> Iterator[tuple[str, int]]:
         finally:
             if proc.poll() is None:
                 proc.terminate()
-            try:
-                rc = proc.wait(SERVER_STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            rc = wait_or_kill(proc, SERVER_STOP_TIMEOUT_S)
+            if rc is None:
                 pytest.fail(
                     f"the toxiproxy server did not exit within 10 s of SIGTERM:\n{stderr()}"
                 )
