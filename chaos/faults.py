@@ -165,6 +165,36 @@ def schedule(
         t += length + rng.uniform(*quiet_s)
 
 
+def resolve_role(spec: FaultSpec, view: dict[str, Any], rng: random.Random) -> FaultSpec:
+    """The spec with its role turned into targets, from a `describe_cluster()` view taken when
+    the fault starts: "controller", "leader:<tp>", "follower:<tp>" (a random non-leader
+    replica), "random" (any registered broker). A spec without a role is returned unchanged."""
+    role = spec.role
+    if not role:
+        return spec
+    if role == "controller":
+        target = int(view["controller_id"])
+        if target < 0:
+            raise FaultError("fault role controller: the cluster has no controller now")
+        return spec.with_targets([target])
+    if role == "random":
+        return spec.with_targets([rng.choice(sorted(int(b[0]) for b in view["brokers"]))])
+    kind, _, tp = role.partition(":")
+    for topic, partition, leader, _epoch, replicas, _isr in view["partitions"]:
+        if f"{topic}-{partition}" != tp:
+            continue
+        if kind == "leader":
+            if leader < 0:
+                raise FaultError(f"fault role {role}: {tp} has no leader now")
+            return spec.with_targets([int(leader)])
+        if kind == "follower":
+            followers = sorted(int(r) for r in replicas if r != leader)
+            if not followers:
+                raise FaultError(f"fault role {role}: {tp} has no follower")
+            return spec.with_targets([rng.choice(followers)])
+    raise FaultError(f"fault role {role!r}: unknown role or partition")
+
+
 # -- injectors ---------------------------------------------------------------------------------
 
 

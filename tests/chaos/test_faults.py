@@ -5,6 +5,7 @@ or one target's healing failed."""
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from chaos.faults import (
     Grudge,
     grudge_for,
     inject,
+    resolve_role,
     schedule,
 )
 from tests.integration._support import wait_for
@@ -224,3 +226,21 @@ def test_pause_stops_and_continues_real_processes(
         wait_for(lambda: stopped() == [True, True, False], 5, "nodes 1 and 2 stopped")
         raise RuntimeError("interrupted while paused")
     wait_for(lambda: stopped() == [False, False, False], 5, "every node continued")
+
+
+def test_roles_resolve_from_a_cluster_view() -> None:
+    view = {
+        "controller_id": 2,
+        "brokers": [[1, "h", 1, None, 5, False], [2, "h", 2, None, 6, False]],
+        "partitions": [["t", 0, 3, 4, [3, 1, 2], [3, 1, 2]], ["t", 1, -1, 4, [1], []]],
+    }
+    rng = random.Random(1)
+    assert resolve_role(FaultSpec("kill", role="controller"), view, rng).targets == (2,)
+    assert resolve_role(FaultSpec("kill", role="leader:t-0"), view, rng).targets == (3,)
+    assert resolve_role(FaultSpec("pause", role="follower:t-0"), view, rng).targets in [(1,), (2,)]
+    assert resolve_role(FaultSpec("kill", role="random"), view, rng).targets in [(1,), (2,)]
+    assert resolve_role(FaultSpec("kill", (1,)), view, rng) == FaultSpec("kill", (1,))
+    with pytest.raises(FaultError, match="has no leader"):
+        resolve_role(FaultSpec("kill", role="leader:t-1"), view, rng)
+    with pytest.raises(FaultError, match="unknown role or partition"):
+        resolve_role(FaultSpec("kill", role="leader:t-9"), view, rng)

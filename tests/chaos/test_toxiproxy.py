@@ -15,6 +15,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from statistics import median
 
 import pytest
 import requests
@@ -26,7 +27,10 @@ from toxiproxy.proxy import Proxy
 from tests.integration._support import wait_for
 
 HOST = "127.0.0.1"
-# Upper slack on a measured delay: scheduling on a busy 2-core VM, never a toxic's doing.
+# Upper slack on a measured delay: scheduling on a busy 2-core VM, never a toxic's doing. Upper
+# bounds are checked on the median of several samples, lower bounds on every sample: a toxic
+# must never make anything faster than it says, while one sample can meet a stalled scheduler
+# (measured here: one round trip in ~50 took 0.97 s while other tests loaded both cores).
 SLACK_S = 0.25
 RECV_TIMEOUT_S = 5.0
 
@@ -272,12 +276,11 @@ def test_latency_is_added_to_live_and_new_connections(
     assert base < 0.05, f"round trip {base:.3f} s without toxics"
     proxy.add_toxic(type="latency", attributes={"latency": 150})
     for s in (live, connect(proxy)):
-        for _ in range(3):
-            rtt = round_trip_s(s)
-            assert 0.150 <= rtt <= 0.150 + SLACK_S, f"round trip {rtt:.3f} s, latency 150 ms"
+        rtts = [round_trip_s(s) for _ in range(3)]
+        assert min(rtts) >= 0.150 and median(rtts) <= 0.150 + SLACK_S, rtts
     proxy.add_toxic(type="latency", stream="upstream", attributes={"latency": 100})
-    rtt = round_trip_s(live)
-    assert 0.250 <= rtt <= 0.250 + SLACK_S, f"round trip {rtt:.3f} s, latency 150 + 100 ms"
+    rtts = [round_trip_s(live) for _ in range(3)]
+    assert min(rtts) >= 0.250 and median(rtts) <= 0.250 + SLACK_S, rtts
     proxy.destroy_toxic("latency_downstream")
     proxy.destroy_toxic("latency_upstream")
     rtt = min(round_trip_s(live) for _ in range(3))
@@ -291,7 +294,7 @@ def test_latency_jitter_spreads_delays(
     proxy.add_toxic(type="latency", attributes={"latency": 100, "jitter": 60})
     s = connect(proxy)
     rtts = [round_trip_s(s) for _ in range(12)]
-    assert all(0.040 <= r <= 0.160 + SLACK_S for r in rtts), rtts
+    assert min(rtts) >= 0.040 and median(rtts) <= 0.160 + SLACK_S, rtts
     assert max(rtts) - min(rtts) >= 0.02, f"jitter 60 ms but every delay alike: {rtts}"
 
 
@@ -310,7 +313,7 @@ def test_bandwidth_limits_the_rate(
     elapsed = done - t0
     assert data == payload
     expected = len(payload) / 200_000  # 1.54 s
-    assert expected - 0.15 <= elapsed <= expected + 2 * SLACK_S, (
+    assert expected - 0.15 <= elapsed <= 1.5 * expected + SLACK_S, (
         f"{len(payload)} bytes at 200 KB/s took {elapsed:.2f} s (unlimited: {fast_s:.3f} s)"
     )
 
@@ -320,9 +323,8 @@ def test_slow_close_delays_the_close(
 ) -> None:
     proxy = make_proxy(toxiproxy, upstreams(send_then(b"bye")))
     proxy.add_toxic(type="slow_close", attributes={"delay": 400})
-    s = connect(proxy)
-    t0 = time.monotonic()
-    data, _, closed_at = read_until_closed(s)
+    t0 = time.monotonic()  # before connecting: the upstream closes as soon as it is reached
+    data, _, closed_at = read_until_closed(connect(proxy))
     assert data == b"bye"
     assert 0.4 <= closed_at - t0 <= 0.4 + SLACK_S, f"closed after {closed_at - t0:.3f} s"
 
@@ -354,15 +356,15 @@ def test_timeout_closes_after_the_timeout_without_data(
 ) -> None:
     proxy = make_proxy(toxiproxy, upstreams(echo))
     proxy.add_toxic(type="timeout", attributes={"timeout": 300})
+    t0 = time.monotonic()  # the timeout runs from when the connection's link starts
     s = connect(proxy)
-    t0 = time.monotonic()
     s.sendall(b"ping")
     try:
         data, _, closed_at = read_until_closed(s)
     except ConnectionResetError:
         data, closed_at = b"", time.monotonic()
     assert data == b""
-    assert 0.3 - 0.05 <= closed_at - t0 <= 0.3 + SLACK_S, f"closed after {closed_at - t0:.3f} s"
+    assert 0.3 <= closed_at - t0 <= 0.3 + SLACK_S, f"closed after {closed_at - t0:.3f} s"
 
 
 @pytest.mark.parametrize("timeout_ms", [0, 300])
@@ -378,7 +380,7 @@ def test_reset_peer_resets_the_connection(
     with pytest.raises(ConnectionResetError):
         s.recv(10)
     elapsed = time.monotonic() - t0
-    assert timeout_ms / 1000 - 0.05 <= elapsed <= timeout_ms / 1000 + SLACK_S, elapsed
+    assert timeout_ms / 1000 <= elapsed <= timeout_ms / 1000 + SLACK_S, elapsed
 
 
 def test_limit_data_closes_after_n_bytes(
