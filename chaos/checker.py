@@ -190,12 +190,18 @@ def inconsistent_offsets(log: dict[str, dict[int, set[str]]]) -> list[dict[str, 
 
 
 def duplicated(log: dict[str, dict[int, set[str]]]) -> list[dict[str, Any]]:
+    seen: set[str] = set()
+    twice: set[str] = set()
+    for by_offset in log.values():
+        for values in by_offset.values():
+            twice.update(values & seen)
+            seen.update(values)
     places: dict[str, list[list[Any]]] = defaultdict(list)
     for tp in sorted(log):
         for offset, values in sorted(log[tp].items()):
-            for v in values:
+            for v in values & twice:
                 places[v].append([tp, offset])
-    return [{"value": v, "places": where} for v, where in sorted(places.items()) if len(where) > 1]
+    return [{"value": v, "places": places[v]} for v in sorted(twice)]
 
 
 def lost_and_unseen(
@@ -442,7 +448,9 @@ def availability(
 
 def check(ops: Sequence[Op], examples_max: int = EXAMPLES_MAX) -> dict[str, Any]:
     """Check a history; the report's keys are documented in the module docstring."""
-    ops = sorted(ops, key=lambda o: o.index) if all(o.index >= 0 for o in ops) else list(ops)
+    indices = [o.index for o in ops]
+    if min(indices, default=0) >= 0 and indices != sorted(indices):
+        ops = sorted(ops, key=lambda o: o.index)
     pairs = _pair(ops)
     sends = _sends(pairs)
     reads = _client_reads(ops)

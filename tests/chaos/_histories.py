@@ -15,6 +15,7 @@ class HistoryBuilder:
         self.ops: list[Op] = []
         self.now = 0.0
         self._next_id = 0
+        self._invokes: dict[int, Op] = {}
         if seed is not None:
             self._add(op("runner", "info", "run", 0.0, value={"seed": seed}))
 
@@ -32,13 +33,15 @@ class HistoryBuilder:
     ) -> int:
         op_id = self._next_id
         self._next_id += 1
-        self._add(op(process, "invoke", f, self._tick(at), op_id, value, **extra))
+        self._invokes[op_id] = self._add(
+            op(process, "invoke", f, self._tick(at), op_id, value, **extra)
+        )
         return op_id
 
     def complete(
         self, op_id: int, type: str = "ok", value: Any = None, at: float | None = None, **extra: Any
     ) -> None:
-        inv = next(o for o in self.ops if o.id == op_id and o.type == "invoke")
+        inv = self._invokes[op_id]
         value = inv.value if value is None else value
         self._add(
             op(inv.process, type, inv.f, self._tick(at), op_id, value, **{**inv.extra, **extra})

@@ -323,10 +323,13 @@ def test_slow_close_delays_the_close(
 ) -> None:
     proxy = make_proxy(toxiproxy, upstreams(send_then(b"bye")))
     proxy.add_toxic(type="slow_close", attributes={"delay": 400})
-    t0 = time.monotonic()  # before connecting: the upstream closes as soon as it is reached
-    data, _, closed_at = read_until_closed(connect(proxy))
-    assert data == b"bye"
-    assert 0.4 <= closed_at - t0 <= 0.4 + SLACK_S, f"closed after {closed_at - t0:.3f} s"
+    waits = []
+    for _ in range(3):
+        t0 = time.monotonic()  # before connecting: the upstream closes as soon as it is reached
+        data, _, closed_at = read_until_closed(connect(proxy))
+        assert data == b"bye"
+        waits.append(closed_at - t0)
+    assert min(waits) >= 0.4 and median(waits) <= 0.4 + SLACK_S, waits
 
 
 def test_timeout_zero_is_a_black_hole_until_removed(
@@ -356,15 +359,18 @@ def test_timeout_closes_after_the_timeout_without_data(
 ) -> None:
     proxy = make_proxy(toxiproxy, upstreams(echo))
     proxy.add_toxic(type="timeout", attributes={"timeout": 300})
-    t0 = time.monotonic()  # the timeout runs from when the connection's link starts
-    s = connect(proxy)
-    s.sendall(b"ping")
-    try:
-        data, _, closed_at = read_until_closed(s)
-    except ConnectionResetError:
-        data, closed_at = b"", time.monotonic()
-    assert data == b""
-    assert 0.3 <= closed_at - t0 <= 0.3 + SLACK_S, f"closed after {closed_at - t0:.3f} s"
+    waits = []
+    for _ in range(3):
+        t0 = time.monotonic()  # the timeout runs from when the connection's link starts
+        s = connect(proxy)
+        s.sendall(b"ping")
+        try:
+            data, _, closed_at = read_until_closed(s)
+        except ConnectionResetError:
+            data, closed_at = b"", time.monotonic()
+        assert data == b""
+        waits.append(closed_at - t0)
+    assert min(waits) >= 0.3 and median(waits) <= 0.3 + SLACK_S, waits
 
 
 @pytest.mark.parametrize("timeout_ms", [0, 300])
@@ -374,13 +380,15 @@ def test_reset_peer_resets_the_connection(
     proxy = make_proxy(toxiproxy, upstreams(echo))
     # Before connecting: Toxiproxy makes a connection reset-able (SO_LINGER 0) when it starts.
     proxy.add_toxic(type="reset_peer", stream="upstream", attributes={"timeout": timeout_ms})
-    s = connect(proxy)
-    t0 = time.monotonic()
-    s.sendall(b"hello")
-    with pytest.raises(ConnectionResetError):
-        s.recv(10)
-    elapsed = time.monotonic() - t0
-    assert timeout_ms / 1000 <= elapsed <= timeout_ms / 1000 + SLACK_S, elapsed
+    waits = []
+    for _ in range(3):
+        s = connect(proxy)
+        t0 = time.monotonic()
+        s.sendall(b"hello")
+        with pytest.raises(ConnectionResetError):
+            s.recv(10)
+        waits.append(time.monotonic() - t0)
+    assert min(waits) >= timeout_ms / 1000 and median(waits) <= timeout_ms / 1000 + SLACK_S, waits
 
 
 def test_limit_data_closes_after_n_bytes(
