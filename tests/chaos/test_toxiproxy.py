@@ -414,9 +414,9 @@ def test_slicer_splits_writes(
     t0 = time.monotonic()
     data, sizes, done = read_until_closed(connect(proxy))
     assert data == payload
-    # Pieces of at most 120 bytes, 20 ms apart: the client sees many small reads (two pieces
-    # may merge when the reader is slow) over at least 8 gaps.
-    assert len(sizes) >= 6 and max(sizes) <= 240, sizes
+    # Pieces of at most 120 bytes, 20 ms apart: the client sees many small reads over at least
+    # 8 gaps (a reader that stalls may get a few pieces in one read, so the median is checked).
+    assert len(sizes) >= 5 and median(sizes) <= 240, sizes
     assert done - t0 >= 8 * 0.020, f"{len(sizes)} reads in {done - t0:.3f} s"
 
 
