@@ -56,8 +56,11 @@ QUIET_S_MIN, QUIET_S_MAX = 5.0, 15.0
 RECOVERY_S = 10.0
 
 
-class FaultError(RaftlogError):
-    """A fault could not be injected or healed (the message names the fault and the node)."""
+class FaultError(RuntimeError):
+    """A fault could not be injected or healed (the message names the fault and the node).
+
+    Not a RaftlogError: those carry wire codes that must stay unique; this never goes on the
+    wire."""
 
 
 # A node id -> the node ids it does not receive packets from. Node 0 is the host (the clients).
@@ -267,7 +270,7 @@ def _heal_all(actions: Sequence[tuple[str, Any]]) -> None:
     for what, action in actions:
         try:
             action()
-        except (OSError, RaftlogError, AssertionError) as e:
+        except (OSError, RaftlogError, FaultError, AssertionError) as e:
             errors.append(f"{what}: {e}")
     if errors:
         raise FaultError("healing failed: " + "; ".join(errors))

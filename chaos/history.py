@@ -48,16 +48,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from raftlog.errors import RaftlogError
-
 TYPES = ("invoke", "ok", "fail", "info")
 FUNCTIONS = ("send", "poll", "commit", "assign", "final-read", "replica-read", "fault", "run")
 # Fields every line has; everything else is carried in `extra` and written back unchanged.
 _CORE = ("index", "time", "process", "type", "f", "id", "value")
 
 
-class HistoryError(RaftlogError):
-    """A history line is not valid JSON or breaks the format's rules (file and line named)."""
+class HistoryError(ValueError):
+    """A history line is not valid JSON or breaks the format's rules (file and line named).
+
+    Not a RaftlogError: those carry wire codes that must stay unique, and a history never
+    travels on the wire. A ValueError, so the CLI reports it as bad input in one line."""
 
 
 @dataclass(frozen=True, slots=True)
