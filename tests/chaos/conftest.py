@@ -66,16 +66,13 @@ def run_toxiproxy_server() -> Iterator[tuple[str, int]]:
                 pytest.fail(f"toxiproxy server exited {rc}; stderr:\n{stderr()}")
 
 
-def _client(host: str, port: int) -> Toxiproxy:
+@contextmanager
+def _client(address: tuple[str, int]) -> Iterator[Toxiproxy]:
+    """The client pointed at `address`; the proxies made inside are deleted on exit."""
+    host, port = address
     t = Toxiproxy()
     t.update_api_consumer(host, port)
     wait_for(t.running, SERVER_START_TIMEOUT_S, f"the Toxiproxy API on {host}:{port}")
-    return t
-
-
-@contextmanager
-def _clean(t: Toxiproxy, host: str, port: int) -> Iterator[Toxiproxy]:
-    t.update_api_consumer(host, port)
     before = set(t.proxies())
     try:
         yield t
@@ -87,24 +84,6 @@ def _clean(t: Toxiproxy, host: str, port: int) -> Iterator[Toxiproxy]:
 
 
 @pytest.fixture(scope="session")
-def _toxiproxy_address() -> Iterator[tuple[str, int]]:
-    url = os.environ.get("TOXIPROXY_URL")
-    if url:
-        parts = urllib.parse.urlsplit(url if "//" in url else f"http://{url}")
-        yield parts.hostname or "127.0.0.1", parts.port or 8474
-        return
-    with run_toxiproxy_server() as address:
-        yield address
-
-
-@pytest.fixture
-def toxiproxy(_toxiproxy_address: tuple[str, int]) -> Iterator[Toxiproxy]:
-    host, port = _toxiproxy_address
-    with _clean(_client(host, port), host, port) as t:
-        yield t
-
-
-@pytest.fixture(scope="session")
 def _own_toxiproxy_address() -> Iterator[tuple[str, int]]:
     with run_toxiproxy_server() as address:
         yield address
@@ -112,6 +91,17 @@ def _own_toxiproxy_address() -> Iterator[tuple[str, int]]:
 
 @pytest.fixture
 def own_toxiproxy(_own_toxiproxy_address: tuple[str, int]) -> Iterator[Toxiproxy]:
-    host, port = _own_toxiproxy_address
-    with _clean(_client(host, port), host, port) as t:
+    with _client(_own_toxiproxy_address) as t:
+        yield t
+
+
+@pytest.fixture
+def toxiproxy(request: pytest.FixtureRequest) -> Iterator[Toxiproxy]:
+    url = os.environ.get("TOXIPROXY_URL")
+    if url:
+        parts = urllib.parse.urlsplit(url if "//" in url else f"http://{url}")
+        address = (parts.hostname or "127.0.0.1", parts.port or 8474)
+    else:
+        address = request.getfixturevalue("_own_toxiproxy_address")
+    with _client(address) as t:
         yield t
