@@ -53,7 +53,9 @@ from raftlog.metadata.controller import (
 )
 from raftlog.metadata.coordinator import GroupCoordinator
 from raftlog.metadata.quorum import MetadataQuorum, check_port_free
+from raftlog.replication.manager import ReplicationConfig
 from raftlog.storage import LogConfig
+from raftlog.storage.checkpoint import atomic_write, fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +77,11 @@ class NodeConfig:
     fetch_zero_copy: bool = True
     default_partitions: int = 1
     default_replication_factor: int = 1
+    # Kafka's replica.lag.time.max.ms (30 s): a follower not caught up for this long leaves
+    # the ISR. `raftlog dev` writes a shorter one (a local cluster should react in seconds).
+    replica_lag_time_max_ms: int = 30_000
+    # Kafka's replica.fetch.wait.max.ms: how long a follower's fetch long-polls its leader.
+    replica_fetch_wait_max_ms: int = 500
     log: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -151,6 +158,9 @@ class Node:
             else None
         )
         self.broker_epoch: int | None = None
+        # Whether the previous run of this node stopped cleanly (its marker file was there):
+        # registration says so, and an unclean restart is not trusted to hold every record.
+        self._clean_start = _take_clean_shutdown_marker(config.data_dir)
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def _on_change(self) -> None:
@@ -231,8 +241,10 @@ class Node:
             if self.coordinator is not None:
                 await self.coordinator.close()
             if self.broker is not None:
-                await self.broker.stop()
+                await self.broker.stop()  # raises if a log could not be flushed and closed
             self.quorum.stop()
+            if stop.is_set() and self.broker is not None:
+                _write_clean_shutdown_marker(cfg.data_dir)
             log.info("node %d stopped", cfg.node_id)
 
     def _client_address(self) -> str:
@@ -266,6 +278,10 @@ class Node:
                 default_partitions=cfg.default_partitions,
                 default_replication_factor=cfg.default_replication_factor,
                 log_defaults=dict(cfg.log),
+                replication=ReplicationConfig(
+                    replica_lag_time_max_ms=cfg.replica_lag_time_max_ms,
+                    replica_fetch_wait_max_ms=cfg.replica_fetch_wait_max_ms,
+                ),
             ),
             self.metadata,
             self.coordinator,
@@ -283,6 +299,7 @@ class Node:
                     rack=cfg.rack,
                     incarnation=incarnation,
                     now_ms=time.time_ns() // 1_000_000,
+                    clean_shutdown=self._clean_start,
                 )
                 break
             except RaftlogError as e:
@@ -294,8 +311,17 @@ class Node:
                 )
                 await asyncio.sleep(backoff_s)
                 backoff_s = min(2 * backoff_s, RETRY_BACKOFF_MAX_S)
-        log.info("broker %d registered with epoch %d", cfg.node_id, self.broker_epoch)
+        log.info(
+            "broker %d registered with epoch %d (%s shutdown before)",
+            cfg.node_id,
+            self.broker_epoch,
+            "clean" if self._clean_start else "unclean",
+        )
+        self.broker.broker_epoch = self.broker_epoch
         self.broker.metadata_ready()
+        # Replication's loops (fetchers, ISR checks): in the node's TaskGroup, so a crashed
+        # loop stops the node loudly instead of leaving it half alive.
+        tg.create_task(self.broker.replicas.run())
         tg.create_task(
             send_heartbeats(
                 cfg.node_id,
@@ -308,6 +334,26 @@ class Node:
 
 class _Stop(Exception):
     pass
+
+
+# Written by a graceful stop after every log is flushed and closed, removed at start: its
+# presence at start means nothing written before was lost (the logs' own markers say the same
+# per partition; this one speaks for the whole node to the metadata).
+CLEAN_SHUTDOWN_FILE = "node-clean-shutdown"
+
+
+def _take_clean_shutdown_marker(data_dir: str) -> bool:
+    path = os.path.join(data_dir, CLEAN_SHUTDOWN_FILE)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    fsync_dir(data_dir)
+    return True
+
+
+def _write_clean_shutdown_marker(data_dir: str) -> None:
+    atomic_write(os.path.join(data_dir, CLEAN_SHUTDOWN_FILE), b"clean\n")
 
 
 async def run_node(config: NodeConfig) -> None:

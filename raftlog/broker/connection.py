@@ -18,6 +18,7 @@ Rules:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 from collections import deque
@@ -29,7 +30,7 @@ from raftlog.errors import InvalidRequestError, RaftlogError, UnsupportedVersion
 from raftlog.storage import FileSlice
 
 if TYPE_CHECKING:
-    from raftlog.broker.handlers.produce import ProduceGroup
+    from raftlog.broker.handlers.produce import CommitWait, ProduceGroup
     from raftlog.broker.server import Broker
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,7 @@ class Connection(asyncio.Protocol):
         # While data_received dispatches a read's frames, responses gather here.
         self._out: list[Any] | None = None
         # Slots of the current produce group's requests, and their response topic lists.
-        self._grouped: list[tuple[_Slot, list[Any]]] = []
+        self._grouped: list[tuple[_Slot, list[Any], CommitWait | None]] = []
 
     @property
     def busy(self) -> bool:
@@ -181,22 +182,31 @@ class Connection(asyncio.Protocol):
                 t for t, _ in topics
             ):
                 return False
-            results = group.add(acks, topics, payload)
+            results, wait = group.add(acks, topics, payload, None, group.timeout_of(body))
         except Exception as e:
             self._request_failed(correlation_id, _PRODUCE, e)
             return True
         if acks:
             slot = _Slot(correlation_id)
             self._slots.append(slot)
-            self._grouped.append((slot, results))
+            self._grouped.append((slot, results, wait))
         return True
 
     def _finish_group(self, group: ProduceGroup) -> None:
         group.finish()
         grouped, self._grouped = self._grouped, []
-        for slot, results in grouped:
-            slot.response = Response({"topics": results})
+        for slot, results, wait in grouped:
+            if wait is None or wait.remaining == 0:
+                slot.response = Response({"topics": results})
+            else:
+                # acks=all: answered when its last partition commits (or fails), in order.
+                wait.on_done = functools.partial(self._answer_later, slot, results)
         self._flush()
+
+    def _answer_later(self, slot: _Slot, results: list[Any]) -> None:
+        slot.response = Response({"topics": results})
+        if not self._closing:
+            self._flush()
 
     def _write_gathered(self) -> None:
         out, self._out = self._out, None

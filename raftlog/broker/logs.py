@@ -371,11 +371,14 @@ class LogManager:
                 back += 1
         return back
 
-    def enforce_retention(self) -> int:
+    def enforce_retention(self, high_watermarks: dict[TopicPartition, int] | None = None) -> int:
+        """Retention on every open log, never past a partition's high watermark (a partition
+        with none given, e.g. one this broker follows, is bounded by its log end)."""
         deleted = 0
         for tp, plog in list(self._logs.items()):
             try:
-                deleted += plog.enforce_retention()
+                hw = (high_watermarks or {}).get(tp)
+                deleted += plog.enforce_retention(max_offset=hw)
             except RaftlogError as e:
                 self.errors.log(
                     logging.ERROR, (tp, "retention"), "retention on %s failed: %s", tp, e

@@ -20,8 +20,12 @@ it to the metadata (`report_offline_replicas`, with its broker epoch), so `clust
 shows it wherever it is asked. Produce, fetch and list-offsets for an offline partition answer
 LogOfflineError (retriable). Leadership does not move because of it yet (replication will).
 
-Seam for replication: `high_watermark(tp, log)` is the log end offset until followers
-replicate; then it comes from the ISR.
+Replication: the broker's `ReplicaManager` (raftlog/replication/manager.py) holds every
+hosted partition's log and replication core. After each change of brokers, topics or
+partitions (the metadata's topology version, not group traffic) the broker reconciles its logs
+and hands the partitions' new states to the ReplicaManager, which leads, follows or idles each
+one. The handlers reach partitions through it: `replicas.leader(tp)` for produce, its fetch
+entry points for consumers and followers, `high_watermark(tp)` for what consumers may see.
 """
 
 from __future__ import annotations
@@ -50,11 +54,20 @@ from raftlog.errors import (
 from raftlog.metadata.cluster import ClusterMetadata
 from raftlog.metadata.coordinator import GroupCoordinator
 from raftlog.metadata.model import TopicInfo
+from raftlog.replication.core import ProposeIsr
+from raftlog.replication.manager import Partition, ReplicaManager, ReplicationConfig
 from raftlog.storage import PartitionLog
 from raftlog.topics import TopicPartition
 
 log = logging.getLogger(__name__)
 
+# Topic settings the controller's election rules read; a topic created without them gets the
+# broker's default written in.
+REPLICATION_TOPIC_KEYS = (
+    "min.insync.replicas",
+    "unclean.leader.election.enable",
+    "durability.policy",
+)
 # After a failed offline report (no quorum leader, a timeout), try again this much later.
 OFFLINE_REPORT_RETRY_S = 1.0
 
@@ -82,6 +95,8 @@ class BrokerConfig:
     retention_check_interval_ms: int = 5 * 60 * 1000
     flush_check_interval_ms: int = 1000
     shutdown_timeout_ms: int = 10_000
+    # Replication settings (replica.lag.time.max.ms, replica fetch sizes and waits, ...).
+    replication: ReplicationConfig = field(default_factory=ReplicationConfig)
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -109,6 +124,18 @@ class Broker:
         self._reconcile_scheduled = False
         self._metadata_ready = False
         self.logs = LogManager(config.data_dir, config.log_defaults)
+        # This broker's registered epoch (set by the node once registered); followers send it
+        # with their fetches so a leader can tell incarnations apart.
+        self.broker_epoch: int | None = None
+        self._replica_conns: dict[int, Any] = {}
+        self.replicas = ReplicaManager(
+            config.node_id,
+            config.replication,
+            self._propose_isr,
+            self._replica_connection,
+            lambda: self.broker_epoch,
+        )
+        self._seen_topology = -1
         # Set whenever the LogManager's offline table changes; the reporter task waits on it.
         self._offline_changed = asyncio.Event()
         self.logs.on_offline_change = self._offline_changed.set
@@ -169,6 +196,7 @@ class Broker:
         try:
             if self._server is not None:
                 self._server.close()
+            self.replicas.close()  # waiting produces answer, followers stop, HWs checkpointed
             self.logs.wake_all()  # long-polling fetches answer now with what they have
             for task in (self._housekeeping, self._offline_reporter):
                 if task is not None:
@@ -186,6 +214,8 @@ class Broker:
             if self._server is not None:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._server.wait_closed(), 1.0)
+            for conn in self._replica_conns.values():
+                conn.close()
         finally:
             self.logs.close()
         log.info("broker %d stopped", self.config.node_id)
@@ -197,11 +227,13 @@ class Broker:
             await asyncio.sleep(self.config.flush_check_interval_ms / 1000)
             self.logs.maybe_flush()
             if loop.time() >= next_retention:
-                self.logs.enforce_retention()
+                self.logs.enforce_retention(self.replicas.high_watermarks())
                 next_retention = loop.time() + self.config.retention_check_interval_ms / 1000
-            self.logs.check_offline()
+            changed = self.logs.check_offline()
             if not self.stopping and self._metadata_ready:
-                self.logs.retry_offline()
+                changed += self.logs.retry_offline()
+            if changed:
+                self._sync_replicas()
 
     async def _report_offline(self) -> None:
         """Keep the metadata's record of this broker's offline replicas equal to the
@@ -253,19 +285,64 @@ class Broker:
         self.reconcile()
 
     def on_metadata_change(self) -> None:
-        """Called on the event loop after the metadata changed (coalesced)."""
+        """Called on the event loop after the metadata changed (coalesced). Group and offset
+        traffic does not change the topology version, so it costs nothing here."""
         self._reconcile_scheduled = False
-        if self._metadata_ready:
+        if self._metadata_ready and self.metadata.topology_version != self._seen_topology:
             self.reconcile()
 
     def reconcile(self) -> None:
-        """Open the partitions this node hosts; remove partitions of deleted topics.
+        """Open the partitions this node hosts; remove partitions of deleted topics; bring
+        every hosted partition's replication role in line with the metadata.
 
         Only once the metadata has caught up: an unknown directory is deleted only when the
         metadata is known to be current, never because a lagging replica has not seen a topic.
         """
         if self._metadata_ready and not self.stopping:
+            self._seen_topology = self.metadata.topology_version
             self.logs.reconcile(self.metadata.topics().values(), self.config.node_id)
+            self._sync_replicas()
+
+    def _sync_replicas(self) -> None:
+        """The ReplicaManager hosts exactly the open logs, each at its metadata state."""
+        topics = self.metadata.topics()
+        hosted = self.replicas.partitions
+        for tp in list(hosted):
+            if self.logs.find(tp) is not hosted[tp].log:
+                self.replicas.remove(tp)
+        for tp in self.logs.partitions():
+            plog = self.logs.find(tp)
+            if plog is not None and tp not in hosted:
+                t = topics.get(tp.topic)
+                self.replicas.add(tp, plog, dict(t.config) if t is not None else {})
+        self.replicas.apply_metadata(topics.values(), self.metadata.broker_epochs())
+
+    async def _propose_isr(self, tp: TopicPartition, proposal: ProposeIsr) -> int:
+        return await self.metadata.alter_isr(
+            tp.topic,
+            tp.partition,
+            self.config.node_id,
+            proposal.leader_epoch,
+            proposal.partition_epoch,
+            list(proposal.isr),
+            [list(e) for e in proposal.broker_epochs],
+        )
+
+    async def _replica_connection(self, node_id: int) -> Any:
+        """The connection this broker's fetcher uses to reach leader `node_id`."""
+        from raftlog.client.connection import BrokerConnection
+
+        conn = self._replica_conns.get(node_id)
+        if conn is not None and not conn.closed:
+            return conn
+        broker = self.metadata.broker(node_id)
+        if broker is None:
+            raise NotLeaderOrFollowerError(f"broker {node_id} is not registered")
+        conn = await BrokerConnection.connect(
+            broker.host, broker.port, f"raftlog-replica-{self.config.node_id}", 10.0
+        )
+        self._replica_conns[node_id] = conn
+        return conn
 
     def schedule_reconcile(self, loop: asyncio.AbstractEventLoop) -> None:
         """Thread-safe: the Raft tick thread calls this after every applied command."""
@@ -281,6 +358,13 @@ class Broker:
         config: dict[str, Any],
         validate_only: bool = False,
     ) -> TopicInfo:
+        # The controller decides elections with these, so the broker's defaults for them are
+        # written into the topic (Kafka's controller knows the cluster defaults; ours knows
+        # only what the topic says).
+        config = dict(config)
+        for key in REPLICATION_TOPIC_KEYS:
+            if key not in config and key in self.config.log_defaults:
+                config[key] = str(self.config.log_defaults[key])
         if validate_only:
             from raftlog.storage import LogConfig
             from raftlog.topics import validate_topic_name
@@ -327,39 +411,26 @@ class Broker:
         """A group for the Produce requests of one socket read (handlers/produce.py)."""
         return produce.ProduceGroup(self)
 
-    def leader_log(self, tp: TopicPartition) -> PartitionLog:
-        """The log of a partition this broker leads, or the error a client should act on."""
-        return self.leader_log_and_epoch(tp)[0]
-
-    def leader_log_and_epoch(self, tp: TopicPartition) -> tuple[PartitionLog, int]:
-        """`leader_log` and the partition's leader epoch, from one metadata lookup."""
-        p = self.metadata.partition(tp.topic, tp.partition)
+    def leader_partition(self, tp: TopicPartition) -> Partition:
+        """A partition this broker leads, or the error a client should act on."""
+        p = self.replicas.get(tp)
         if p is None:
-            raise UnknownTopicOrPartitionError(f"unknown topic or partition {tp}")
-        if p.leader != self.config.node_id:
-            raise NotLeaderOrFollowerError(
-                f"broker {self.config.node_id} is not the leader of {tp} "
-                f"(the leader is {p.leader if p.leader >= 0 else 'none: partition offline'})"
-            )
-        plog = self.logs.find(tp)
-        if plog is None:
+            if self.metadata.partition(tp.topic, tp.partition) is None:
+                raise UnknownTopicOrPartitionError(f"unknown topic or partition {tp}")
             offline = self.logs.offline_error(tp)
             if offline is not None:
                 raise LogOfflineError(
                     f"broker {self.config.node_id} cannot serve {tp}, its log is offline: {offline}"
                 )
-            # Metadata says we lead it but the log is not open yet (a reconcile is pending).
-            raise NotLeaderOrFollowerError(f"broker {self.config.node_id} is opening {tp}")
-        return plog, p.leader_epoch
+        return self.replicas.leader(tp)
 
-    # -- replication seams ---------------------------------------------------------------------
+    def leader_log(self, tp: TopicPartition) -> PartitionLog:
+        """The log of a partition this broker leads, or the error a client should act on."""
+        return self.leader_partition(tp).log
 
-    def leader_epoch(self, tp: TopicPartition) -> int:
-        p = self.metadata.partition(tp.topic, tp.partition)
-        return 0 if p is None else p.leader_epoch
-
-    def high_watermark(self, tp: TopicPartition, plog: PartitionLog) -> int:
-        return plog.log_end_offset
+    def high_watermark(self, tp: TopicPartition) -> int:
+        """What consumers may read of a partition this broker leads."""
+        return self.leader_partition(tp).high_watermark
 
 
 def _background(coro: Any, what: str) -> asyncio.Task[None]:

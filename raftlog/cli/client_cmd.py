@@ -243,19 +243,31 @@ def _topic_describe(args: argparse.Namespace) -> int:
             f"Configs: {overrides}"
         )
         for p in t.partitions:
+            elr = f"  Elr: {','.join(map(str, p.elr))}" if p.elr else ""
+            leos = (
+                "  ReplicaLogEnds: "
+                + ",".join(f"{n}={_offset(o)}" for n, o in sorted(p.log_end_offsets.items()))
+                if p.log_end_offsets
+                else ""
+            )
             print(
                 f"  Partition: {p.partition}  Leader: {_leader(p.leader)}  "
+                f"Epoch: {p.leader_epoch}  "
                 f"Replicas: {','.join(map(str, p.replicas))}  Isr: {','.join(map(str, p.isr))}"
-                f"  LogStart: {or_unknown(p.log_start_offset)}  "
+                f"{elr}  LogStart: {or_unknown(p.log_start_offset)}  "
                 f"LogEnd: {or_unknown(p.log_end_offset)}  "
                 f"HighWatermark: {or_unknown(p.high_watermark)}  "
-                f"Size: {or_unknown(p.size_bytes)}  Segments: {or_unknown(p.segments)}"
+                f"Size: {or_unknown(p.size_bytes)}  Segments: {or_unknown(p.segments)}{leos}"
             )
     return 0
 
 
 def _leader(node: int) -> str:
     return "none" if node < 0 else str(node)
+
+
+def _offset(value: int) -> str:
+    return "?" if value < 0 else str(value)
 
 
 def or_unknown(value: int | None) -> str:
@@ -276,9 +288,14 @@ def _desc_json(t: Any) -> dict[str, Any]:
                 "leader_epoch": p.leader_epoch,
                 "replicas": list(p.replicas),
                 "isr": list(p.isr),
+                "elr": list(p.elr),
                 "log_start_offset": p.log_start_offset,
                 "log_end_offset": p.log_end_offset,
                 "high_watermark": p.high_watermark,
+                # Per replica, as the leader knows them (null: no leader answered).
+                "log_end_offsets": None
+                if p.log_end_offsets is None
+                else {str(n): (o if o >= 0 else None) for n, o in p.log_end_offsets.items()},
                 "size_bytes": p.size_bytes,
                 "segments": p.segments,
             }

@@ -36,6 +36,10 @@ class PartitionDescription:
     high_watermark: int | None
     size_bytes: int | None
     segments: int | None
+    # KIP-966's eligible leader replicas (out of the ISR, holding every committed record).
+    elr: tuple[int, ...] = ()
+    # Each replica's log end offset as the leader knows it (-1: no fetch seen yet).
+    log_end_offsets: dict[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +141,11 @@ class AsyncAdmin:
                 start, end, hw, size, segments = (
                     figures[1:6] if figures is not None else (None,) * 5
                 )
+                leos = (
+                    {int(n): int(o) for n, o in figures[6].items()}
+                    if figures is not None and len(figures) > 6
+                    else None
+                )
                 meta = info.partitions[p] if info is not None else None
                 parts.append(
                     PartitionDescription(
@@ -150,6 +159,8 @@ class AsyncAdmin:
                         hw,
                         size,
                         segments,
+                        meta.elr if meta else (),
+                        leos,
                     )
                 )
             out.append(

@@ -477,8 +477,17 @@ class AsyncConsumer:
         for tp in tps:
             pos = self._positions[tp]
             assert pos is not None
+            # The leader epoch this consumer believes in: a deposed leader answers
+            # FencedLeaderEpoch, one that has not caught up UnknownLeaderEpoch (KIP-320); both
+            # are retriable, with fresh metadata.
+            info = self.client.topics.get(tp.topic)
+            epoch = (
+                info.partitions[tp.partition].leader_epoch
+                if info is not None and tp.partition < len(info.partitions)
+                else -1
+            )
             topics.setdefault(tp.topic, []).append(
-                [tp.partition, pos, self.config.max_partition_fetch_bytes]
+                [tp.partition, pos, self.config.max_partition_fetch_bytes, epoch]
             )
         requested = {tp: self._positions[tp] for tp in tps}
         body, payload = await self.client.request(
@@ -495,7 +504,7 @@ class AsyncConsumer:
         pos = 0
         reset: list[TopicPartition] = []
         for topic, parts in body["topics"]:
-            for partition, error, _hw, _log_start, nbytes, message in parts:
+            for partition, error, _hw, _log_start, nbytes, message, *_ in parts:
                 tp = TopicPartition(topic, partition)
                 chunk = payload[pos : pos + nbytes]
                 pos += nbytes

@@ -62,27 +62,62 @@ class ClusterMetadata:
         self._cache_version = -1
         self._topics: dict[str, TopicInfo] = {}
         self._brokers: list[BrokerInfo] = []
+        self._all_brokers: dict[int, BrokerInfo] = {}
+        self._broker_epochs: dict[int, int] = {}
+
+    @property
+    def topology_version(self) -> int:
+        """Bumps when brokers, topics or partitions change (not on group or offset traffic)."""
+        return int(getattr(self.quorum.state, "topology_version", 0))
 
     def _refresh(self) -> None:
         # The version is read without the lock first: an int read is atomic, and a cache
         # built at the current version is the current state (an apply in progress has not
         # bumped it yet, so this read simply comes just before that apply). The lock is
-        # taken only to rebuild.
-        if self.quorum.state.version == self._cache_version:
+        # taken only to rebuild, and only when brokers, topics or partitions changed.
+        if self.topology_version == self._cache_version:
             return
 
-        def grab(s: MetadataState) -> tuple[int, dict[str, TopicInfo], list[BrokerInfo]]:
-            if s.version == self._cache_version:
-                return s.version, self._topics, self._brokers
+        def grab(
+            s: MetadataState,
+        ) -> tuple[
+            int, dict[str, TopicInfo], list[BrokerInfo], dict[int, BrokerInfo], dict[int, int]
+        ]:
+            version = int(getattr(s, "topology_version", 0))
+            if version == self._cache_version:
+                return (
+                    version,
+                    self._topics,
+                    self._brokers,
+                    self._all_brokers,
+                    self._broker_epochs,
+                )
             topics = {name: _topic_info(t) for name, t in s.topics.items()}
-            brokers = [
-                BrokerInfo(b["node_id"], b["host"], b["port"], b["rack"])
-                for _, b in sorted(s.brokers.items())
-                if not b["fenced"]
-            ]
-            return s.version, topics, brokers
+            every = {
+                n: BrokerInfo(b["node_id"], b["host"], b["port"], b["rack"])
+                for n, b in sorted(s.brokers.items())
+            }
+            live = [every[n] for n, b in sorted(s.brokers.items()) if not b["fenced"]]
+            epochs = {n: int(b["broker_epoch"]) for n, b in s.brokers.items()}
+            return version, topics, live, every, epochs
 
-        self._cache_version, self._topics, self._brokers = self.quorum.read(grab)
+        (
+            self._cache_version,
+            self._topics,
+            self._brokers,
+            self._all_brokers,
+            self._broker_epochs,
+        ) = self.quorum.read(grab)
+
+    def broker_epochs(self) -> dict[int, int]:
+        """Every registered broker's current epoch (fenced ones included)."""
+        self._refresh()
+        return self._broker_epochs
+
+    def broker(self, node_id: int) -> BrokerInfo | None:
+        """A registered broker's endpoint, fenced or not (followers reach leaders by it)."""
+        self._refresh()
+        return self._all_brokers.get(node_id)
 
     @property
     def controller_id(self) -> int:
@@ -126,6 +161,30 @@ class ClusterMetadata:
 
     async def delete_topic(self, name: str) -> None:
         await self.quorum.propose("delete_topic", name=name)
+
+    async def alter_isr(
+        self,
+        topic: str,
+        partition: int,
+        leader_id: int,
+        leader_epoch: int,
+        partition_epoch: int,
+        isr: list[int],
+        broker_epochs: list[list[int]],
+    ) -> int:
+        """A partition leader's ISR change; returns the new partition epoch."""
+        return int(
+            await self.quorum.propose(
+                "alter_isr",
+                topic=topic,
+                partition=partition,
+                leader_id=leader_id,
+                leader_epoch=leader_epoch,
+                partition_epoch=partition_epoch,
+                isr=isr,
+                broker_epochs=broker_epochs,
+            )
+        )
 
     async def report_offline_replicas(self, node_id: int, replicas: list[list[Any]]) -> None:
         """Replace broker `node_id`'s report of its offline replicas ([topic, partition,

@@ -65,6 +65,20 @@ PRODUCER_ID_MAX = 2**63 - 1
 Result = tuple[Any, ...]
 
 
+# The commands that change brokers, topics or partitions (see topology_version).
+TOPOLOGY_COMMANDS = frozenset(
+    {
+        "register_broker",
+        "fence_broker",
+        "unfence_broker",
+        "create_topic",
+        "delete_topic",
+        "alter_isr",
+        "report_offline_replicas",
+    }
+)
+
+
 class MetadataInvariantError(AssertionError):
     """A metadata invariant broke: a bug in raftlog (the same on every replica)."""
 
@@ -98,7 +112,7 @@ class MetadataState:
         # Invariant: strictly increases; every registration takes the next value.
         self.next_broker_epoch = 1
         # name -> {"name", "topic_id", "config": {str: str},
-        #          "partitions": [{"replicas", "leader", "leader_epoch", "isr",
+        #          "partitions": [{"replicas", "leader", "leader_epoch", "isr", "elr",
         #                          "partition_epoch"}]}
         self.topics: dict[str, dict[str, Any]] = {}
         # Partitions ever created: spreads the first replica of new topics across brokers.
@@ -115,6 +129,10 @@ class MetadataState:
         self.offline_replicas: dict[int, dict[str, Any]] = {}
         # Count of applied commands: a cheap "has anything changed" for watchers.
         self.version = 0
+        # Count of applied commands that changed brokers, topics or partitions (not groups or
+        # offsets): what the brokers' logs and replicas follow, so that offset commits at
+        # thousands per second do not make every broker re-examine every partition.
+        self.topology_version = 0
 
     # -- the one entry point -------------------------------------------------------------------
 
@@ -131,6 +149,9 @@ class MetadataState:
         except RaftlogError as e:
             return _err(e)
         self.version += 1
+        if name in TOPOLOGY_COMMANDS:
+            # getattr: a state unpickled from a snapshot written before this field existed.
+            self.topology_version = getattr(self, "topology_version", 0) + 1
         return result
 
     def snapshot(self) -> MetadataState:

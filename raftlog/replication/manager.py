@@ -158,6 +158,15 @@ class Partition:
             # Only the checkpoint lags: after a restart the HW starts lower and catches up.
             log.warning("%s: writing the high watermark checkpoint failed: %s", self.tp, e)
 
+    def replica_log_end_offsets(self) -> dict[int, int]:
+        """Leader only: each replica's log end offset as the leader knows it (its own, and
+        each follower's from its last fetch, -1 before one); {} on a follower."""
+        if self.core.role is not Role.LEADER:
+            return {}
+        out = {f.replica_id: f.log_end_offset for f in self.core.followers.values()}
+        out[self.core.node_id] = self.log.log_end_offset
+        return dict(sorted(out.items()))
+
     def wake(self, waiters: set[asyncio.Future[None]]) -> None:
         if waiters:
             for fut in waiters:
@@ -251,6 +260,31 @@ class ReplicaManager:
 
     def get(self, tp: TopicPartition) -> Partition | None:
         return self.partitions.get(tp)
+
+    def add_waiter(
+        self, tps: Iterable[TopicPartition], fut: asyncio.Future[None], follower: bool
+    ) -> None:
+        """A long-polling fetch waits on these partitions: a follower's for appends, a
+        consumer's for the high watermark to move. A partition not hosted wakes it at once."""
+        for tp in tps:
+            p = self.partitions.get(tp)
+            if p is None:
+                if not fut.done():
+                    fut.set_result(None)
+                continue
+            (p.follower_waiters if follower else p.consumer_waiters).add(fut)
+
+    def remove_waiter(
+        self, tps: Iterable[TopicPartition], fut: asyncio.Future[None], follower: bool
+    ) -> None:
+        for tp in tps:
+            p = self.partitions.get(tp)
+            if p is not None:
+                (p.follower_waiters if follower else p.consumer_waiters).discard(fut)
+
+    def high_watermarks(self) -> dict[TopicPartition, int]:
+        """Every hosted partition's high watermark (retention stops there)."""
+        return {tp: p.high_watermark for tp, p in self.partitions.items()}
 
     # -- metadata ------------------------------------------------------------------------------
 

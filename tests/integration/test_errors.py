@@ -71,7 +71,7 @@ def test_unknown_topic_produce_and_fetch(broker: BrokerProcess) -> None:
             assert body["topics"][0][1][0][:2] == [partition, UnknownTopicOrPartitionError.code]
             tp = TopicPartition(topic, partition)
             body, payload = raw.request(protocol.ApiKey.FETCH, fetch_body({tp: 0}, 5000))
-            [[_, [[_, error, _, _, nbytes, message]]]] = body["topics"]
+            [[_, [[_, error, _, _, nbytes, message, *_]]]] = body["topics"]
             assert (error, nbytes, payload) == (UnknownTopicOrPartitionError.code, 0, b"")
             assert str(tp) in message
             body, _ = raw.request(protocol.ApiKey.LIST_OFFSETS, list_offsets_body({tp: -1}))

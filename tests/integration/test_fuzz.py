@@ -96,7 +96,7 @@ class FuzzEnv:
             body, payload = raw.request(protocol.ApiKey.FETCH, fetch_body(tps))
             pos = 0
             for _, parts in body["topics"]:
-                for partition, error, hw, start, nbytes, _ in parts:
+                for partition, error, hw, start, nbytes, *_ in parts:
                     assert (error, start, hw) == (0, 0, self.canary_ends[partition])
                     assert payload[pos : pos + nbytes] == self.canary_bytes[partition]
                     pos += nbytes
@@ -136,7 +136,7 @@ def env(module_broker: BrokerProcess) -> Iterator[FuzzEnv]:
         body, payload = raw.request(protocol.ApiKey.FETCH, fetch_body(tps))
     pos = 0
     for _, parts in body["topics"]:
-        for partition, error, hw, _, nbytes, _ in parts:
+        for partition, error, hw, _, nbytes, *_ in parts:
             assert error == 0
             canary_bytes[partition] = payload[pos : pos + nbytes]
             canary_ends[partition] = hw

@@ -112,7 +112,7 @@ def test_one_read_of_many_produce_requests_answers_each_on_its_own(
         assert got == fetch_corr
         [[_, results]] = body["topics"]
         pos = 0
-        for partition, error, high_watermark, _, nbytes, _ in results:
+        for partition, error, high_watermark, _, nbytes, *_ in results:
             assert error == 0 and high_watermark == len(sent[partition])
             records = list(iter_records(payload[pos : pos + nbytes]))
             pos += nbytes

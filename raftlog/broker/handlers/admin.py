@@ -132,18 +132,22 @@ def handle_describe_configs(
         partitions = []
         for p in t.partitions:
             tp = TopicPartition(name, p.partition)
-            plog = broker.logs.find(tp)
-            if plog is None:
-                partitions.append([p.partition, -1, -1, -1, 0, 0])
+            replica = broker.replicas.get(tp)
+            if replica is None:
+                partitions.append([p.partition, -1, -1, -1, 0, 0, {}])
                 continue
+            plog = replica.log
             partitions.append(
                 [
                     p.partition,
                     plog.log_start_offset,
                     plog.log_end_offset,
-                    broker.high_watermark(tp, plog),
+                    replica.high_watermark,
                     plog.size_bytes,
                     len(plog.segment_base_offsets),
+                    # Where this broker leads: every replica's log end offset as it knows it
+                    # (a follower's from its last fetch; -1 before one).
+                    replica.replica_log_end_offsets(),
                 ]
             )
         out.append(
@@ -174,8 +178,8 @@ def handle_list_offsets(
         for partition, timestamp in parts:
             tp = TopicPartition(topic, partition)
             try:
-                plog = broker.leader_log(tp)
-                hw = broker.high_watermark(tp, plog)
+                leader = broker.leader_partition(tp)
+                plog, hw = leader.log, leader.high_watermark
                 if timestamp == protocol.EARLIEST_TIMESTAMP:
                     out.append([partition, 0, -1, plog.log_start_offset, None])
                 elif timestamp == protocol.LATEST_TIMESTAMP:

@@ -16,24 +16,70 @@ answered at once (no auto-creation pending); the group is finished before any ot
 the same read is handled, so a Fetch that follows a Produce on one connection sees its records;
 responses still leave in request order.
 
-Seam for replication: acks=all will wait for the high watermark to pass the batch; on a single
-node the ISR is this node alone, so the local append is the commit.
+Replication: each partition is appended through the ReplicaManager's leader partition, at
+its leader epoch. acks=all is refused per request before anything is appended when the ISR is
+below min.insync.replicas; otherwise the request's answer waits (`CommitWait`) until every
+partition it wrote is committed (the high watermark passed its last offset) or fails (the ISR
+fell below the minimum, its `timeout_ms` passed, leadership moved). No task or future per
+request: the replication core completes a callback, and the last one answers the request.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+import asyncio
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from raftlog.broker.connection import Response
 from raftlog.errors import InvalidRequestError, RaftlogError
 from raftlog.protocol import split_payload
-from raftlog.storage import AppendInfo, PartitionLog
+from raftlog.storage import AppendInfo
 from raftlog.topics import TopicPartition
 
 if TYPE_CHECKING:
     from raftlog.broker.connection import Connection
     from raftlog.broker.server import Broker
+    from raftlog.replication.manager import Partition
+
+# Kafka's request.timeout.ms default for a produce that does not say; and the most a request
+# may ask for (a waiting acks=all request holds its response slot and its callback).
+DEFAULT_PRODUCE_TIMEOUT_MS = 30_000
+PRODUCE_TIMEOUT_MS_MAX = 5 * 60 * 1000
+
+
+class CommitWait:
+    """An acks=all request's wait for its partitions' commits; `on_done` answers it."""
+
+    __slots__ = ("on_done", "remaining")
+
+    def __init__(self) -> None:
+        self.remaining = 0
+        self.on_done: Callable[[], None] | None = None
+
+    def done_callback(self, entry: list[Any]) -> Callable[[RaftlogError | None], None]:
+        self.remaining += 1
+
+        def done(error: RaftlogError | None) -> None:
+            if error is not None:
+                entry[1:] = [error.code, -1, -1, str(error)]
+            self.remaining -= 1
+            if self.remaining == 0 and self.on_done is not None:
+                self.on_done()
+
+        return done
+
+    def response(self, results: list[Any]) -> Response | Awaitable[Response]:
+        """The response now if every partition is settled, else an awaitable of it."""
+        if self.remaining == 0:
+            return Response({"topics": results})
+        fut: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+
+        def answer() -> None:
+            if not fut.done():
+                fut.set_result(Response({"topics": results}))
+
+        self.on_done = answer
+        return fut
 
 
 def handle_produce(
@@ -41,6 +87,7 @@ def handle_produce(
 ) -> Response | Awaitable[Response | None] | None:
     """One Produce request on its own (the connection groups the common case instead)."""
     acks = ProduceGroup.acks_of(body)
+    timeout_ms = ProduceGroup.timeout_of(body)
     topics = body["topics"]
     missing = broker.topics_to_auto_create(t for t, _ in topics)
     group = ProduceGroup(broker)
@@ -49,26 +96,35 @@ def handle_produce(
         # succeeds, as with Kafka's auto-creation.
         async def create_then_produce() -> Response | None:
             errors = await broker.auto_create(missing)
-            results = group.add(acks, topics, payload, errors)
+            results, wait = group.add(acks, topics, payload, errors, timeout_ms)
             group.finish()
-            return None if acks == 0 else Response({"topics": results})
+            if acks == 0:
+                return None
+            return await _settled(wait.response(results) if wait else Response({"topics": results}))
 
         return create_then_produce()
-    results = group.add(acks, topics, payload)
+    results, wait = group.add(acks, topics, payload, None, timeout_ms)
     group.finish()
-    return None if acks == 0 else Response({"topics": results})
+    if acks == 0:
+        return None
+    return wait.response(results) if wait is not None else Response({"topics": results})
+
+
+async def _settled(response: Response | Awaitable[Response]) -> Response:
+    return response if isinstance(response, Response) else await response
 
 
 class _Pending:
     """One partition's chunks in a group, and the response entries their outcomes fill."""
 
-    __slots__ = ("chunks", "entries", "epoch", "plog")
+    __slots__ = ("chunks", "entries", "partition", "waits")
 
-    def __init__(self, plog: PartitionLog, epoch: int):
-        self.plog = plog
-        self.epoch = epoch
+    def __init__(self, partition: Partition):
+        self.partition = partition
         self.chunks: list[memoryview] = []
         self.entries: list[list[Any]] = []
+        # Per chunk: the acks=all request's wait and timeout, or None.
+        self.waits: list[tuple[CommitWait, int] | None] = []
 
 
 class ProduceGroup:
@@ -99,20 +155,30 @@ class ProduceGroup:
             raise InvalidRequestError(f"acks must be 0, 1 or -1 (all), got {acks!r}")
         return int(acks)
 
+    @staticmethod
+    def timeout_of(body: dict[str, Any]) -> int:
+        timeout_ms = body.get("timeout_ms", DEFAULT_PRODUCE_TIMEOUT_MS)
+        if type(timeout_ms) is not int or timeout_ms < 0:
+            raise InvalidRequestError(f"timeout_ms must be an integer >= 0, got {timeout_ms!r}")
+        return min(timeout_ms, PRODUCE_TIMEOUT_MS_MAX)
+
     def add(
         self,
         acks: int,
         topics: list[Any],
         payload: memoryview,
         topic_errors: dict[str, RaftlogError] | None = None,
-    ) -> list[Any]:
+        timeout_ms: int = DEFAULT_PRODUCE_TIMEOUT_MS,
+    ) -> tuple[list[Any], CommitWait | None]:
         """Take one request (acks already checked). Raises for a request that is malformed
-        as a whole (then nothing of it is kept); partition-level errors go in its entries."""
+        as a whole (then nothing of it is kept); partition-level errors go in its entries.
+        Returns its response's topics list and, for acks=all, its wait for commits."""
         sizes = [int(p[1]) for _, parts in topics for p in parts]
         chunks = split_payload(payload, sizes)
         self._requests += 1
         results: list[Any] = []
         pending = self._pending
+        wait = CommitWait() if acks == -1 else None
         i = 0
         for topic, parts in topics:
             out: list[Any] = []
@@ -128,32 +194,39 @@ class ProduceGroup:
                 p = pending.get(key)
                 if p is None:
                     try:
-                        plog, epoch = self._broker.leader_log_and_epoch(
-                            TopicPartition(topic, partition)
+                        p = _Pending(
+                            self._broker.leader_partition(TopicPartition(topic, partition))
                         )
-                        p = _Pending(plog, epoch)
                     except RaftlogError as e:
                         p = e
                     pending[key] = p
                 if isinstance(p, RaftlogError):
                     out.append([partition, p.code, -1, -1, str(p)])
                     continue
+                if wait is not None:
+                    refused = p.partition.core.check_produce(acks)
+                    if refused is not None:
+                        out.append([partition, refused.code, -1, -1, str(refused)])
+                        continue
                 entry = [partition, 0, -1, -1, None]
                 p.chunks.append(chunk)
                 p.entries.append(entry)
+                p.waits.append(None if wait is None else (wait, timeout_ms))
                 out.append(entry)
             results.append([topic, out])
-        return results
+        return results, wait
 
     def finish(self) -> None:
-        """Append every partition's chunks (one write per partition) and fill the entries."""
-        logs = self._broker.logs
-        for (topic, partition), p in self._pending.items():
-            if isinstance(p, RaftlogError):
+        """Append every partition's chunks (one write per partition), fill the entries, and
+        start the acks=all waits."""
+        replicas = self._broker.replicas
+        for p in self._pending.values():
+            if isinstance(p, RaftlogError) or not p.chunks:
                 continue
+            part = p.partition
             outcomes: list[AppendInfo | RaftlogError]
             try:
-                outcomes = p.plog.append_chunks(p.chunks, p.epoch)
+                outcomes = part.log.append_chunks(p.chunks, part.core.leader_epoch)
             except RaftlogError as e:
                 outcomes = [e] * len(p.chunks)
             appended = False
@@ -164,7 +237,13 @@ class ProduceGroup:
                     entry[2] = outcome.base_offset
                     entry[3] = outcome.log_start_offset
                     appended = True
-            if appended:
-                logs.notify(TopicPartition(topic, partition))
+            if not appended:
+                continue
+            replicas.after_leader_append(part)
+            for entry, outcome, wait in zip(p.entries, outcomes, p.waits, strict=True):
+                if wait is not None and not isinstance(outcome, RaftlogError):
+                    replicas.wait_for_commit(
+                        part, outcome.last_offset, wait[1], wait[0].done_callback(entry)
+                    )
         self._pending.clear()
         self._requests = 0
