@@ -43,6 +43,8 @@ from raftlog_spark.options import RaftlogSparkOptionError
 log = logging.getLogger(__name__)
 
 SINK_OPTIONS = {"raftlog.bootstrap.servers", "topic", "raftlog.request.timeout.ms"}
+# Spark's own options that it passes to a streaming sink with the user's.
+SPARK_OPTIONS = {"checkpointlocation", "path"}
 # How long a task waits for its records to be acknowledged at the end (delivery timeout).
 FLUSH_TIMEOUT_S = 120.0
 
@@ -56,7 +58,7 @@ class SinkOptions:
     @staticmethod
     def parse(options: Mapping[str, str], schema: StructType) -> SinkOptions:
         opts = {k.lower(): v for k, v in options.items()}
-        unknown = sorted(set(opts) - SINK_OPTIONS)
+        unknown = sorted(set(opts) - SINK_OPTIONS - SPARK_OPTIONS)
         if unknown:
             raise RaftlogSparkOptionError(
                 f"unknown option(s) {', '.join(map(repr, unknown))} for the raftlog sink "

@@ -103,8 +103,13 @@ def split_ranges(
     return out
 
 
-def read_partition(options: SourceOptions, part: RangePartition) -> Iterator[pa.RecordBatch]:
+def read_partition(options: SourceOptions, part: InputPartition) -> Iterator[pa.RecordBatch]:
     """The records of one range as Arrow record batches (runs on an executor)."""
+    if not isinstance(part, RangePartition):
+        # When the plan has no partition, Spark still runs one task with an empty one.
+        if part.value is not None:
+            raise TypeError(f"the raftlog source cannot read {part!r}")
+        return
     tp = TopicPartition(part.topic, part.partition)
     with RangeReader(
         options.bootstrap_servers,
@@ -200,7 +205,6 @@ class RaftlogBatchReader(DataSourceReader):
         return split_ranges(self.ranges, self.options.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RangePartition), partition
         yield from read_partition(self.options, partition)
 
 
@@ -283,7 +287,6 @@ class RaftlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return split_ranges(ranges, self.options.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RangePartition), partition
         yield from read_partition(self.options, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
