@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from raftlog.client import Admin
+from raftlog.client.reader import DataLossError, RangeReader
 from raftlog.topics import TopicPartition
 from tests.integration._support import BrokerProcess
 from tests.integration.conftest import MakeBroker
@@ -107,3 +108,16 @@ def test_fail_on_data_loss_both_ways(spark: Any, make_broker: MakeBroker, tmp_pa
         spark, boot, subscribe=TOPIC, startingOffsets=starting, failOnDataLoss="false"
     ).load()
     assert df.count() == TOTAL - log_start
+
+    # The client underneath (RangeReader) reports the same range, or skips it.
+    tp = TopicPartition(TOPIC, 0)
+    with RangeReader(boot) as raw:
+        with pytest.raises(DataLossError) as lost:
+            list(raw.read_range(tp, 100, TOTAL))
+        assert (lost.value.tp, lost.value.missing_start, lost.value.missing_end) == (
+            tp,
+            100,
+            log_start,
+        )
+        chunks = list(raw.read_range(tp, 100, TOTAL, fail_on_data_loss=False))
+        assert [r.offset for c in chunks for r in c.records()] == list(range(log_start, TOTAL))
