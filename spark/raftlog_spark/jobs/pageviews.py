@@ -98,7 +98,7 @@ def run_batch(
         ev.unpersist()
 
 
-def _write_partials(out_dir: str) -> Any:
+def write_partials(out_dir: str) -> Any:
     def write(batch: DataFrame, batch_id: int) -> None:
         ev = events(batch).cache()
         try:
@@ -132,7 +132,7 @@ def run_streaming(
         .load()
     )
     writer = (
-        raw.writeStream.foreachBatch(_write_partials(out_dir))
+        raw.writeStream.foreachBatch(write_partials(out_dir))
         .option("checkpointLocation", checkpoint_dir)
         .queryName(f"pageviews-{os.path.basename(os.path.normpath(out_dir))}")
     )
