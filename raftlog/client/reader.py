@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -149,7 +149,7 @@ class AsyncRangeReader:
 
     async def read_range(
         self, tp: TopicPartition, start: int, end: int, fail_on_data_loss: bool = True
-    ) -> AsyncIterator[RangeChunk]:
+    ) -> AsyncGenerator[RangeChunk, None]:
         """Chunks covering the records of `tp` in [start, end), in offset order.
 
         Every offset of the range is either in a chunk or reported as lost (see the module
@@ -201,7 +201,7 @@ class AsyncRangeReader:
                     fail_on_data_loss,
                     f"the log continues at offset {first.base_offset}",
                 )
-            kept = []
+            kept: list[tuple[int, BatchHeader]] = []
             for pos, header in batches:
                 if header.next_offset <= next_offset:
                     continue  # the batch holding the fetch offset starts below it

@@ -254,7 +254,7 @@ def _subscription(opts: dict[str, str]) -> Subscription:
             ) from None
         return Subscription(pattern=raw)
     parsed = _json(raw, "assign", '{"topicA":[0,1],"topicB":[2]}')
-    tps = []
+    tps: list[TopicPartition] = []
     if not isinstance(parsed, dict) or not parsed:
         raise RaftlogSparkOptionError(
             f'assign={raw!r}: must be a JSON object of topic -> [partitions], e.g. {{"t":[0,1]}}'
@@ -332,8 +332,9 @@ def _starting(opts: dict[str, str], streaming: bool) -> OffsetSpec:
     if "startingtimestamp" in opts:
         return ByTimestamp({}, _timestamp(opts["startingtimestamp"], "startingTimestamp"))
     if "startingoffsetsbytimestamp" in opts:
-        raw = opts["startingoffsetsbytimestamp"]
-        return ByTimestamp(_per_partition(raw, "startingOffsetsByTimestamp", ()))
+        return ByTimestamp(
+            _per_partition(opts["startingoffsetsbytimestamp"], "startingOffsetsByTimestamp", ())
+        )
     raw = opts.get("startingoffsets")
     if raw is None:
         return Latest() if streaming else Earliest()
@@ -367,8 +368,9 @@ def _ending(opts: dict[str, str]) -> OffsetSpec:
     if "endingtimestamp" in opts:
         return ByTimestamp({}, _timestamp(opts["endingtimestamp"], "endingTimestamp"))
     if "endingoffsetsbytimestamp" in opts:
-        raw = opts["endingoffsetsbytimestamp"]
-        return ByTimestamp(_per_partition(raw, "endingOffsetsByTimestamp", ()))
+        return ByTimestamp(
+            _per_partition(opts["endingoffsetsbytimestamp"], "endingOffsetsByTimestamp", ())
+        )
     raw = opts.get("endingoffsets")
     if raw is None or raw.strip().lower() == "latest":
         return Latest()

@@ -109,7 +109,7 @@ def _check_type(
             )
         return
     if not isinstance(fields[name], types):
-        wanted = " or ".join(t.typeName() for t in types)
+        wanted = " or ".join(t.typeName() for t in types)  # type: ignore[attr-defined]
         raise RaftlogSparkOptionError(
             f"column '{name}' has type {fields[name].simpleString()}; the raftlog sink needs "
             f"{wanted}"

@@ -195,10 +195,11 @@ def run_pageview_report(
         pages[row.page] = pages.get(row.page, 0) + row.views
         minute = row.minute.strftime("%Y-%m-%dT%H:%MZ")
         per_minute[minute] = per_minute.get(minute, 0) + row.views
+    users_per_page = {row.page: row.users for row in users}
     summary = {
         "events": sum(pages.values()),
         "pages": pages,
-        "users_per_page": {row.page: row.users for row in users},
+        "users_per_page": users_per_page,
         "per_minute": per_minute,
         "session_start_s": session_s,
         "job_s": job_s,
@@ -210,9 +211,7 @@ def run_pageview_report(
     ranked = sorted(pages.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
     print(
         "   top pages: "
-        + ", ".join(
-            f"{p} {n:,} views / {summary['users_per_page'].get(p, 0):,} users" for p, n in ranked
-        )
+        + ", ".join(f"{p} {n:,} views / {users_per_page.get(p, 0):,} users" for p, n in ranked)
     )
     print("   views per minute: " + ", ".join(f"{m[11:16]} {n:,}" for m, n in per_minute.items()))
     return summary
