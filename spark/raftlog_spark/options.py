@@ -326,6 +326,13 @@ def _timestamp(raw: str, name: str) -> int:
     return value
 
 
+def _group(value: str, name: str) -> Group:
+    group = value[len("group:") :].strip()
+    if not group:
+        raise RaftlogSparkOptionError(f"{name}={value!r}: group:<group_id> needs a group id")
+    return Group(group)
+
+
 def _starting(opts: dict[str, str], streaming: bool) -> OffsetSpec:
     # Kafka's precedence: startingTimestamp, then startingOffsetsByTimestamp, then
     # startingOffsets.
@@ -349,12 +356,7 @@ def _starting(opts: dict[str, str], streaming: bool) -> OffsetSpec:
             )
         return Latest()
     if value.lower().startswith("group:"):
-        group = value[len("group:") :].strip()
-        if not group:
-            raise RaftlogSparkOptionError(
-                f"startingOffsets={raw!r}: group:<group_id> needs a group id"
-            )
-        return Group(group)
+        return _group(value, "startingOffsets")
     if not value.startswith("{"):
         raise RaftlogSparkOptionError(
             f"startingOffsets={raw!r}: must be 'earliest', 'latest', group:<group_id> or JSON "
@@ -381,12 +383,7 @@ def _ending(opts: dict[str, str]) -> OffsetSpec:
             "JSON offsets or group:<group_id>"
         )
     if value.lower().startswith("group:"):
-        group = value[len("group:") :].strip()
-        if not group:
-            raise RaftlogSparkOptionError(
-                f"endingOffsets={raw!r}: group:<group_id> needs a group id"
-            )
-        return Group(group)
+        return _group(value, "endingOffsets")
     if not value.startswith("{"):
         raise RaftlogSparkOptionError(
             f"endingOffsets={raw!r}: must be 'latest', group:<group_id> or JSON like "

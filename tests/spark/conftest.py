@@ -10,13 +10,12 @@ only hide a missing install step.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration._support import BrokerProcess
-from tests.integration.conftest import MakeBroker, _teardown, make_broker  # noqa: F401
+# The integration tests' node fixtures: `make_broker` (per test), `module_broker` (per module).
+from tests.integration.conftest import MakeBroker, make_broker, module_broker  # noqa: F401
 
 
 @pytest.fixture(scope="session")
@@ -31,14 +30,3 @@ def spark() -> Iterator[Any]:
         yield session
     finally:
         session.stop()
-
-
-@pytest.fixture(scope="module")
-def module_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    root: Path = tmp_path_factory.mktemp("spark-broker")
-    b = BrokerProcess(root / "data", root / "logs")
-    try:
-        b.start()
-        yield b
-    finally:
-        _teardown([b])
