@@ -56,7 +56,12 @@ RETRY_BACKOFF_S = 0.1
 
 
 class DataLossError(OffsetOutOfRangeError):
-    """Records a reader was asked for no longer exist: [missing_start, missing_end) of `tp`."""
+    """Records a reader was asked for no longer exist: [missing_start, missing_end) of `tp`.
+
+    Raised by the client, never sent on the wire; its code only has to be unique (codes from
+    100 up are client-side errors)."""
+
+    code = 100
 
     def __init__(self, tp: TopicPartition, missing_start: int, missing_end: int, why: str):
         super().__init__(

@@ -30,7 +30,11 @@ REQUEST_TIMEOUT_MS_DEFAULT = 30_000
 
 
 class RaftlogSparkOptionError(InvalidConfigError):
-    """An option of the raftlog data source is missing, unknown, malformed or contradictory."""
+    """An option of the raftlog data source is missing, unknown, malformed or contradictory.
+
+    Raised on Spark's driver, never sent on the wire (client-side code, see DataLossError)."""
+
+    code = 101
 
 
 # Offset specs: what a starting or ending position is before it is resolved on the cluster.
