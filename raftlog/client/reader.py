@@ -1,0 +1,373 @@
+"""`RangeReader`: read exactly the offsets [start, end) of one partition, as raw batches.
+
+What a batch job needs (the Spark data source, raftlog_spark) where a `Consumer`'s positions,
+groups and per-record tuples are in the way: a planned range is fetched as whole record
+batches, checked (checksums, offsets that continue), trimmed to the range, and handed out as
+`RangeChunk`s that a columnar decoder turns into arrays without a Python object per record.
+
+Rules this module keeps:
+- Only committed records: a range is planned below the high watermark (ListOffsets "latest"),
+  and a fetch never returns records at or past it, so a reader sees what the partition has
+  committed and nothing else.
+- Records that should be in the range and are not (retention deleted them, the log was cut
+  below the planned end) are a data loss: with `fail_on_data_loss` it is a `DataLossError`
+  naming the topic-partition and the missing offsets; without, a warning and the reader goes
+  on with what is still there.
+- Retriable errors (a moved leader, a lost connection) refresh metadata and retry until
+  `request_timeout_ms` has passed without progress.
+- Every batch is checked (checksum, lengths, counts) before any of it is handed out.
+- The sync `RangeReader` keeps one fetch in flight while its caller decodes the previous one.
+
+Also here, for jobs that use a consumer group only to keep offsets (Spark's `commitToGroup`,
+`startingOffsets=group:<id>`): `committed_offsets` and `commit_offsets` (a standalone commit:
+no membership, generation -1, accepted while the group has no members, as in Kafka).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from raftlog import protocol
+from raftlog.client.cluster import ClusterClient
+from raftlog.client.group import coordinator_request
+from raftlog.errors import (
+    CorruptRecordError,
+    InvalidConfigError,
+    OffsetOutOfRangeError,
+    RaftlogError,
+    error_from_code,
+)
+from raftlog.records import BatchHeader, Record, decode_records, validate_batch
+from raftlog.topics import TopicPartition
+
+log = logging.getLogger(__name__)
+
+# Bytes asked for per fetch: big enough that per-request costs vanish next to decoding, small
+# enough that a chunk and its decoded arrays stay a few tens of MiB in a Spark task.
+PARTITION_FETCH_BYTES_DEFAULT = 4 * 1024 * 1024
+# A fetch that found no records waits this long on the broker for some (long poll).
+EMPTY_FETCH_WAIT_MS = 200
+RETRY_BACKOFF_S = 0.1
+
+
+class DataLossError(OffsetOutOfRangeError):
+    """Records a reader was asked for no longer exist: [missing_start, missing_end) of `tp`.
+
+    Raised by the client, never sent on the wire; its code only has to be unique (codes from
+    100 up are client-side errors)."""
+
+    code = 100
+
+    def __init__(self, tp: TopicPartition, missing_start: int, missing_end: int, why: str):
+        super().__init__(
+            f"data loss in {tp}: offsets [{missing_start}, {missing_end}) are no longer "
+            f"available ({why}); set failOnDataLoss=false to skip them with a warning"
+        )
+        self.tp = tp
+        self.missing_start = missing_start
+        self.missing_end = missing_end
+
+
+@dataclass(frozen=True, slots=True)
+class RangeChunk:
+    """Whole, checked batches of one partition and the offsets [start, end) to keep of them.
+
+    `batches` are (byte position in `data`, header), in offset order; the first batch may begin
+    below `start` and the last end past `end` (batches are never split on the wire).
+    """
+
+    tp: TopicPartition
+    data: bytes
+    batches: tuple[tuple[int, BatchHeader], ...]
+    start: int
+    end: int
+
+    def records(self) -> list[Record]:
+        """The records in [start, end), decoded one by one (the slow, general path)."""
+        out: list[Record] = []
+        start, end = self.start, self.end
+        for pos, header in self.batches:
+            out.extend(r for r in decode_records(self.data, pos, header) if start <= r.offset < end)
+        return out
+
+
+def _check_range(tp: TopicPartition, start: int, end: int) -> None:
+    if not 0 <= start <= end:
+        raise InvalidConfigError(f"range [{start}, {end}) of {tp}: need 0 <= start <= end")
+
+
+class AsyncRangeReader:
+    def __init__(
+        self,
+        bootstrap_servers: str | Sequence[str],
+        client_id: str = "raftlog-range-reader",
+        request_timeout_ms: int = 30_000,
+        partition_fetch_bytes: int = PARTITION_FETCH_BYTES_DEFAULT,
+    ):
+        if partition_fetch_bytes < 1:
+            raise InvalidConfigError(f"partition_fetch_bytes={partition_fetch_bytes}: must be >= 1")
+        self.client = ClusterClient(bootstrap_servers, client_id, request_timeout_ms)
+        self.partition_fetch_bytes = partition_fetch_bytes
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    async def list_offsets(
+        self, specs: dict[TopicPartition, int]
+    ) -> dict[TopicPartition, tuple[int, int]]:
+        """{tp: -2 earliest | -1 latest (the high watermark) | timestamp ms} -> (offset, ts)."""
+        return await self.client.list_offsets(specs)
+
+    async def _fetch_once(
+        self, tp: TopicPartition, offset: int, max_wait_ms: int
+    ) -> tuple[memoryview, int, int]:
+        """One Fetch of `tp` from `offset`: (payload, high watermark, log start); raises the
+        partition's error."""
+        await self.client.topic(tp.topic)
+        node = self.client.leader_for(tp)
+        body, payload = await self.client.request(
+            node,
+            protocol.ApiKey.FETCH,
+            {
+                "replica_id": -1,
+                "max_wait_ms": max_wait_ms,
+                "min_bytes": 1,
+                "max_bytes": self.partition_fetch_bytes,
+                "topics": [[tp.topic, [[tp.partition, offset, self.partition_fetch_bytes]]]],
+            },
+        )
+        for _topic, parts in body["topics"]:
+            for _partition, error, hw, log_start, nbytes, message in parts:
+                if error:
+                    err = error_from_code(error, message or "")
+                    if isinstance(err, OffsetOutOfRangeError):
+                        err.log_start_offset = log_start
+                        err.log_end_offset = hw
+                    raise err
+                return payload[:nbytes], hw, log_start
+        raise CorruptRecordError(f"fetch response for {tp} does not name the partition")
+
+    async def read_range(
+        self, tp: TopicPartition, start: int, end: int, fail_on_data_loss: bool = True
+    ) -> AsyncGenerator[RangeChunk, None]:
+        """Chunks covering the records of `tp` in [start, end), in offset order.
+
+        Every offset of the range is either in a chunk or reported as lost (see the module
+        docstring); nothing at or past `end` is kept.
+        """
+        _check_range(tp, start, end)
+        next_offset = start
+        deadline = time.monotonic() + self.client.request_timeout_s
+        while next_offset < end:
+            try:
+                payload, hw, _log_start = await self._fetch_once(
+                    tp, next_offset, EMPTY_FETCH_WAIT_MS
+                )
+            except OffsetOutOfRangeError:
+                next_offset = await self._out_of_range(tp, next_offset, end, fail_on_data_loss)
+                deadline = time.monotonic() + self.client.request_timeout_s
+                continue
+            except RaftlogError as e:
+                if not e.retriable or time.monotonic() >= deadline:
+                    raise
+                log.debug("fetching %s at %d failed, will retry: %s", tp, next_offset, e)
+                self.client.invalidate()
+                await asyncio.sleep(RETRY_BACKOFF_S)
+                continue
+            if not payload:
+                # Nothing below the high watermark from here: the records planned were
+                # committed once, so the high watermark moved back (a new leader that has not
+                # caught up yet, or a log cut after an unclean election). Wait for it, then
+                # call what is still missing lost.
+                if time.monotonic() < deadline:
+                    continue
+                next_offset = self._lost(
+                    tp, next_offset, end, fail_on_data_loss, f"the high watermark is now {hw}"
+                )
+                continue
+            data = bytes(payload)
+            batches = self._batches(tp, data)
+            if not batches:
+                raise CorruptRecordError(
+                    f"fetch of {tp} at offset {next_offset} returned {len(data)} bytes "
+                    "without a whole batch"
+                )
+            first = batches[0][1]
+            if first.base_offset > next_offset:
+                next_offset = self._lost(
+                    tp,
+                    next_offset,
+                    min(first.base_offset, end),
+                    fail_on_data_loss,
+                    f"the log continues at offset {first.base_offset}",
+                )
+            kept: list[tuple[int, BatchHeader]] = []
+            for pos, header in batches:
+                if header.next_offset <= next_offset:
+                    continue  # the batch holding the fetch offset starts below it
+                if header.base_offset >= end:
+                    break
+                if kept and header.base_offset != kept[-1][1].next_offset:
+                    raise CorruptRecordError(
+                        f"{tp}: batch at offset {header.base_offset} does not continue the one "
+                        f"ending at {kept[-1][1].next_offset}"
+                    )
+                kept.append((pos, header))
+            if not kept:
+                raise CorruptRecordError(
+                    f"{tp}: fetch at offset {next_offset} returned no batch past it"
+                )
+            chunk_end = min(kept[-1][1].next_offset, end)
+            yield RangeChunk(tp, data, tuple(kept), next_offset, chunk_end)
+            next_offset = chunk_end
+            deadline = time.monotonic() + self.client.request_timeout_s
+
+    def _batches(self, tp: TopicPartition, data: bytes) -> list[tuple[int, BatchHeader]]:
+        """The whole batches in a fetch payload, each checked (checksum, lengths, counts) as
+        the consumer checks them; a partial one at the end is dropped."""
+        out = []
+        pos, size = 0, len(data)
+        while pos < size:
+            if _is_partial(data, pos, size):
+                break
+            try:
+                header = validate_batch(data, pos, size)
+            except CorruptRecordError as e:
+                raise CorruptRecordError(f"{tp}: {e}") from None
+            out.append((pos, header))
+            pos += header.size
+        return out
+
+    async def _out_of_range(
+        self, tp: TopicPartition, offset: int, end: int, fail_on_data_loss: bool
+    ) -> int:
+        """The fetch offset is outside the log: where to go on from (or DataLossError)."""
+        offsets = await self.client.list_offsets({tp: protocol.EARLIEST_TIMESTAMP})
+        log_start = offsets[tp][0]
+        if offset < log_start:
+            return self._lost(
+                tp, offset, min(log_start, end), fail_on_data_loss,
+                f"retention moved the log start to {log_start}",
+            )  # fmt: skip
+        latest = (await self.client.list_offsets({tp: protocol.LATEST_TIMESTAMP}))[tp][0]
+        return self._lost(
+            tp, max(offset, latest), end, fail_on_data_loss, f"the log now ends at {latest}"
+        )
+
+    @staticmethod
+    def _lost(tp: TopicPartition, start: int, end: int, fail: bool, why: str) -> int:
+        """Report [start, end) of `tp` as lost; returns where reading goes on."""
+        if fail:
+            raise DataLossError(tp, start, end, why)
+        log.warning(
+            "data loss in %s: skipping offsets [%d, %d) that are no longer available (%s)",
+            tp,
+            start,
+            end,
+            why,
+        )
+        return end
+
+
+def _is_partial(data: bytes, pos: int, size: int) -> bool:
+    """Whether the bytes at `pos` are the beginning of a batch cut off by the fetch limit."""
+    if size - pos < 12:
+        return True
+    length = int.from_bytes(data[pos + 8 : pos + 12], "little", signed=True)
+    return pos + 12 + length > size
+
+
+class RangeReader:
+    """The AsyncRangeReader on a private event loop in the caller's thread (Spark tasks)."""
+
+    def __init__(self, bootstrap_servers: str | Sequence[str], **options: Any):
+        self._loop = asyncio.new_event_loop()
+        self._async = AsyncRangeReader(bootstrap_servers, **options)
+
+    def __enter__(self) -> RangeReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if not self._loop.is_closed():
+            self._loop.run_until_complete(self._async.close())
+            self._loop.close()
+
+    def list_offsets(
+        self, specs: dict[TopicPartition, int]
+    ) -> dict[TopicPartition, tuple[int, int]]:
+        return self._loop.run_until_complete(self._async.list_offsets(specs))
+
+    def read_range(
+        self, tp: TopicPartition, start: int, end: int, fail_on_data_loss: bool = True
+    ) -> Iterator[RangeChunk]:
+        """As AsyncRangeReader.read_range; the next fetch is sent before a chunk is handed
+        out, so the broker reads and sends it while the caller decodes this one."""
+        loop = self._loop
+        chunks = self._async.read_range(tp, start, end, fail_on_data_loss)
+        pending = loop.create_task(anext_or_none(chunks))
+        try:
+            while True:
+                chunk = loop.run_until_complete(pending)
+                if chunk is None:
+                    return
+                pending = loop.create_task(anext_or_none(chunks))
+                loop.run_until_complete(asyncio.sleep(0))  # the next request goes out now
+                yield chunk
+        finally:
+            if not pending.done():
+                pending.cancel()
+                loop.run_until_complete(asyncio.gather(pending, return_exceptions=True))
+            loop.run_until_complete(chunks.aclose())
+
+
+async def anext_or_none(chunks: AsyncIterator[RangeChunk]) -> RangeChunk | None:
+    try:
+        return await chunks.__anext__()
+    except StopAsyncIteration:
+        return None
+
+
+# -- offsets kept in a consumer group by a job that is not a member ----------------------------
+
+
+async def committed_offsets(
+    client: ClusterClient, group_id: str, tps: Iterable[TopicPartition]
+) -> dict[TopicPartition, int]:
+    """The group's committed offsets for these partitions (absent: none committed)."""
+    body = await coordinator_request(
+        client,
+        group_id,
+        protocol.ApiKey.OFFSET_FETCH,
+        {"group_id": group_id, "partitions": [[tp.topic, tp.partition] for tp in tps]},
+        client.request_timeout_s,
+    )
+    return {TopicPartition(t, p): o for t, p, o, _ in body["offsets"] if o >= 0}
+
+
+async def commit_offsets(
+    client: ClusterClient, group_id: str, offsets: dict[TopicPartition, int]
+) -> None:
+    """A standalone commit (no member, generation -1): refused while the group has members
+    (CommitFailedError), so a job never overwrites the progress of live consumers."""
+    if not offsets:
+        return
+    await coordinator_request(
+        client,
+        group_id,
+        protocol.ApiKey.OFFSET_COMMIT,
+        {
+            "group_id": group_id,
+            "member_id": "",
+            "generation": -1,
+            "offsets": [[tp.topic, tp.partition, o, ""] for tp, o in sorted(offsets.items())],
+        },
+        client.request_timeout_s,
+    )

@@ -1,0 +1,1 @@
+"""Spark jobs over raftlog topics (pageviews.py: the page-view pipeline)."""
