@@ -11,6 +11,9 @@
     auto_create_topics = false
     fetch_zero_copy = true                       # false: pread + write instead of sendfile
     default_replication_factor = 1
+    queued_request_bytes_max = 268435456         # optional: client connection limits, see
+    connections_per_address_max = 250            #   BrokerConfig (broker/server.py) for
+    connection_idle_ms_max = 600000              #   each one's default and why
     [log]                                        # broker-wide topic config defaults
     "retention.ms" = "604800000"
 
@@ -46,6 +49,16 @@ from raftlog.metadata.quorum import MetadataQuorum
 log = logging.getLogger(__name__)
 
 READY_TIMEOUT_S = 60.0
+# NodeConfig settings passed to BrokerConfig as they are when set (None: BrokerConfig's
+# default, which is documented there with its reason).
+_BROKER_SETTINGS = (
+    "request_bytes_max",
+    "queued_request_bytes_max",
+    "connections_max",
+    "connections_per_address_max",
+    "connection_idle_ms_max",
+    "retention_check_interval_ms",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +77,13 @@ class NodeConfig:
     default_partitions: int = 1
     default_replication_factor: int = 1
     log: dict[str, Any] = field(default_factory=dict)
+    # Broker limits (None: BrokerConfig's default; Kafka's names in parentheses):
+    request_bytes_max: int | None = None  # (socket.request.max.bytes)
+    queued_request_bytes_max: int | None = None  # (queued.max.request.bytes)
+    connections_max: int | None = None  # (max.connections)
+    connections_per_address_max: int | None = None  # (max.connections.per.ip)
+    connection_idle_ms_max: int | None = None  # (connections.max.idle.ms)
+    retention_check_interval_ms: int | None = None  # (log.retention.check.interval.ms)
 
     def __post_init__(self) -> None:
         bad = set(self.roles) - {"controller", "broker"}
@@ -81,6 +101,11 @@ class NodeConfig:
         host, _, port = self.client_listener.rpartition(":")
         if not host or not port.isdigit():
             raise InvalidConfigError(f"client_listener={self.client_listener!r}: HOST:PORT")
+        BrokerConfig(data_dir=self.data_dir, **self.broker_settings())  # checks them now
+
+    def broker_settings(self) -> dict[str, Any]:
+        """The BrokerConfig settings this config sets (the rest keep BrokerConfig's defaults)."""
+        return {n: getattr(self, n) for n in _BROKER_SETTINGS if getattr(self, n) is not None}
 
     @classmethod
     def load(cls, path: str) -> NodeConfig:
@@ -219,6 +244,7 @@ class Node:
                 default_partitions=cfg.default_partitions,
                 default_replication_factor=cfg.default_replication_factor,
                 log_defaults=dict(cfg.log),
+                **cfg.broker_settings(),
             ),
             self.metadata,
             self.coordinator,

@@ -1,4 +1,4 @@
-"""One client connection: frames in, responses out in request order.
+"""Client connections: frames in, responses out in request order, within shared limits.
 
 Rules:
 - Requests are pipelined: the client may send many before reading a response. Each request gets
@@ -7,9 +7,29 @@ Rules:
 - Bad input never stops the broker: an unparseable frame (garbage, a header that is not
   msgpack, a frame over the size limit) gets an error response when its correlation id can be
   read and the connection is closed; a well-framed request with bad content (unknown API or
-  version, wrong field types) gets an error response and the connection stays open.
+  version, a body without its API's shape: protocol.REQUEST_BODIES) gets an
+  InvalidRequestError naming the field, and the connection stays open.
+- A handler that raises anything but a RaftlogError has a bug: the broker logs it at ERROR
+  with its traceback, answers that request with a generic internal error (code 1), and keeps
+  serving this connection and every other. Nothing the client sent is blamed for it.
 - Back-pressure: reading pauses while too many responses are queued or the socket's write
   buffer is full, so a client that never reads cannot make the broker buffer without limit.
+- Request memory (`RequestMemory`, Kafka's queued.max.request.bytes): before a connection
+  reads on into a frame whose length prefix has arrived, it reserves the whole frame from a
+  pool shared by every connection; when the pool cannot hold it, the connection stops reading
+  until other frames are handled or their connections close. A frame larger than the pool
+  could never fit and is refused like an oversized frame. Beyond the pool, memory is bounded by
+  one socket read (256 KiB) per connection that was reading when the pool filled.
+- Connection limits (`Connections`): at most `connections_max` in all and
+  `connections_per_address_max` from one address; a refused connection gets one error frame
+  (correlation id 0, PolicyViolationError naming the limit) and is closed, and refusals are
+  logged at most once per REFUSAL_LOG_INTERVAL_S with a count. A connection with no request in
+  flight and no bytes received for `connection_idle_ms_max` is closed (Kafka's
+  connections.max.idle.ms).
+- Fetch responses may carry file slices, sent with sendfile. A Response dups each slice's fd
+  when it is built (in the same synchronous step as the read that took the slice), so a segment
+  deleted before the send is still read whole; a segment truncated under us sends fewer bytes
+  than the frame announced, and the connection is then aborted rather than left desynced.
 - The responses completed while one read's frames are dispatched leave in one write at the
   end of that read: a client that pipelines many small requests costs one send per read, not
   one per request.
@@ -20,17 +40,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections import deque
-from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
+from collections import Counter, deque
+from collections.abc import Awaitable, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 from raftlog import protocol
-from raftlog.errors import InvalidRequestError, RaftlogError, UnsupportedVersionError
+from raftlog.errors import (
+    InvalidRequestError,
+    PolicyViolationError,
+    RaftlogError,
+    UnsupportedVersionError,
+)
 from raftlog.storage import FileSlice
 
 if TYPE_CHECKING:
     from raftlog.broker.handlers.produce import ProduceGroup
-    from raftlog.broker.server import Broker
+    from raftlog.broker.server import Broker, BrokerConfig
 
 log = logging.getLogger(__name__)
 
@@ -40,21 +65,56 @@ _PRODUCE = int(protocol.ApiKey.PRODUCE)
 # Produce requests appended together before their responses are written: enough to make the
 # write cost per request small, few enough that the client gets answers while we work.
 MAX_GROUPED_REQUESTS = 128
-# What a handler raises when a body has the wrong shape for its API (Overflow: int() of an
-# infinite float): the client's bug, answered with InvalidRequestError.
-_MALFORMED = (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError)
+# A flood of refused connections logs one line per interval (with a count), not one each.
+REFUSAL_LOG_INTERVAL_S = 10.0
+# The correlation id of the one frame a refused connection gets: clients start at 1.
+REFUSAL_CORRELATION_ID = 0
+
+
+class SendfileSlice:
+    """A FileSlice with its own dup of the segment's fd, taken when the Response is built:
+    the log may close or delete the segment afterwards, the open file stays readable until
+    this slice is closed (after sending, or when its response is dropped)."""
+
+    __slots__ = ("file", "path", "position", "size")
+
+    def __init__(self, sl: FileSlice):
+        self.file = os.fdopen(os.dup(sl.fd), "rb", buffering=0)
+        self.path = sl.path
+        self.position = sl.position
+        self.size = sl.size
+
+    def close(self) -> None:
+        self.file.close()
 
 
 class Response:
-    """A response body plus payload parts (bytes, or file slices written with sendfile)."""
+    """A response body plus payload parts (bytes, or file slices written with sendfile).
+
+    FileSlice parts are turned into SendfileSlices (a dup'd fd each) here: build the Response
+    in the same synchronous step that took the slices, before anything else can touch the log.
+    """
 
     __slots__ = ("body", "parts")
 
     def __init__(
-        self, body: dict[str, Any], parts: list[bytes | memoryview | FileSlice] | None = None
+        self,
+        body: dict[str, Any],
+        parts: Sequence[bytes | memoryview | FileSlice | SendfileSlice] | None = None,
     ):
         self.body = body
-        self.parts = parts or []
+        if parts:
+            self.parts: list[bytes | memoryview | SendfileSlice] = [
+                SendfileSlice(p) if isinstance(p, FileSlice) else p for p in parts
+            ]
+        else:
+            self.parts = []
+
+    def close(self) -> None:
+        """Release the fds of file slices not sent (the response is being dropped)."""
+        for p in self.parts:
+            if isinstance(p, SendfileSlice):
+                p.close()
 
 
 class _Slot:
@@ -65,22 +125,161 @@ class _Slot:
         self.response: Response | None = None
 
 
+class RequestMemory:
+    """Kafka's queued.max.request.bytes: the request bytes all connections may hold at once.
+
+    Each connection counts what its decoder holds, or, once a frame's length prefix is in,
+    the whole frame: the frame's bytes are reserved before they are read, so every frame that
+    started reading can finish, and connections never deadlock each holding part of one. A
+    connection whose next frame does not fit stops reading and waits, in arrival order; each
+    release wakes the waiters that now fit.
+    """
+
+    def __init__(self, bytes_max: int):
+        self.bytes_max = bytes_max
+        self.used = 0
+        self._held: dict[Connection, int] = {}
+        self._waiting: dict[Connection, None] = {}  # insertion-ordered: first come, first fed
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    def update(self, conn: Connection, buffered: int, wanted: int) -> bool:
+        """Count `wanted` bytes for `conn` (it holds `buffered` now) if they fit; True if it
+        may read on. False: it holds `buffered`, waits, and is woken by `memory_available`."""
+        old = self._held.get(conn, 0)
+        if wanted > old and self.used - old + wanted > self.bytes_max:
+            self._set(conn, old, buffered)
+            self._waiting[conn] = None
+            return False
+        self._set(conn, old, wanted)
+        if wanted == buffered and self.used >= self.bytes_max:
+            # Nothing reserved ahead: its next read would come on top of a full pool.
+            self._waiting[conn] = None
+            return False
+        self._waiting.pop(conn, None)
+        return True
+
+    def release(self, conn: Connection) -> None:
+        self._waiting.pop(conn, None)
+        self._set(conn, self._held.get(conn, 0), 0)
+
+    def _set(self, conn: Connection, old: int, new: int) -> None:
+        if new:
+            self._held[conn] = new
+        else:
+            self._held.pop(conn, None)
+        self.used += new - old
+        if new < old and self._waiting:
+            for waiter in list(self._waiting):
+                if self.used >= self.bytes_max:
+                    break
+                if waiter in self._waiting:
+                    waiter.memory_available()
+
+
+class _RefusalLog:
+    """One WARNING for the first refused connection, then at most one line per interval with
+    the count of the others: a flood must not turn into a flood of log lines."""
+
+    def __init__(self, interval_s: float):
+        self.interval_s = interval_s
+        self.refused = 0  # since the broker started
+        self._suppressed = 0
+        self._last = ""
+        self._timer: asyncio.TimerHandle | None = None
+
+    def note(self, peer: str, reason: str) -> None:
+        self.refused += 1
+        if self._timer is None:
+            log.warning("refusing connection from %s: %s", peer, reason)
+            self._timer = asyncio.get_running_loop().call_later(self.interval_s, self._flush)
+        else:
+            self._suppressed += 1
+            self._last = f"{peer}: {reason}"
+
+    def _flush(self) -> None:
+        if not self._suppressed:
+            self._timer = None
+            return
+        log.warning(
+            "refused %d more connections in the last %.0f s (the last from %s)",
+            self._suppressed,
+            self.interval_s,
+            self._last,
+        )
+        self._suppressed = 0
+        self._timer = asyncio.get_running_loop().call_later(self.interval_s, self._flush)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
+class Connections:
+    """Every open client connection of a broker and the limits they share: how many in all,
+    how many per address, the request memory pool, the idle timeout."""
+
+    def __init__(self, config: BrokerConfig):
+        self.config = config
+        self.open: set[Connection] = set()
+        self._per_address: Counter[str] = Counter()
+        self.memory = RequestMemory(config.queued_request_bytes_max)
+        self.refusals = _RefusalLog(REFUSAL_LOG_INTERVAL_S)
+        self.idle_s = config.connection_idle_ms_max / 1000
+        # What one frame may be: both bounds apply, and the message names the one that bit.
+        self.frame_bytes_max = min(config.request_bytes_max, config.queued_request_bytes_max)
+
+    def admit(self, conn: Connection, address: str) -> str | None:
+        """Register `conn`, or return why it is refused."""
+        cfg = self.config
+        if len(self.open) >= cfg.connections_max:
+            return f"connections_max={cfg.connections_max} reached"
+        if self._per_address[address] >= cfg.connections_per_address_max:
+            return (
+                f"connections_per_address_max={cfg.connections_per_address_max} reached "
+                f"for {address}"
+            )
+        self.open.add(conn)
+        self._per_address[address] += 1
+        return None
+
+    def remove(self, conn: Connection, address: str) -> None:
+        if conn in self.open:
+            self.open.discard(conn)
+            self._per_address[address] -= 1
+            if not self._per_address[address]:
+                del self._per_address[address]
+        self.memory.release(conn)
+
+    def close(self) -> None:
+        self.refusals.close()
+
+
 class Connection(asyncio.Protocol):
     def __init__(self, broker: Broker):
         self.broker = broker
+        self.connections: Connections = broker.connections
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
-        self._decoder = protocol.FrameDecoder(broker.config.max_request_bytes)
+        self._address = "?"
+        self._decoder = protocol.FrameDecoder(self.connections.frame_bytes_max)
         self._slots: deque[_Slot] = deque()
         self._tasks: set[asyncio.Task[None]] = set()
         self._paused_reading = False
         self._write_paused = False
+        self._waiting_memory = False
         self._closing = False
         self._sending = False  # a sendfile writer is running
         # While data_received dispatches a read's frames, responses gather here.
         self._out: list[Any] | None = None
         # Slots of the current produce group's requests, and their response topic lists.
         self._grouped: list[tuple[_Slot, list[Any]]] = []
+        # Idle detection: when bytes last arrived (loop time), and the timer that checks.
+        self._received_at = 0.0
+        self._idle_timer: asyncio.TimerHandle | None = None
 
     @property
     def busy(self) -> bool:
@@ -90,25 +289,49 @@ class Connection(asyncio.Protocol):
     # -- asyncio callbacks ---------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        if not isinstance(transport, asyncio.Transport):
+            raise TypeError(f"a broker connection needs a stream transport, got {transport!r}")
         self.transport = transport
         peer = transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
-        if not self.broker.register_connection(self):
-            log.warning(
-                "refusing %s: max_connections=%d reached",
-                self.peer,
-                self.broker.config.max_connections,
+        if peer:
+            self._address = str(peer[0])
+            self.peer = f"{peer[0]}:{peer[1]}"
+        refused = self.connections.admit(self, self._address)
+        if refused is not None:
+            self._closing = True
+            self.connections.refusals.note(self.peer, refused)
+            # One frame saying why, so the client reports the limit rather than a reset.
+            transport.write(
+                protocol.encode_response_header(
+                    REFUSAL_CORRELATION_ID,
+                    {
+                        "error": PolicyViolationError.code,
+                        "message": f"connection refused: {refused}",
+                    },
+                    0,
+                )
             )
-            transport.abort()
+            transport.close()
             return
+        loop = asyncio.get_running_loop()
+        self._received_at = loop.time()
+        self._idle_timer = loop.call_at(
+            self._received_at + self.connections.idle_s, self._check_idle
+        )
         log.debug("connection from %s", self.peer)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
         for task in self._tasks:
             task.cancel()
-        self.broker.unregister_connection(self)
+        for slot in self._slots:
+            if slot.response is not None:
+                slot.response.close()
+        self._slots.clear()
+        self.connections.remove(self, self._address)
 
     def pause_writing(self) -> None:
         self._write_paused = True
@@ -122,6 +345,7 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
+        self._received_at = asyncio.get_running_loop().time()
         self._decoder.feed(data)
         self._out = []
         # The Produce requests of this read are appended together (handlers/produce.py): a
@@ -135,7 +359,7 @@ class Connection(asyncio.Protocol):
                     if group is not None:
                         self._finish_group(group)
                         group = None
-                    self._protocol_error(None, e)
+                    self._protocol_error(None, self._frame_error(e))
                     return
                 if frame is None:
                     break
@@ -166,7 +390,64 @@ class Connection(asyncio.Protocol):
             if group is not None:
                 self._finish_group(group)
             self._write_gathered()
+        self._account_memory()
         self._update_reading()
+
+    def _frame_error(self, e: protocol.RemoteProtocolError) -> protocol.RemoteProtocolError:
+        """Name the bound a too-large frame broke: the request memory pool or the frame limit."""
+        cfg = self.broker.config
+        if isinstance(e, protocol.FrameTooLargeError) and (
+            cfg.queued_request_bytes_max < cfg.request_bytes_max
+        ):
+            return protocol.FrameTooLargeError(
+                f"{e}: queued_request_bytes_max={cfg.queued_request_bytes_max} (all "
+                "connections' request bytes) could never hold it"
+            )
+        return e
+
+    def _account_memory(self) -> None:
+        if self._closing:
+            return
+        dec = self._decoder
+        self._waiting_memory = not self.connections.memory.update(
+            self, dec.buffered_bytes, dec.pending_frame_bytes
+        )
+        if self._waiting_memory:
+            log.debug(
+                "%s: request memory full (%d of queued_request_bytes_max=%d used); reading "
+                "paused for a frame of %d bytes",
+                self.peer,
+                self.connections.memory.used,
+                self.connections.memory.bytes_max,
+                dec.pending_frame_bytes,
+            )
+
+    def memory_available(self) -> None:
+        """Called by RequestMemory when memory was released: try again, read on if granted."""
+        self._account_memory()
+        self._update_reading()
+
+    def _check_idle(self) -> None:
+        self._idle_timer = None
+        transport = self.transport
+        if self._closing or transport is None:
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        idle_s = self.connections.idle_s
+        if self.busy or self._waiting_memory:
+            # A request in flight, or we are the ones not reading: not idle. Count from now.
+            self._received_at = now
+        elif now - self._received_at >= idle_s:
+            log.debug(
+                "closing connection from %s: idle for connection_idle_ms_max=%d",
+                self.peer,
+                self.broker.config.connection_idle_ms_max,
+            )
+            self._closing = True
+            transport.close()
+            return
+        self._idle_timer = loop.call_at(self._received_at + idle_s, self._check_idle)
 
     def _add_produce(
         self, group: ProduceGroup, correlation_id: int, body: dict[str, Any], payload: memoryview
@@ -175,6 +456,7 @@ class Connection(asyncio.Protocol):
         path (it names a topic to auto-create, which waits for the quorum)."""
         broker = self.broker
         try:
+            protocol.check_request_body(_PRODUCE, body)
             acks = group.acks_of(body)
             topics = body["topics"]
             if broker.config.auto_create_topics and broker.topics_to_auto_create(
@@ -234,6 +516,7 @@ class Connection(asyncio.Protocol):
             )
             return
         try:
+            protocol.check_request_body(api_key, body)
             result = handler(body, payload, self)
         except Exception as e:
             self._request_failed(correlation_id, api_key, e)
@@ -255,34 +538,46 @@ class Connection(asyncio.Protocol):
             slot.response = await pending
         except RaftlogError as e:
             slot.response = error_response(e)
-        except _MALFORMED as e:
-            slot.response = error_response(
-                InvalidRequestError(
-                    f"malformed {protocol.ApiKey(api_key).name} request: {type(e).__name__}: {e}"
-                )
-            )
+        except Exception as e:
+            slot.response = self._internal_error(slot.correlation_id, _request_of(api_key), e)
         self._flush()
 
     def _request_failed(self, correlation_id: int, api_key: int, e: Exception) -> None:
-        """Answer a request whose handler raised; re-raise what is not the client's doing."""
+        """Answer a request whose handler (or body check) raised."""
         if isinstance(e, RaftlogError):
             self._respond_error(correlation_id, e)
+        elif isinstance(e, protocol.InvalidBodyError):
+            self._respond_error(correlation_id, InvalidRequestError(e.describe(api_key)))
         elif isinstance(e, protocol.RemoteProtocolError):
             # The body does not match the frame (e.g. payload sizes that do not add up).
             if e.fatal:
                 self._protocol_error(correlation_id, e)
             else:
                 self._respond_error(correlation_id, InvalidRequestError(str(e)))
-        elif isinstance(e, _MALFORMED):
-            # The body had the wrong shape for this API: the client's bug, not ours.
-            self._respond_error(
-                correlation_id,
-                InvalidRequestError(
-                    f"malformed {protocol.ApiKey(api_key).name} request: {type(e).__name__}: {e}"
-                ),
-            )
         else:
-            raise e
+            slot = _Slot(correlation_id)
+            slot.response = self._internal_error(correlation_id, _request_of(api_key), e)
+            self._slots.append(slot)
+            self._flush()
+
+    def _internal_error(self, correlation_id: int, what: str, e: Exception) -> Response:
+        """Our bug, not the client's: log it with its traceback, answer a generic error
+        (code 1, as Kafka's UNKNOWN_SERVER_ERROR) that blames nothing the client sent."""
+        log.error(
+            "internal error %s (correlation id %d) from %s: %s: %s",
+            what,
+            correlation_id,
+            self.peer,
+            type(e).__name__,
+            e,
+            exc_info=e,
+        )
+        return error_response(
+            RaftlogError(
+                f"internal error in broker {self.broker.config.node_id} {what} "
+                "(the broker's log has the details)"
+            )
+        )
 
     def _respond_error(self, correlation_id: int, error: RaftlogError) -> None:
         slot = _Slot(correlation_id)
@@ -310,22 +605,39 @@ class Connection(asyncio.Protocol):
             slot = self._slots.popleft()
             resp = slot.response
             assert resp is not None
-            header, resp = _encode_header(slot.correlation_id, resp)
+            header, resp = self._encode_header(slot.correlation_id, resp)
             parts = resp.parts
-            if parts and any(isinstance(p, FileSlice) for p in parts):
+            if parts and any(isinstance(p, SendfileSlice) for p in parts):
                 self._sending = True
                 task = asyncio.ensure_future(self._sendfile(header, resp))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
                 return
+            # No file slices here (they take the branch above): plain buffers only.
+            buffers = cast("list[bytes | memoryview]", parts)
             out = self._out
             if out is not None:
                 out.append(header)
-                if parts:
-                    out += parts
+                if buffers:
+                    out += buffers
             else:
-                transport.writelines([header, *parts])
+                transport.writelines([header, *buffers])
         self._update_reading()
+
+    def _encode_header(self, correlation_id: int, resp: Response) -> tuple[bytes, Response]:
+        """The response's frame prefix and header. A body msgpack refuses is a handler's bug
+        (request bodies are checked before handlers run): logged, answered as an internal
+        error."""
+        parts = resp.parts
+        size = (
+            sum(p.size if isinstance(p, SendfileSlice) else len(p) for p in parts) if parts else 0
+        )
+        try:
+            return protocol.encode_response_header(correlation_id, resp.body, size), resp
+        except (TypeError, ValueError, OverflowError) as e:
+            resp.close()
+            err = self._internal_error(correlation_id, "encoding a response", e)
+            return protocol.encode_response_header(correlation_id, err.body, 0), err
 
     async def _sendfile(self, header: bytes, resp: Response) -> None:
         transport = self.transport
@@ -334,27 +646,43 @@ class Connection(asyncio.Protocol):
         try:
             transport.write(header)
             for part in resp.parts:
-                if isinstance(part, FileSlice):
-                    if part.size:
-                        # A dup'ed fd: the segment may be deleted while we send; the open file
-                        # stays readable until closed.
-                        with os.fdopen(os.dup(part.fd), "rb", buffering=0) as f:
-                            await loop.sendfile(transport, f, part.position, part.size)
-                else:
+                if not isinstance(part, SendfileSlice):
                     transport.write(part)
+                    continue
+                sent = await loop.sendfile(transport, part.file, part.position, part.size)
+                if sent != part.size:
+                    # The frame announced part.size bytes: anything else desyncs the stream.
+                    log.warning(
+                        "aborting connection from %s: %s shrank under a fetch (sent %d of %d "
+                        "bytes from byte %d)",
+                        self.peer,
+                        part.path,
+                        sent,
+                        part.size,
+                        part.position,
+                    )
+                    self._closing = True
+                    transport.abort()
+                    return
         except (ConnectionError, RuntimeError) as e:
             log.debug("sendfile to %s failed: %s", self.peer, e)
+            self._closing = True
             transport.abort()
             return
         finally:
+            resp.close()
             self._sending = False
+            # loop.sendfile paused and resumed reading on its own: take the state it left.
+            self._paused_reading = not transport.is_reading()
         self._flush()
 
     def _update_reading(self) -> None:
         transport = self.transport
-        if transport is None or self._closing:
+        if transport is None or self._closing or self._sending:
             return
-        should_pause = self._write_paused or len(self._slots) >= MAX_PENDING_RESPONSES
+        should_pause = (
+            self._write_paused or self._waiting_memory or len(self._slots) >= MAX_PENDING_RESPONSES
+        )
         if should_pause and not self._paused_reading:
             transport.pause_reading()
             self._paused_reading = True
@@ -363,19 +691,9 @@ class Connection(asyncio.Protocol):
             self._paused_reading = False
 
 
+def _request_of(api_key: int) -> str:
+    return f"handling the {protocol.ApiKey(api_key).name} request"
+
+
 def error_response(error: RaftlogError) -> Response:
     return Response({"error": error.code, "message": str(error)})
-
-
-def _encode_header(correlation_id: int, resp: Response) -> tuple[bytes, Response]:
-    """The response's frame prefix and header; an error response instead if the body cannot
-    be encoded (it echoes a value msgpack refuses, e.g. an int past 64 bits that a handler
-    made from a float the client sent). Bad input must cost the client an error, not the
-    connection."""
-    parts = resp.parts
-    size = sum(p.size if isinstance(p, FileSlice) else len(p) for p in parts) if parts else 0
-    try:
-        return protocol.encode_response_header(correlation_id, resp.body, size), resp
-    except (TypeError, ValueError, OverflowError) as e:
-        resp = error_response(InvalidRequestError(f"the response cannot be encoded: {e}"))
-        return protocol.encode_response_header(correlation_id, resp.body, 0), resp

@@ -39,8 +39,11 @@ POLL_INTERVAL_S = 0.05
 Describe = dict[str, Any]
 
 
-def write_cluster_configs(root: Path, n: int, session_timeout_ms: int) -> list[Path]:
-    """`raftlog dev --nodes n --port 0`'s configs: DIR/node-<id>/node.toml on free ports."""
+def write_cluster_configs(
+    root: Path, n: int, session_timeout_ms: int, **settings: Any
+) -> list[Path]:
+    """`raftlog dev --nodes n --port 0`'s configs: DIR/node-<id>/node.toml on free ports,
+    plus any other node settings (e.g. connection_idle_ms_max=1000)."""
     ports = free_ports(2 * n, HOST)
     client, raft = ports[:n], ports[n:]
     voters = [f"{i + 1}@{HOST}:{raft[i]}" for i in range(n)]
@@ -57,6 +60,7 @@ def write_cluster_configs(root: Path, n: int, session_timeout_ms: int) -> list[P
                 "client_listener": f"{HOST}:{client[i]}",
                 "controller_voters": voters,
                 "broker_session_timeout_ms": session_timeout_ms,
+                **settings,
             },
         )
         paths.append(path)
@@ -133,10 +137,10 @@ class NodeProcess(BrokerProcess):
 class Cluster:
     """Nodes 1..n of one cluster under `root`; `nodes[i]` is node i."""
 
-    def __init__(self, root: Path, n: int = 3, session_timeout_ms: int = 1500):
+    def __init__(self, root: Path, n: int = 3, session_timeout_ms: int = 1500, **settings: Any):
         self.root = root
         self.session_timeout_ms = session_timeout_ms
-        paths = write_cluster_configs(root / "data", n, session_timeout_ms)
+        paths = write_cluster_configs(root / "data", n, session_timeout_ms, **settings)
         self.nodes = {
             i + 1: NodeProcess(path, root / "logs" / f"node-{i + 1}")
             for i, path in enumerate(paths)
