@@ -24,6 +24,9 @@ follows the metadata as an observer.
 Start order: join the quorum, wait until the local metadata has caught up (bounded), open the
 listener, register the broker (a new incarnation, so an older process of this node is fenced),
 reconcile the logs with the metadata, then heartbeat. SIGTERM/SIGINT stop it in reverse.
+
+Readiness (raftlog/readiness.py): once started, a node writes `<data_dir>/node.ready` and
+prints its "ready on" line as one write; it removes the file first thing when it stops.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 import time
 import tomllib
 import uuid
@@ -45,6 +49,7 @@ from raftlog.metadata.cluster import ClusterMetadata, parse_voters
 from raftlog.metadata.controller import Controller, send_heartbeats
 from raftlog.metadata.coordinator import GroupCoordinator
 from raftlog.metadata.quorum import MetadataQuorum
+from raftlog.readiness import remove_ready_file, write_line, write_ready_file
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +173,7 @@ class Node:
     async def run(self, stop: asyncio.Event) -> None:
         self._loop = asyncio.get_running_loop()
         cfg = self.config
+        remove_ready_file(cfg.data_dir)  # a stale one from a start that was killed
         self.quorum.start()
         try:
             async with asyncio.TaskGroup() as tg:
@@ -192,18 +198,14 @@ class Node:
                 await self._wait_ready(stop)
                 if cfg.is_broker and not stop.is_set():
                     await self._start_broker(tg)
-                if self.broker is not None:
-                    print(
-                        f"raftlog broker {cfg.node_id} ready on {self._client_address()}",
-                        flush=True,
-                    )
-                else:
-                    print(f"raftlog controller {cfg.node_id} ready", flush=True)
+                if not stop.is_set():
+                    self._signal_ready()
                 await stop.wait()
                 raise _Stop
         except* _Stop:
             pass
         finally:
+            remove_ready_file(cfg.data_dir)
             if self.controller is not None:
                 await self.controller.close()
             if self.coordinator is not None:
@@ -216,6 +218,17 @@ class Node:
     def _client_address(self) -> str:
         assert self.broker is not None
         return f"{self.broker.config.host}:{self.broker.port}"
+
+    def _signal_ready(self) -> None:
+        cfg = self.config
+        address = self._client_address() if self.broker is not None else None
+        write_ready_file(
+            cfg.data_dir, {"node_id": cfg.node_id, "client_address": address, "pid": os.getpid()}
+        )
+        if address is not None:
+            write_line(sys.stdout, f"raftlog broker {cfg.node_id} ready on {address}")
+        else:
+            write_line(sys.stdout, f"raftlog controller {cfg.node_id} ready")
 
     async def _wait_ready(self, stop: asyncio.Event) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S

@@ -3,14 +3,13 @@
 Each node is a combined controller+broker run as `raftlog node --config DIR/node-<id>/node.toml`,
 the same configs `raftlog dev --nodes 3` writes (by the same function), so a test can kill -9 or
 restart one node while the others keep running. Every wait polls observable state
-(`Admin.describe_cluster()` asked of a live node, a ready line, a process status) with a
+(`Admin.describe_cluster()` asked of a live node, a node's ready file, a process status) with a
 deadline. Teardown stops every node (SIGTERM, SIGKILL after a deadline) and reports a node that
 died unexpectedly, did not exit 0 on SIGTERM, or logged a Python traceback.
 """
 
 from __future__ import annotations
 
-import re
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -28,6 +27,7 @@ from tests.integration._support import (
     _child_env,
     cli_command,
     wait_for,
+    wait_node_ready,
 )
 
 # Describe requests go to one node at a time; a killed node must not hold a poll for long.
@@ -71,7 +71,7 @@ class NodeProcess(BrokerProcess):
     """One `raftlog node --config PATH` process; restartable from the same config.
 
     Reuses BrokerProcess's stop, kill9, health and log checks; only the command line and the
-    ready check differ (the client address is fixed by the config, and the ready line must name
+    ready check differ (the client address is fixed by the config, and the ready file must name
     this node and that address).
     """
 
@@ -82,21 +82,19 @@ class NodeProcess(BrokerProcess):
         host, _, port = self.config.client_listener.rpartition(":")
         self.host, self.port = host, int(port)
         self.node_id = self.config.node_id
-        self._out_path: Path | None = None
 
     @property
     def raft_address(self) -> str:
         return self.config.voters[self.node_id]
 
     def launch(self) -> None:
-        """Start the process; `wait_ready` waits for its ready line."""
+        """Start the process; `wait_ready` waits for its ready file."""
         assert self.proc is None or self.proc.poll() is not None, "node already running"
         self.incarnation += 1
         self.log_dir.mkdir(parents=True, exist_ok=True)
         out_path = self.log_dir / f"node-{self.node_id}-{self.incarnation}.out"
         err_path = self.log_dir / f"node-{self.node_id}-{self.incarnation}.err"
         self.log_files.append(err_path)
-        self._out_path = out_path
         cmd = cli_command("node", "--config", str(self.config_path))
         with open(out_path, "ab") as out, open(err_path, "ab") as err:
             self.proc = subprocess.Popen(
@@ -104,25 +102,15 @@ class NodeProcess(BrokerProcess):
             )
 
     def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
-        proc, out_path = self.proc, self._out_path
-        assert proc is not None and out_path is not None
-        ready = re.compile(rb"raftlog broker (\d+) ready on (\S+):(\d+)")
-
-        def check() -> re.Match[bytes] | bool | None:
-            m = ready.search(out_path.read_bytes())
-            if m is None and proc.poll() is not None:
-                return True  # died before it was ready: reported below
-            return m
-
-        m = wait_for(check, timeout_s, f"node {self.node_id} ready line in {out_path}")
-        if not isinstance(m, re.Match):
-            raise AssertionError(
-                f"node {self.node_id} exited with status {proc.returncode} before it was "
-                f"ready:\n{self.log_tail()}"
-            )
-        got = (int(m.group(1)), m.group(2).decode(), int(m.group(3)))
-        assert got == (self.node_id, self.host, self.port), (
-            f"ready line {m.group(0)!r}, expected node {self.node_id} on {self.bootstrap}"
+        proc = self.proc
+        assert proc is not None
+        try:
+            info = wait_node_ready(proc, self.data_dir, timeout_s, f"node {self.node_id}")
+        except AssertionError as e:
+            raise AssertionError(f"{e}:\n{self.log_tail()}") from None
+        got = (info["node_id"], info["client_address"])
+        assert got == (self.node_id, self.bootstrap), (
+            f"ready file says {info}, expected node {self.node_id} on {self.bootstrap}"
         )
         # The node writes its pid where `raftlog dev` users (and scripts) look for it.
         pid = int((self.data_dir / "node.pid").read_text())
