@@ -119,6 +119,21 @@ class FrameDecoder:
         return len(self._buf) - self._pos
 
     @property
+    def has_frame(self) -> bool:
+        """Whether next_frame would return a frame or raise (rather than return None)."""
+        avail = len(self._buf) - self._pos
+        if avail < 4:
+            return False
+        frame_length: int = struct.unpack_from("<I", self._buf, self._pos)[0]
+        if frame_length > self._max_frame_bytes or frame_length < 4:
+            return True
+        if avail >= FRAME_PREFIX_SIZE:
+            header_length: int = struct.unpack_from("<I", self._buf, self._pos + 4)[0]
+            if header_length > frame_length - 4 or header_length > MAX_HEADER_BYTES:
+                return True
+        return avail >= 4 + frame_length
+
+    @property
     def max_frame_bytes(self) -> int:
         return self._max_frame_bytes
 

@@ -26,10 +26,12 @@ Rules:
   logged at most once per REFUSAL_LOG_INTERVAL_S with a count. A connection with no request in
   flight and no bytes received for `connection_idle_ms_max` is closed (Kafka's
   connections.max.idle.ms).
-- Fetch responses may carry file slices, sent with sendfile. A Response dups each slice's fd
-  when it is built (in the same synchronous step as the read that took the slice), so a segment
-  deleted before the send is still read whole; a segment truncated under us sends fewer bytes
-  than the frame announced, and the connection is then aborted rather than left desynced.
+- Fetch responses may carry file slices, sent with sendfile. A Response dups each segment fd
+  its slices name when it is built (in the same synchronous step as the read that took the
+  slices), so a segment deleted before the send is still read whole; a segment truncated under
+  us sends fewer bytes than the frame announced, and the connection is then aborted rather
+  than left desynced. Reading pauses while a connection's queued responses hold
+  MAX_PENDING_RESPONSE_FDS dups, so pipelined fetches cannot exhaust the broker's fds.
 - The responses completed while one read's frames are dispatched leave in one write at the
   end of that read: a client that pipelines many small requests costs one send per read, not
   one per request.
@@ -38,6 +40,7 @@ Rules:
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 import os
 from collections import Counter, deque
@@ -61,6 +64,10 @@ log = logging.getLogger(__name__)
 
 # Responses queued (being computed or waiting for earlier ones) before reading pauses.
 MAX_PENDING_RESPONSES = 1000
+# Segment fds dup'd by a connection's queued fetch responses before reading pauses: each
+# response holds a dup per segment it reads from until it is sent, and a client that pipelines
+# fetches without reading must not make the broker run out of file descriptors.
+MAX_PENDING_RESPONSE_FDS = 256
 _PRODUCE = int(protocol.ApiKey.PRODUCE)
 # Produce requests appended together before their responses are written: enough to make the
 # write cost per request small, few enough that the client gets answers while we work.
@@ -72,30 +79,29 @@ REFUSAL_CORRELATION_ID = 0
 
 
 class SendfileSlice:
-    """A FileSlice with its own dup of the segment's fd, taken when the Response is built:
-    the log may close or delete the segment afterwards, the open file stays readable until
-    this slice is closed (after sending, or when its response is dropped)."""
+    """Bytes [position, position + size) of an open file of the response's own (a dup of the
+    segment's fd, taken when the Response was built), written with sendfile."""
 
     __slots__ = ("file", "path", "position", "size")
 
-    def __init__(self, sl: FileSlice):
-        self.file = os.fdopen(os.dup(sl.fd), "rb", buffering=0)
+    def __init__(self, file: io.FileIO, sl: FileSlice):
+        self.file = file
         self.path = sl.path
         self.position = sl.position
         self.size = sl.size
-
-    def close(self) -> None:
-        self.file.close()
 
 
 class Response:
     """A response body plus payload parts (bytes, or file slices written with sendfile).
 
-    FileSlice parts are turned into SendfileSlices (a dup'd fd each) here: build the Response
-    in the same synchronous step that took the slices, before anything else can touch the log.
+    FileSlice parts become SendfileSlices here: each segment fd the slices name is dup'd once
+    (slices of one segment share the dup), so the log may close or delete the segment
+    afterwards and the bytes stay readable until the response is sent or dropped (`close`).
+    Build the Response in the same synchronous step that took the slices, before anything
+    else can touch the log. `fds` counts the dups, which a connection bounds.
     """
 
-    __slots__ = ("body", "parts")
+    __slots__ = ("_files", "body", "parts")
 
     def __init__(
         self,
@@ -103,18 +109,26 @@ class Response:
         parts: Sequence[bytes | memoryview | FileSlice | SendfileSlice] | None = None,
     ):
         self.body = body
-        if parts:
-            self.parts: list[bytes | memoryview | SendfileSlice] = [
-                SendfileSlice(p) if isinstance(p, FileSlice) else p for p in parts
-            ]
-        else:
-            self.parts = []
+        self.parts: list[bytes | memoryview | SendfileSlice] = []
+        self._files: dict[int, io.FileIO] = {}
+        for p in parts or ():
+            if isinstance(p, FileSlice):
+                file = self._files.get(p.fd)
+                if file is None:
+                    file = self._files[p.fd] = os.fdopen(os.dup(p.fd), "rb", buffering=0)
+                self.parts.append(SendfileSlice(file, p))
+            else:
+                self.parts.append(p)
+
+    @property
+    def fds(self) -> int:
+        return len(self._files)
 
     def close(self) -> None:
-        """Release the fds of file slices not sent (the response is being dropped)."""
-        for p in self.parts:
-            if isinstance(p, SendfileSlice):
-                p.close()
+        """Release the dup'd fds (the response was sent, or is being dropped)."""
+        for f in self._files.values():
+            f.close()
+        self._files.clear()
 
 
 class _Slot:
@@ -273,6 +287,11 @@ class Connection(asyncio.Protocol):
         self._waiting_memory = False
         self._closing = False
         self._sending = False  # a sendfile writer is running
+        # Segment fds held by queued responses (Response.fds), bounded by reading less.
+        self._response_fds = 0
+        # _process is running; or is scheduled to dispatch frames left buffered.
+        self._processing = False
+        self._resume_handle: asyncio.Handle | None = None
         # While data_received dispatches a read's frames, responses gather here.
         self._out: list[Any] | None = None
         # Slots of the current produce group's requests, and their response topic lists.
@@ -322,9 +341,10 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = None
+        for handle in (self._idle_timer, self._resume_handle):
+            if handle is not None:
+                handle.cancel()
+        self._idle_timer = self._resume_handle = None
         for task in self._tasks:
             task.cancel()
         for slot in self._slots:
@@ -347,12 +367,25 @@ class Connection(asyncio.Protocol):
             return
         self._received_at = asyncio.get_running_loop().time()
         self._decoder.feed(data)
+        self._process()
+
+    def _process(self) -> None:
+        """Dispatch the whole frames buffered, until the queued responses reach a bound (the
+        rest wait in the decoder; `_update_reading` resumes them once the queue drains)."""
+        self._resume_handle = None
+        if self._processing or self._closing:
+            return
+        self._processing = True
         self._out = []
         # The Produce requests of this read are appended together (handlers/produce.py): a
         # pipelining producer costs one write per partition per read, not one per request.
         group: ProduceGroup | None = None
         try:
-            while not self._closing:
+            while (
+                len(self._slots) < MAX_PENDING_RESPONSES
+                and self._response_fds < MAX_PENDING_RESPONSE_FDS
+                and not self._closing
+            ):
                 try:
                     frame = self._decoder.next_frame()
                 except protocol.RemoteProtocolError as e:
@@ -390,6 +423,7 @@ class Connection(asyncio.Protocol):
             if group is not None:
                 self._finish_group(group)
             self._write_gathered()
+            self._processing = False
         self._account_memory()
         self._update_reading()
 
@@ -527,6 +561,7 @@ class Connection(asyncio.Protocol):
         self._slots.append(slot)
         if isinstance(result, Response):
             slot.response = result
+            self._response_fds += result.fds
             self._flush()
         else:
             task = asyncio.ensure_future(self._complete(slot, result, api_key))
@@ -536,6 +571,7 @@ class Connection(asyncio.Protocol):
     async def _complete(self, slot: _Slot, pending: Awaitable[Response], api_key: int) -> None:
         try:
             slot.response = await pending
+            self._response_fds += slot.response.fds
         except RaftlogError as e:
             slot.response = error_response(e)
         except Exception as e:
@@ -635,6 +671,7 @@ class Connection(asyncio.Protocol):
         try:
             return protocol.encode_response_header(correlation_id, resp.body, size), resp
         except (TypeError, ValueError, OverflowError) as e:
+            self._response_fds -= resp.fds
             resp.close()
             err = self._internal_error(correlation_id, "encoding a response", e)
             return protocol.encode_response_header(correlation_id, err.body, 0), err
@@ -670,6 +707,7 @@ class Connection(asyncio.Protocol):
             transport.abort()
             return
         finally:
+            self._response_fds -= resp.fds
             resp.close()
             self._sending = False
             # loop.sendfile paused and resumed reading on its own: take the state it left.
@@ -680,15 +718,26 @@ class Connection(asyncio.Protocol):
         transport = self.transport
         if transport is None or self._closing or self._sending:
             return
-        should_pause = (
-            self._write_paused or self._waiting_memory or len(self._slots) >= MAX_PENDING_RESPONSES
+        backlogged = (
+            len(self._slots) >= MAX_PENDING_RESPONSES
+            or self._response_fds >= MAX_PENDING_RESPONSE_FDS
         )
+        should_pause = self._write_paused or self._waiting_memory or backlogged
         if should_pause and not self._paused_reading:
             transport.pause_reading()
             self._paused_reading = True
         elif not should_pause and self._paused_reading:
             transport.resume_reading()
             self._paused_reading = False
+        if (
+            not backlogged
+            and not self._processing
+            and self._resume_handle is None
+            and self._decoder.has_frame
+        ):
+            # Frames left buffered when the queue was full: dispatch them on the next turn
+            # of the loop (not from inside whichever callback drained the queue).
+            self._resume_handle = asyncio.get_running_loop().call_soon(self._process)
 
 
 def _request_of(api_key: int) -> str:

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from raftlog import protocol
+from raftlog.broker.connection import MAX_PENDING_RESPONSE_FDS
 from raftlog.client import Admin, Producer
 from raftlog.records import iter_records
 from raftlog.topics import TopicPartition
@@ -33,7 +34,9 @@ SEGMENT_BYTES = 64 * 1024
 RECORD_BYTES = 1000
 RECORDS = 1300  # ~20 segments
 RETENTION_BYTES = 10 * SEGMENT_BYTES
-FETCHES = 900  # below the broker's 1000 queued responses: it reads every request at once
+# Each response holds one segment's fd: below the bound on those, the broker dispatches every
+# fetch (and takes every slice) at once, before retention runs.
+FETCHES = MAX_PENDING_RESPONSE_FDS - 6
 
 
 @pytest.fixture

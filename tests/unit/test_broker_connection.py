@@ -440,3 +440,75 @@ async def test_a_slice_of_a_segment_truncated_before_the_send_aborts_the_connect
     assert leftover > 0  # the header and half the slice arrived, then the connection ended
     assert any("shrank under a fetch" in r.getMessage() for r in caplog.records)
     os.close(fd)
+
+
+def test_slices_of_one_segment_share_one_dup(tmp_path: Path) -> None:
+    fd, path = segment(tmp_path, b"0123456789")
+    resp = Response({}, [FileSlice(fd, path, 0, 4), b"raw", FileSlice(fd, path, 4, 6)])
+    assert resp.fds == 1
+    resp.close()
+    assert resp.fds == 0
+    os.close(fd)
+
+
+async def test_pipelined_fetches_hold_a_bounded_number_of_fds(
+    make_broker: Callable[..., Broker],
+    socket_pair: tuple[socket.socket, socket.socket],
+    tmp_path: Path,
+) -> None:
+    """A client that pipelines fetches and reads nothing: the broker stops dispatching (and
+    reading) once the queued responses hold MAX_PENDING_RESPONSE_FDS dups, and serves the
+    rest, in order, once the client reads."""
+    data = bytes(range(256)) * 32  # 8 KiB: a few responses fill the small socket buffers
+    fd, path = segment(tmp_path, data)
+    broker = make_broker()
+    handled: list[int] = []
+
+    def fetch(body: dict[str, Any], payload: memoryview, conn: Connection) -> Response:
+        handled.append(1)
+        return Response({"topics": []}, [FileSlice(fd, path, 0, len(data))])
+
+    broker.handlers[FETCH] = fetch
+    server, client = socket_pair
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    conn = await serve(broker, server)
+    fds_before = len(os.listdir("/proc/self/fd"))
+    n = 1000
+    client.sendall(b"".join(request(FETCH, corr, {"topics": []}) for corr in range(n)))
+    limit = connection_module.MAX_PENDING_RESPONSE_FDS
+
+    async def backlogged() -> None:
+        while len(handled) < limit:
+            await asyncio.sleep(0.001)
+
+    await asyncio.wait_for(backlogged(), WAIT_S)
+    for _ in range(50):  # more turns of the loop: nothing more is dispatched
+        await asyncio.sleep(0)
+    assert len(handled) == limit
+    assert conn._response_fds <= limit
+    assert len(os.listdir("/proc/self/fd")) - fds_before <= limit
+
+    loop = asyncio.get_running_loop()
+    client.setblocking(False)
+    decoder = protocol.FrameDecoder()
+    got: list[int] = []
+
+    async def read_all() -> None:
+        while len(got) < n:
+            decoder.feed(await loop.sock_recv(client, 1 << 20))
+            while (frame := decoder.next_frame()) is not None:
+                got.append(protocol.parse_response_header(frame[0])[0])
+                assert bytes(frame[1]) == data
+
+    await asyncio.wait_for(read_all(), 60)
+    assert got == list(range(n))
+
+    async def released() -> None:  # the last send's task ends after its bytes left
+        while conn._response_fds:
+            await asyncio.sleep(0.001)
+
+    await asyncio.wait_for(released(), WAIT_S)
+    assert conn.transport is not None
+    conn.transport.close()
+    os.close(fd)

@@ -290,3 +290,15 @@ def test_the_produce_fast_path_accepts_what_the_generic_shape_accepts(
     broken = {**body, "topics": [*body["topics"], ["x", [[0, -1]]]]}
     with pytest.raises(protocol.InvalidBodyError, match=r"\(nbytes\)"):
         protocol.check_request_body(protocol.ApiKey.PRODUCE, broken)
+
+
+@given(st.binary(max_size=64), st.integers(4, 64))
+def test_has_frame_tells_whether_next_frame_has_something_to_say(data: bytes, limit: int) -> None:
+    dec = FrameDecoder(max_frame_bytes=limit)
+    dec.feed(data)
+    expected = dec.has_frame
+    try:
+        got = dec.next_frame() is not None
+    except RemoteProtocolError:
+        got = True
+    assert got == expected
