@@ -30,8 +30,13 @@ Rules:
   its slices name when it is built (in the same synchronous step as the read that took the
   slices), so a segment deleted before the send is still read whole; a segment truncated under
   us sends fewer bytes than the frame announced, and the connection is then aborted rather
-  than left desynced. Reading pauses while a connection's queued responses hold
-  MAX_PENDING_RESPONSE_FDS dups, so pipelined fetches cannot exhaust the broker's fds.
+  than left desynced.
+- Queued responses are bounded per connection: MAX_PENDING_RESPONSES of them, their
+  MAX_PENDING_RESPONSE_FDS segment dups, MAX_PENDING_RESPONSE_BYTES of payload not yet handed
+  to the socket (fetches served with pread + write), and a full socket buffer. Dispatching
+  stops at the request that reaches a bound and reading pauses; the frames already read wait
+  in the decoder and are dispatched when the queue drains. So a client that pipelines fetches
+  and never reads exhausts neither the broker's fds nor its memory.
 - The responses completed while one read's frames are dispatched leave in one write at the
   end of that read: a client that pipelines many small requests costs one send per read, not
   one per request.
@@ -68,6 +73,9 @@ MAX_PENDING_RESPONSES = 1000
 # response holds a dup per segment it reads from until it is sent, and a client that pipelines
 # fetches without reading must not make the broker run out of file descriptors.
 MAX_PENDING_RESPONSE_FDS = 256
+# Payload bytes of a connection's queued responses (fetches served with pread + write) before
+# dispatching pauses: one fetch at the consumer's default fetch_max_bytes (50 MiB) fits.
+MAX_PENDING_RESPONSE_BYTES = 64 * 1024 * 1024
 _PRODUCE = int(protocol.ApiKey.PRODUCE)
 # Produce requests appended together before their responses are written: enough to make the
 # write cost per request small, few enough that the client gets answers while we work.
@@ -101,7 +109,7 @@ class Response:
     else can touch the log. `fds` counts the dups, which a connection bounds.
     """
 
-    __slots__ = ("_files", "body", "parts")
+    __slots__ = ("_files", "body", "nbytes", "parts")
 
     def __init__(
         self,
@@ -111,6 +119,7 @@ class Response:
         self.body = body
         self.parts: list[bytes | memoryview | SendfileSlice] = []
         self._files: dict[int, io.FileIO] = {}
+        self.nbytes = 0  # payload held in memory
         for p in parts or ():
             if isinstance(p, FileSlice):
                 file = self._files.get(p.fd)
@@ -119,6 +128,8 @@ class Response:
                 self.parts.append(SendfileSlice(file, p))
             else:
                 self.parts.append(p)
+                if not isinstance(p, SendfileSlice):
+                    self.nbytes += len(p)
 
     @property
     def fds(self) -> int:
@@ -289,6 +300,9 @@ class Connection(asyncio.Protocol):
         self._sending = False  # a sendfile writer is running
         # Segment fds held by queued responses (Response.fds), bounded by reading less.
         self._response_fds = 0
+        # Payload bytes of queued responses (Response.nbytes), and of those gathered in _out.
+        self._response_bytes = 0
+        self._gathered_bytes = 0
         # _process is running; or is scheduled to dispatch frames left buffered.
         self._processing = False
         self._resume_handle: asyncio.Handle | None = None
@@ -381,11 +395,7 @@ class Connection(asyncio.Protocol):
         # pipelining producer costs one write per partition per read, not one per request.
         group: ProduceGroup | None = None
         try:
-            while (
-                len(self._slots) < MAX_PENDING_RESPONSES
-                and self._response_fds < MAX_PENDING_RESPONSE_FDS
-                and not self._closing
-            ):
+            while not self._backlogged and not self._closing:
                 try:
                     frame = self._decoder.next_frame()
                 except protocol.RemoteProtocolError as e:
@@ -516,8 +526,28 @@ class Connection(asyncio.Protocol):
 
     def _write_gathered(self) -> None:
         out, self._out = self._out, None
+        self._response_bytes -= self._gathered_bytes
+        self._gathered_bytes = 0
         if out and self.transport is not None:
             self.transport.writelines(out)
+
+    @property
+    def _backlogged(self) -> bool:
+        """Too much queued for this client: dispatch no more of its requests for now."""
+        return (
+            len(self._slots) >= MAX_PENDING_RESPONSES
+            or self._response_fds >= MAX_PENDING_RESPONSE_FDS
+            or self._response_bytes >= MAX_PENDING_RESPONSE_BYTES
+            or self._write_paused
+        )
+
+    def _hold(self, resp: Response) -> None:
+        self._response_fds += resp.fds
+        self._response_bytes += resp.nbytes
+
+    def _release(self, resp: Response) -> None:
+        self._response_fds -= resp.fds
+        self._response_bytes -= resp.nbytes
 
     # -- dispatch ------------------------------------------------------------------------------
 
@@ -561,7 +591,7 @@ class Connection(asyncio.Protocol):
         self._slots.append(slot)
         if isinstance(result, Response):
             slot.response = result
-            self._response_fds += result.fds
+            self._hold(result)
             self._flush()
         else:
             task = asyncio.ensure_future(self._complete(slot, result, api_key))
@@ -571,7 +601,7 @@ class Connection(asyncio.Protocol):
     async def _complete(self, slot: _Slot, pending: Awaitable[Response], api_key: int) -> None:
         try:
             slot.response = await pending
-            self._response_fds += slot.response.fds
+            self._hold(slot.response)
         except RaftlogError as e:
             slot.response = error_response(e)
         except Exception as e:
@@ -656,8 +686,10 @@ class Connection(asyncio.Protocol):
                 out.append(header)
                 if buffers:
                     out += buffers
+                    self._gathered_bytes += resp.nbytes  # released by _write_gathered
             else:
                 transport.writelines([header, *buffers])
+                self._release(resp)
         self._update_reading()
 
     def _encode_header(self, correlation_id: int, resp: Response) -> tuple[bytes, Response]:
@@ -671,7 +703,7 @@ class Connection(asyncio.Protocol):
         try:
             return protocol.encode_response_header(correlation_id, resp.body, size), resp
         except (TypeError, ValueError, OverflowError) as e:
-            self._response_fds -= resp.fds
+            self._release(resp)
             resp.close()
             err = self._internal_error(correlation_id, "encoding a response", e)
             return protocol.encode_response_header(correlation_id, err.body, 0), err
@@ -707,7 +739,7 @@ class Connection(asyncio.Protocol):
             transport.abort()
             return
         finally:
-            self._response_fds -= resp.fds
+            self._release(resp)
             resp.close()
             self._sending = False
             # loop.sendfile paused and resumed reading on its own: take the state it left.
@@ -718,11 +750,8 @@ class Connection(asyncio.Protocol):
         transport = self.transport
         if transport is None or self._closing or self._sending:
             return
-        backlogged = (
-            len(self._slots) >= MAX_PENDING_RESPONSES
-            or self._response_fds >= MAX_PENDING_RESPONSE_FDS
-        )
-        should_pause = self._write_paused or self._waiting_memory or backlogged
+        backlogged = self._backlogged
+        should_pause = self._waiting_memory or backlogged
         if should_pause and not self._paused_reading:
             transport.pause_reading()
             self._paused_reading = True

@@ -512,3 +512,56 @@ async def test_pipelined_fetches_hold_a_bounded_number_of_fds(
     assert conn.transport is not None
     conn.transport.close()
     os.close(fd)
+
+
+async def test_pipelined_buffered_fetches_hold_a_bounded_number_of_bytes(
+    make_broker: Callable[..., Broker],
+    socket_pair: tuple[socket.socket, socket.socket],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Fetches served with pread + write hold their payload until it is handed to the socket:
+    a client that pipelines them and reads nothing makes the broker stop dispatching once
+    MAX_PENDING_RESPONSE_BYTES are held (a full socket buffer then keeps it stopped)."""
+    monkeypatch.setattr(connection_module, "MAX_PENDING_RESPONSE_BYTES", 4 << 20)
+    chunk = bytes(range(256)) * 2048  # 512 KiB
+    broker = make_broker()
+    handled: list[int] = []
+
+    def fetch(body: dict[str, Any], payload: memoryview, conn: Connection) -> Response:
+        handled.append(1)
+        return Response({"topics": []}, [chunk])
+
+    broker.handlers[FETCH] = fetch
+    server, client = socket_pair
+    conn = await serve(broker, server)
+    n = 100
+    client.sendall(b"".join(request(FETCH, corr, {"topics": []}) for corr in range(n)))
+
+    async def stopped() -> None:
+        while len(handled) < 8:
+            await asyncio.sleep(0.001)
+
+    await asyncio.wait_for(stopped(), WAIT_S)
+    for _ in range(50):
+        await asyncio.sleep(0)
+    # 8 responses fill the 4 MiB; the socket buffer then holds them (more than its high-water
+    # mark), so nothing more is dispatched until the client reads.
+    assert len(handled) == 8, len(handled)
+
+    loop = asyncio.get_running_loop()
+    client.setblocking(False)
+    decoder = protocol.FrameDecoder()
+    got: list[int] = []
+
+    async def read_all() -> None:
+        while len(got) < n:
+            decoder.feed(await loop.sock_recv(client, 1 << 20))
+            while (frame := decoder.next_frame()) is not None:
+                got.append(protocol.parse_response_header(frame[0])[0])
+                assert bytes(frame[1]) == chunk
+
+    await asyncio.wait_for(read_all(), 60)
+    assert got == list(range(n))
+    assert conn._response_bytes == 0
+    assert conn.transport is not None
+    conn.transport.close()
