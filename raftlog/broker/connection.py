@@ -712,12 +712,15 @@ class Connection(asyncio.Protocol):
         transport = self.transport
         assert transport is not None
         loop = asyncio.get_running_loop()
+        part: bytes | memoryview | SendfileSlice | None = None
         try:
             transport.write(header)
             for part in resp.parts:
                 if not isinstance(part, SendfileSlice):
                     transport.write(part)
                     continue
+                if transport.is_closing():
+                    return  # the client went away meanwhile
                 sent = await loop.sendfile(transport, part.file, part.position, part.size)
                 if sent != part.size:
                     # The frame announced part.size bytes: anything else desyncs the stream.
@@ -730,13 +733,21 @@ class Connection(asyncio.Protocol):
                         part.size,
                         part.position,
                     )
-                    self._closing = True
-                    transport.abort()
+                    self._abort()
                     return
-        except (ConnectionError, RuntimeError) as e:
+        except ConnectionError as e:
             log.debug("sendfile to %s failed: %s", self.peer, e)
-            self._closing = True
-            transport.abort()
+            self._abort()
+            return
+        except OSError as e:  # reading the segment failed (EIO...): the frame cannot complete
+            where = part.path if isinstance(part, SendfileSlice) else "a fetch response"
+            log.warning("aborting connection from %s: sending %s failed: %s", self.peer, where, e)
+            self._abort()
+            return
+        except Exception:
+            # Our bug, with the frame half sent: the connection cannot go on.
+            log.exception("internal error sending a fetch response to %s", self.peer)
+            self._abort()
             return
         finally:
             self._release(resp)
@@ -745,6 +756,11 @@ class Connection(asyncio.Protocol):
             # loop.sendfile paused and resumed reading on its own: take the state it left.
             self._paused_reading = not transport.is_reading()
         self._flush()
+
+    def _abort(self) -> None:
+        self._closing = True
+        if self.transport is not None:
+            self.transport.abort()
 
     def _update_reading(self) -> None:
         transport = self.transport
