@@ -118,28 +118,34 @@ class Response:
     ):
         self.body = body
         self.parts: list[bytes | memoryview | SendfileSlice] = []
-        self._files: dict[int, io.FileIO] = {}
         self.nbytes = 0  # payload held in memory
-        for p in parts or ():
+        self._files: dict[int, io.FileIO] | None = None
+        if not parts:
+            return  # most responses: a body only
+        files: dict[int, io.FileIO] = {}
+        for p in parts:
             if isinstance(p, FileSlice):
-                file = self._files.get(p.fd)
+                file = files.get(p.fd)
                 if file is None:
-                    file = self._files[p.fd] = os.fdopen(os.dup(p.fd), "rb", buffering=0)
+                    file = files[p.fd] = os.fdopen(os.dup(p.fd), "rb", buffering=0)
                 self.parts.append(SendfileSlice(file, p))
             else:
                 self.parts.append(p)
                 if not isinstance(p, SendfileSlice):
                     self.nbytes += len(p)
+        if files:
+            self._files = files
 
     @property
     def fds(self) -> int:
-        return len(self._files)
+        return len(self._files) if self._files else 0
 
     def close(self) -> None:
         """Release the dup'd fds (the response was sent, or is being dropped)."""
-        for f in self._files.values():
-            f.close()
-        self._files.clear()
+        if self._files:
+            for f in self._files.values():
+                f.close()
+            self._files = None
 
 
 class _Slot:
