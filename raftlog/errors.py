@@ -233,7 +233,7 @@ class NotABrokerError(RaftlogError):
     """The peer at a bootstrap or broker address answered with bytes that are not raftlog
     frames (an HTTP server, a database, ...): a wrong host or port, so not retriable.
 
-    Raised by the client only; on the wire its code reads as BrokerNotAvailableError.
+    Raised by the client only (a broker never sends it).
     """
 
-    code = BrokerNotAvailableError.code
+    code = 32
