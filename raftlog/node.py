@@ -197,7 +197,7 @@ class Node:
                     tg.create_task(coordinator.run())
                 await self._wait_ready(stop)
                 if cfg.is_broker and not stop.is_set():
-                    await self._start_broker(tg)
+                    await self._start_broker(tg, stop)
                 if not stop.is_set():
                     self._signal_ready()
                 await stop.wait()
@@ -243,7 +243,7 @@ class Node:
                 )
             await asyncio.sleep(0.05)
 
-    async def _start_broker(self, tg: asyncio.TaskGroup) -> None:
+    async def _start_broker(self, tg: asyncio.TaskGroup, stop: asyncio.Event) -> None:
         cfg = self.config
         host, _, port = cfg.client_listener.rpartition(":")
         self.broker = Broker(
@@ -277,6 +277,8 @@ class Node:
                 )
                 break
             except RaftlogError as e:
+                if stop.is_set():
+                    return  # stopping before the quorum came back: nothing to register for
                 log.warning("registering broker %d failed, retrying: %s", cfg.node_id, e)
                 await asyncio.sleep(0.2)
         log.info("broker %d registered with epoch %d", cfg.node_id, self.broker_epoch)

@@ -6,9 +6,10 @@ combined nodes on 127.0.0.1 (client ports PORT, PORT+1, ...; Raft ports PORT+100
 each as its own process (`raftlog node --config ...`), and stops them all on Ctrl-C or SIGTERM.
 A restart with the same DIR reuses the written configs, so the cluster and its data come back.
 Each node writes its pid to its data directory's `node.pid`, and `node.ready` once it serves
-(raftlog/node.py); when every node is ready, `raftlog dev` prints one line with the bootstrap
-servers. Every line a process writes to the shared stdout/stderr is one write, so lines from
-the nodes never merge.
+(raftlog/readiness.py); when every node is ready, `raftlog dev` prints one line with the
+bootstrap servers. A node that exits before then (a port in use, a bad config) stops the whole
+cluster with status 1; one that exits later leaves the others running. Every line a process
+writes to the shared stdout/stderr is one write, so lines from the nodes never merge.
 
 Ports for `--port 0` come from below the kernel's ephemeral port range (`free_ports`), checked
 free for TCP and UDP: a port chosen by binding 0 comes from that range, where any process's
@@ -278,12 +279,22 @@ def _run_cluster(args: argparse.Namespace) -> int:
                 code = p.poll()
                 if code is not None and not stopping and i not in reported:
                     reported.add(i)
+                    status = 1
+                    if not announced:
+                        # A start that failed (a port in use...): the cluster never formed,
+                        # so stop, rather than leave the user waiting for a ready line.
+                        write_line(
+                            sys.stderr,
+                            f"raftlog dev: node {i + 1} exited with status {code} before the "
+                            "cluster was ready; stopping the others",
+                        )
+                        stop(signal.SIGTERM, None)
+                        break
                     write_line(
                         sys.stderr,
                         f"raftlog dev: node {i + 1} exited with status {code}; the others "
                         "keep running",
                     )
-                    status = 1
             if not announced and not stopping:
                 announced = _announce_when_ready(procs, data_dirs)
             time.sleep(0.2)
