@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 from raftlog.client import Admin, Consumer, Producer
+from raftlog.errors import RaftlogError
 from raftlog.readiness import READY_FILE, read_ready_file
 from raftlog.topics import TopicPartition
 
@@ -101,10 +102,12 @@ def start_node(
                 return proc, ",".join(str(i["client_address"]) for i in infos if i)
             code = proc.poll()
             if code is not None:
-                raise RuntimeError(f"the cluster exited with status {code} before it was ready")
+                raise ClusterExitedError(
+                    f"the cluster exited with status {code} before it was ready"
+                )
             if time.monotonic() > deadline:
                 waiting = [d for d, i in zip(dirs, infos, strict=True) if i is None]
-                raise RuntimeError(
+                raise RaftlogError(
                     f"{nodes - len(waiting)} of {nodes} nodes were ready after "
                     f"{READY_TIMEOUT_S} s (no {READY_FILE} in {', '.join(waiting)})"
                 )
@@ -112,6 +115,11 @@ def start_node(
     except BaseException:
         _kill_group(proc)
         raise
+
+
+class ClusterExitedError(Exception):
+    """`raftlog dev` stopped before its nodes were ready (a node could not start: its stderr
+    says why). Not a RaftlogError: `_demo` decides whether to retry or report it as one."""
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -138,7 +146,27 @@ def _demo(args: argparse.Namespace) -> int:
     data_dir = args.data_dir or tempfile.mkdtemp(prefix="raftlog-demo-")
     print(f"1. starting a local raftlog cluster of {args.nodes} node(s) (data in {data_dir})")
     t0 = time.monotonic()
-    proc, bootstrap = start_node(data_dir, nodes=args.nodes)
+    try:
+        try:
+            proc, bootstrap = start_node(data_dir, nodes=args.nodes)
+        except ClusterExitedError as e:
+            if args.data_dir is not None:
+                # Its configs fix the ports: the user must free them.
+                raise RaftlogError(str(e)) from None
+            # The ports a fresh cluster picks (outside the kernel's ephemeral range) can
+            # still be taken by another program before the nodes bind them: a new directory
+            # picks new ones.
+            print(f"   {e}; retrying once on new ports")
+            shutil.rmtree(data_dir, ignore_errors=True)
+            data_dir = tempfile.mkdtemp(prefix="raftlog-demo-")
+            try:
+                proc, bootstrap = start_node(data_dir, nodes=args.nodes)
+            except ClusterExitedError as again:
+                raise RaftlogError(str(again)) from None
+    except BaseException:
+        if args.data_dir is None:
+            shutil.rmtree(data_dir, ignore_errors=True)
+        raise
     print(f"   brokers ready on {bootstrap} in {time.monotonic() - t0:.1f} s")
     try:
         return _pipeline(bootstrap, args.events, args.partitions)

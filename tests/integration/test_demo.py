@@ -5,11 +5,15 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+from raftlog.node import NodeConfig
 from raftlog.readiness import READY_FILE
+from tests.integration._cluster import write_cluster_configs
 
 
 def run_demo(data: Path) -> subprocess.CompletedProcess[str]:
@@ -58,3 +62,21 @@ def test_demo_ignores_ready_files_left_by_an_earlier_start(tmp_path: Path) -> No
             json.dumps({"node_id": i, "client_address": "127.0.0.1:1", "pid": os.getpid()})
         )
     check_demo_output(run_demo(data), 1)
+
+
+def test_demo_fails_at_once_when_a_node_cannot_start(tmp_path: Path) -> None:
+    """A data dir whose configs name a port that is taken: the demo reports the failed start
+    in one line within seconds (it used to wait out its ready timeout, then print a
+    traceback)."""
+    data = tmp_path / "demo"
+    paths = write_cluster_configs(data, 3, 3000)
+    taken = NodeConfig.load(str(paths[1])).client_listener.rpartition(":")[2]
+    with socket.create_server(("127.0.0.1", int(taken))):
+        started = time.monotonic()
+        proc = run_demo(data)
+    assert proc.returncode == 1, proc
+    assert time.monotonic() - started < 60
+    assert "raftlog: error: the cluster exited with status 1 before it was ready" in proc.stderr
+    assert "node 2 exited with status 1 before the cluster was ready" in proc.stderr
+    assert "address already in use" in proc.stderr
+    assert "Traceback" not in proc.stderr
