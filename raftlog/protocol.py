@@ -542,9 +542,13 @@ class _ProduceBody(_Struct):
     __slots__ = ()
 
     def check(self, value: Any) -> None:
-        acks = value.get("acks", 0)
-        timeout_ms = value.get("timeout_ms", 0)
-        topics = value.get("topics")
+        try:  # the producer always sends all three; without one, the generic walk decides
+            acks = value["acks"]
+            timeout_ms = value["timeout_ms"]
+            topics = value["topics"]
+        except KeyError:
+            super().check(value)
+            return
         if (
             type(acks) is int
             and type(timeout_ms) is int

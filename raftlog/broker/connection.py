@@ -50,7 +50,7 @@ import logging
 import os
 from collections import Counter, deque
 from collections.abc import Awaitable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from raftlog import protocol
 from raftlog.errors import (
@@ -77,6 +77,7 @@ MAX_PENDING_RESPONSE_FDS = 256
 # dispatching pauses: one fetch at the consumer's default fetch_max_bytes (50 MiB) fits.
 MAX_PENDING_RESPONSE_BYTES = 64 * 1024 * 1024
 _PRODUCE = int(protocol.ApiKey.PRODUCE)
+_check_produce_body = protocol.REQUEST_BODIES[_PRODUCE].check
 # Produce requests appended together before their responses are written: enough to make the
 # write cost per request small, few enough that the client gets answers while we work.
 MAX_GROUPED_REQUESTS = 128
@@ -401,7 +402,15 @@ class Connection(asyncio.Protocol):
         # pipelining producer costs one write per partition per read, not one per request.
         group: ProduceGroup | None = None
         try:
-            while not self._backlogged and not self._closing:
+            slots = self._slots
+            # _backlogged, inlined: this runs once per request on the produce hot path.
+            while (
+                len(slots) < MAX_PENDING_RESPONSES
+                and self._response_fds < MAX_PENDING_RESPONSE_FDS
+                and self._response_bytes < MAX_PENDING_RESPONSE_BYTES
+                and not self._write_paused
+                and not self._closing
+            ):
                 try:
                     frame = self._decoder.next_frame()
                 except protocol.RemoteProtocolError as e:
@@ -506,7 +515,7 @@ class Connection(asyncio.Protocol):
         path (it names a topic to auto-create, which waits for the quorum)."""
         broker = self.broker
         try:
-            protocol.check_request_body(_PRODUCE, body)
+            _check_produce_body(body)
             acks = group.acks_of(body)
             topics = body["topics"]
             if broker.config.auto_create_topics and broker.topics_to_auto_create(
@@ -686,15 +695,14 @@ class Connection(asyncio.Protocol):
                 task.add_done_callback(self._tasks.discard)
                 return
             # No file slices here (they take the branch above): plain buffers only.
-            buffers = cast("list[bytes | memoryview]", parts)
             out = self._out
             if out is not None:
                 out.append(header)
-                if buffers:
-                    out += buffers
+                if parts:
+                    out += parts
                     self._gathered_bytes += resp.nbytes  # released by _write_gathered
             else:
-                transport.writelines([header, *buffers])
+                transport.writelines([header, *parts])  # type: ignore[list-item]
                 self._release(resp)
         self._update_reading()
 
