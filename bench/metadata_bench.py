@@ -384,8 +384,8 @@ async def wait_healthy(cluster: LocalCluster, timeout_s: float) -> int:
             if len(good) == len(cluster.nodes):
                 controllers = {v["controller_id"] for v in good}
                 brokers_ok = all(
-                    sorted(b[0] for b in v["brokers"]) == sorted(cluster.nodes)
-                    and not any(b[5] for b in v["brokers"])
+                    sorted(b["node_id"] for b in v["brokers"]) == sorted(cluster.nodes)
+                    and not any(b["fenced"] for b in v["brokers"])
                     for v in good
                 )
                 ready = all(v["quorum"]["ready"] for v in good)

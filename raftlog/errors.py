@@ -49,10 +49,34 @@ class StorageError(RaftlogError):
 
 
 class LogOfflineError(StorageError):
-    """An earlier I/O error could not be rolled back: the log refuses writes until reopened."""
+    """The partition's log is offline on this broker: an I/O error that could not be rolled
+    back, a failed fsync, a failed open (a full disk) or damaged data (LogCorruptedError).
+
+    Retriable, as Kafka's KAFKA_STORAGE_ERROR: the broker reopens the log when the cause goes
+    away, and with replication another replica may lead the partition.
+    """
 
     code = 6
-    retriable = False
+    retriable = True
+
+
+class LogCorruptedError(LogOfflineError):
+    """Data below the log's recovery point (fsynced, so not a torn write) is damaged.
+
+    Recovery never truncates such data: the log stays offline on this broker, its files as they
+    are, until an operator repairs it. Once the log is in the broker's offline table, requests
+    for it get LogOfflineError (6) carrying this message. `log_path`, `position` and `offset`
+    name the first damaged batch: its segment file, its byte position and the offset it should
+    start with (-1 where unknown).
+    """
+
+    code = 32
+
+    def __init__(self, message: str, log_path: str = "", position: int = -1, offset: int = -1):
+        super().__init__(message)
+        self.log_path = log_path
+        self.position = position
+        self.offset = offset
 
 
 class InvalidConfigError(RaftlogError):
@@ -68,9 +92,11 @@ class InvalidOffsetError(RaftlogError):
 
 
 class FencedLeaderEpochError(RaftlogError):
-    """A leader append carries an epoch older than one the log has already seen."""
+    """A request carries a leader epoch older than the partition's (KIP-320): the sender's
+    metadata is stale (refresh and retry), or a deposed leader tried to append."""
 
     code = 9
+    retriable = True
 
 
 class UnknownTopicOrPartitionError(RaftlogError):
@@ -132,7 +158,31 @@ class PolicyViolationError(RaftlogError):
 
 
 class NotEnoughReplicasError(RaftlogError):
+    """acks=all refused before the append: the ISR is smaller than min.insync.replicas."""
+
     code = 20
+    retriable = True
+
+
+class NotEnoughReplicasAfterAppendError(RaftlogError):
+    """acks=all: the records were appended by the leader, but the ISR fell below
+    min.insync.replicas before they were committed. They may or may not be kept."""
+
+    code = 40
+    retriable = True
+
+
+class InvalidUpdateVersionError(RaftlogError):
+    """An ISR change names a partition epoch that is no longer current (Kafka's
+    INVALID_UPDATE_VERSION): the partition changed meanwhile, maybe by this very change."""
+
+    code = 42
+
+
+class UnknownLeaderEpochError(RaftlogError):
+    """A request carries a leader epoch newer than this broker knows (its metadata lags)."""
+
+    code = 41
     retriable = True
 
 
@@ -236,4 +286,4 @@ class NotABrokerError(RaftlogError):
     Raised by the client only (a broker never sends it).
     """
 
-    code = 32
+    code = 33

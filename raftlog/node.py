@@ -21,9 +21,14 @@ A controller's Raft address is its own entry in `controller_voters`; it also rec
 brokers' UDP heartbeats on that host and port number. A broker that is not a controller
 follows the metadata as an observer.
 
-Start order: join the quorum, wait until the local metadata has caught up (bounded), open the
-listener, register the broker (a new incarnation, so an older process of this node is fenced),
-reconcile the logs with the metadata, then heartbeat. SIGTERM/SIGINT stop it in reverse.
+Start order: check that the node's ports are free (Raft TCP and heartbeat UDP for a controller,
+the client listener for a broker: one that stays taken fails the start within seconds, naming
+it), join the quorum, wait until the local metadata has caught up (bounded), open the listener,
+register the broker (a new incarnation, so an older process of this node is fenced), reconcile
+the logs with the metadata, then heartbeat. SIGTERM/SIGINT stop it in reverse.
+
+If the quorum member's Raft thread fails (quorum.py), the node stops with an error naming it,
+so that the process exits non-zero and a restart rebuilds its Raft state.
 
 Readiness (raftlog/readiness.py): once started, a node writes `<data_dir>/node.ready` and
 prints its "ready on" line as one write; it removes the file first thing when it stops.
@@ -36,6 +41,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import sys
 import time
 import tomllib
@@ -46,10 +52,16 @@ from typing import Any
 from raftlog.broker.server import Broker, BrokerConfig
 from raftlog.errors import InvalidConfigError, RaftlogError
 from raftlog.metadata.cluster import ClusterMetadata, parse_voters
-from raftlog.metadata.controller import Controller, send_heartbeats
+from raftlog.metadata.controller import (
+    RETRY_BACKOFF_MAX_S,
+    RETRY_BACKOFF_MIN_S,
+    Controller,
+    send_heartbeats,
+)
 from raftlog.metadata.coordinator import GroupCoordinator
-from raftlog.metadata.quorum import MetadataQuorum
+from raftlog.metadata.quorum import MetadataQuorum, check_port_free
 from raftlog.readiness import remove_ready_file, write_line, write_ready_file
+from raftlog.storage import LogConfig
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +118,11 @@ class NodeConfig:
         host, _, port = self.client_listener.rpartition(":")
         if not host or not port.isdigit():
             raise InvalidConfigError(f"client_listener={self.client_listener!r}: HOST:PORT")
+        # [log] holds topic config defaults: the same keys and checks as a topic's config.
+        try:
+            LogConfig.from_topic_config(self.log)
+        except InvalidConfigError as e:
+            raise InvalidConfigError(f"[log]: {e}") from None
         BrokerConfig(data_dir=self.data_dir, **self.broker_settings())  # checks them now
 
     def broker_settings(self) -> dict[str, Any]:
@@ -148,8 +165,13 @@ class Node:
         raft_address = voters[config.node_id] if config.is_controller else None
         os.makedirs(config.data_dir, exist_ok=True)
         self.quorum = MetadataQuorum(
-            raft_address, list(voters.values()), config.data_dir, on_change=self._on_change
+            raft_address,
+            list(voters.values()),
+            config.data_dir,
+            on_change=self._on_change,
+            on_failure=self._on_quorum_failure,
         )
+        self._quorum_failed = asyncio.Event()
         self.metadata = ClusterMetadata(self.quorum, voters)
         self.broker: Broker | None = None
         self.controller: Controller | None = None
@@ -166,6 +188,29 @@ class Node:
         if self.broker is not None and self._loop is not None:
             self.broker.schedule_reconcile(self._loop)
 
+    def _on_quorum_failure(self, error: BaseException) -> None:
+        # On the Raft thread, once, as it ends: wake _watch_quorum on the event loop.
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._quorum_failed.set)
+
+    async def _watch_quorum(self) -> None:
+        await self._quorum_failed.wait()
+        raise RaftlogError(
+            f"node {self.config.node_id}: the metadata quorum's Raft thread failed "
+            f"({self.quorum.failure}); the node stops so that a restart rebuilds its Raft "
+            "state from the journal"
+        )
+
+    def _check_ports(self) -> None:
+        """Fail, naming the port, if one this node must listen on stays taken."""
+        cfg = self.config
+        if cfg.is_controller:
+            address = cfg.voters[cfg.node_id]
+            check_port_free(address, socket.SOCK_DGRAM, "controller heartbeat listener (UDP)")
+        if cfg.is_broker:
+            check_port_free(cfg.client_listener, socket.SOCK_STREAM, "client listener")
+
     def controller_address(self) -> str | None:
         leader = self.quorum.status().leader
         return leader if leader in self.config.voters.values() else None
@@ -174,9 +219,11 @@ class Node:
         self._loop = asyncio.get_running_loop()
         cfg = self.config
         remove_ready_file(cfg.data_dir)  # a stale one from a start that was killed
+        self._check_ports()
         self.quorum.start()
         try:
             async with asyncio.TaskGroup() as tg:
+                tg.create_task(self._watch_quorum())
                 if cfg.is_controller:
                     coordinator = self.coordinator
                     assert coordinator is not None
@@ -264,6 +311,7 @@ class Node:
         )
         await self.broker.start()
         incarnation = uuid.uuid4().hex
+        backoff_s = RETRY_BACKOFF_MIN_S
         while True:
             try:
                 self.broker_epoch = await self.quorum.propose(
@@ -279,8 +327,14 @@ class Node:
             except RaftlogError as e:
                 if stop.is_set():
                     return  # stopping before the quorum came back: nothing to register for
-                log.warning("registering broker %d failed, retrying: %s", cfg.node_id, e)
-                await asyncio.sleep(0.2)
+                log.warning(
+                    "registering broker %d failed, retrying in %.1f s: %s",
+                    cfg.node_id,
+                    backoff_s,
+                    e,
+                )
+                await asyncio.sleep(backoff_s)
+                backoff_s = min(2 * backoff_s, RETRY_BACKOFF_MAX_S)
         log.info("broker %d registered with epoch %d", cfg.node_id, self.broker_epoch)
         self.broker.metadata_ready()
         tg.create_task(

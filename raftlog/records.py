@@ -430,14 +430,22 @@ def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeade
 
 
 def validate_batch(
-    buf: bytes | bytearray | memoryview, pos: int = 0, end: int | None = None
+    buf: bytes | bytearray | memoryview,
+    pos: int = 0,
+    end: int | None = None,
+    checksum: bool = True,
 ) -> BatchHeader:
     """Check the batch at `pos` without decoding its records, and return its header.
+
+    `checksum=False` skips only the checksum (a consumer with check_crcs off): the structural
+    checks stay, since a reader that trusts a corrupt length can loop or read out of bounds.
 
     Checks: the length fits inside [pos, end); magic is known; the record count agrees with
     last_offset_delta and with the table of record lengths, whose sum must fill the batch
     exactly; every record is at least the minimum size; the checksum matches; compression is
-    none; the timestamps are ordered. Raises CorruptRecordError naming the byte position.
+    none; the timestamps are ordered and not negative (Kafka refuses negative timestamps too;
+    the header's first timestamp stands for the batch, since records are never decoded here).
+    Raises CorruptRecordError naming the byte position.
     """
     if end is None:
         end = len(buf)
@@ -451,7 +459,7 @@ def validate_batch(
         batch_length,
         epoch,
         magic,
-        checksum,
+        crc,
         attributes,
         last_delta,
         first_ts,
@@ -493,14 +501,19 @@ def validate_batch(
             f"record lengths sum to {total} but batch at byte {pos} holds "
             f"{batch_end - bodies_start} bytes of records for {count} records"
         )
-    if _checksum(memoryview(buf)[pos + CHECKSUMMED_FROM : batch_end]) != checksum:
+    if checksum and _checksum(memoryview(buf)[pos + CHECKSUMMED_FROM : batch_end]) != crc:
         raise CorruptRecordError(f"checksum mismatch in batch at byte {pos}")
     if attributes & COMPRESSION_MASK:
         raise CorruptRecordError(
             f"compression codec {attributes & COMPRESSION_MASK} in batch at byte {pos} "
             "is not supported"
         )
-    if max_ts < first_ts:
+    if max_ts < first_ts or first_ts < 0:
+        if first_ts < 0:
+            raise CorruptRecordError(
+                f"negative first timestamp {first_ts} in batch at byte {pos}: timestamps are "
+                "ms since the epoch, >= 0"
+            )
         raise CorruptRecordError(
             f"max timestamp {max_ts} < first timestamp {first_ts} in batch at byte {pos}"
         )
@@ -509,7 +522,7 @@ def validate_batch(
         batch_length,
         epoch,
         magic,
-        checksum,
+        crc,
         attributes,
         last_delta,
         first_ts,
@@ -715,7 +728,7 @@ def _decode_fast(
                 (hcount,) = unpack_int(data, p)
                 p += 4
                 if hcount:
-                    headers, p = _decode_headers_fast(data, p, hcount)
+                    headers, p = _decode_headers_fast(data, p, hcount, end)
                 else:
                     headers = no_headers
                 if p != end:
@@ -732,10 +745,11 @@ def _decode_fast(
 
 
 def _decode_headers_fast(
-    data: bytes, p: int, hcount: int
+    data: bytes, p: int, hcount: int, end: int
 ) -> tuple[tuple[tuple[str, bytes | None], ...], int]:
-    """Headers at `p` for `_decode_fast`; raises ValueError on anything unusual."""
-    if hcount < 0:
+    """Headers at `p` of a record ending at `end`, for `_decode_fast`; raises ValueError on
+    anything unusual (a count the record cannot hold: each header takes at least 8 bytes)."""
+    if not 0 < hcount <= (end - p) // 8:
         raise ValueError
     unpack_int = INT32.unpack_from
     hs: list[tuple[str, bytes | None]] = []
@@ -790,9 +804,22 @@ def _decode_checked(
             p += 4
             headers: tuple[tuple[str, bytes | None], ...] = ()
             if hcount:
+                # Each header takes at least 8 bytes: a count the record cannot hold, or a
+                # negative key length, would otherwise walk (even backwards) through bytes
+                # that are not this record's, up to 2^31 times.
+                if not 0 < hcount <= (end - p) // 8:
+                    raise CorruptRecordError(
+                        f"record {base + i} in batch at byte {pos}: header count {hcount} does "
+                        f"not fit the {end - p} bytes left of the record"
+                    )
                 hs = []
                 for _ in range(hcount):
                     (hklen,) = unpack_int(mv, p)
+                    if not 0 <= hklen <= end - p - 8:
+                        raise CorruptRecordError(
+                            f"record {base + i} in batch at byte {pos}: header key length "
+                            f"{hklen} does not fit the record"
+                        )
                     hkey = bytes(mv[p + 4 : p + 4 + hklen]).decode()
                     p += 4 + hklen
                     (hvlen,) = unpack_int(mv, p)

@@ -5,6 +5,21 @@ with topics, wakes long-polling fetches when a partition grows, and runs the ret
 flush timers. Storage calls are synchronous and run on the event loop thread: appends are
 page-cache writes of microseconds, and one thread keeps the "one writer per log" rule without
 locks. fsyncs of rolled segments already run on the storage layer's own thread.
+
+Offline logs (rules):
+- A hosted partition whose log cannot be opened (a full disk, damaged data below the recovery
+  point: LogCorruptedError) or that went offline while serving (a failed fsync, damage found by
+  a read) is kept in an offline table with its error; produce, fetch and list-offsets for it get
+  that LogOfflineError. It never stops the other partitions: every per-partition error is caught
+  here, logged at most once per `ERROR_LOG_INTERVAL_S` per partition and kind, and the loop
+  goes on.
+- Offline partitions are reopened with a bounded exponential backoff
+  (`OPEN_RETRY_BACKOFF_MS_MIN` doubling to `OPEN_RETRY_BACKOFF_MS_MAX`), so a partition comes
+  back by itself when space returns or an operator repairs or moves its directory. A reopen
+  after damage found by a read checks the damaged segment batch by batch.
+- `offline_report()` is what the broker reports to the metadata (cluster status shows it);
+  `on_offline_change` is called whenever it changes.
+- `close()` closes every log, even if some fail.
 """
 
 from __future__ import annotations
@@ -13,18 +28,39 @@ import asyncio
 import logging
 import os
 import shutil
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
-from raftlog.errors import RaftlogError, UnknownTopicOrPartitionError
+from raftlog.errors import (
+    LogCorruptedError,
+    LogOfflineError,
+    RaftlogError,
+    UnknownTopicOrPartitionError,
+)
 from raftlog.metadata.model import TopicInfo
 from raftlog.storage import LogConfig, PartitionLog
 from raftlog.storage.checkpoint import atomic_write
+from raftlog.storage.log import os_error_text
+from raftlog.storage.segment import parse_segment_name
 from raftlog.topics import TopicPartition
 
 log = logging.getLogger(__name__)
 
 TOPIC_ID_FILE = "topic-id"
+# First reopen half a second after a failure, then doubling: a transient failure costs little.
+OPEN_RETRY_BACKOFF_MS_MIN = 500
+# At most every 30 s: an operator's repair (or freed space) is picked up within that, and a
+# partition that stays broken costs one open attempt (its indices and last headers) per 30 s.
+OPEN_RETRY_BACKOFF_MS_MAX = 30_000
+# A partition's repeated error of one kind is logged at most once a minute (with the count of
+# the lines left out): a full disk must not flood the log with one line per partition per tick.
+ERROR_LOG_INTERVAL_S = 60.0
+# What the metadata keeps per offline replica: the reason's first characters (the broker's log
+# has it whole), and at most this many replicas per broker, so one report stays a small command.
+OFFLINE_REASON_CHARS_MAX = 300
+OFFLINE_REPORT_ENTRIES_MAX = 1000
 
 
 def partition_dir_name(tp: TopicPartition) -> str:
@@ -46,68 +82,217 @@ def parse_partition_dir(name: str) -> TopicPartition | None:
     return TopicPartition(topic, int(part))
 
 
+class RateLimitedLog:
+    """At most one line per key every `interval_s`; the next one says how many were left out."""
+
+    def __init__(self, interval_s: float, clock: Callable[[], float] = time.monotonic):
+        self.interval_s = interval_s
+        self._clock = clock
+        self._last: dict[Hashable, tuple[float, int]] = {}  # key -> (logged at, left out since)
+
+    def log(self, level: int, key: Hashable, msg: str, *args: object) -> bool:
+        now = self._clock()
+        at, left_out = self._last.get(key, (None, 0))
+        if at is not None and now - at < self.interval_s:
+            self._last[key] = (at, left_out + 1)
+            return False
+        if left_out:
+            msg += " (%d similar lines in the last %.0f s left out)"
+            args = (*args, left_out, self.interval_s)
+        log.log(level, msg, *args)
+        self._last[key] = (now, 0)
+        return True
+
+    def forget(self, prefix: Hashable) -> None:
+        """Drop the keys of one partition (tuples starting with `prefix`)."""
+        for key in [k for k in self._last if isinstance(k, tuple) and k[:1] == (prefix,)]:
+            del self._last[key]
+
+
+@dataclass(slots=True)
+class OfflineLog:
+    """A hosted partition whose log does not serve: why, and when the next reopen is due."""
+
+    topic: TopicInfo
+    error: LogOfflineError
+    since_s: float  # monotonic
+    attempts: int  # failed opens in a row
+    retry_at_s: float  # monotonic
+    # Segments (base offsets) the next open checks batch by batch: where a read found damage.
+    check_segments: tuple[int, ...] = ()
+
+
+def _backoff_s(attempts: int) -> float:
+    ms: int = OPEN_RETRY_BACKOFF_MS_MIN << min(max(attempts - 1, 0), 32)
+    return min(ms, OPEN_RETRY_BACKOFF_MS_MAX) / 1000
+
+
 class LogManager:
-    def __init__(self, data_dir: str, defaults: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        data_dir: str,
+        defaults: dict[str, Any] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.root = os.path.join(data_dir, "logs")
         os.makedirs(self.root, exist_ok=True)
         self.defaults = dict(defaults or {})
+        # The broker-wide defaults (node TOML [log]) are checked like a topic's config, at start.
+        LogConfig.from_topic_config(self.defaults)
+        self._clock = clock
         self._logs: dict[TopicPartition, PartitionLog] = {}
-        self._topic_ids: dict[TopicPartition, str] = {}
+        # The topic each open log was opened for (its id and config, for a reopen).
+        self._topics: dict[TopicPartition, TopicInfo] = {}
+        self._offline: dict[TopicPartition, OfflineLog] = {}
         # Long-polling fetches waiting for a partition to grow.
         self._waiters: dict[TopicPartition, set[asyncio.Future[None]]] = {}
+        self.errors = RateLimitedLog(ERROR_LOG_INTERVAL_S, clock)
+        # Called (on the event loop) whenever offline_report() may have changed.
+        self.on_offline_change: Callable[[], None] = lambda: None
 
     def config_for(self, topic_config: dict[str, str]) -> LogConfig:
-        return LogConfig.from_topic_config({**self.defaults, **topic_config})
+        # Not strict about unknown keys: topics created before they were refused must open.
+        return LogConfig.from_topic_config({**self.defaults, **topic_config}, strict=False)
 
     def reconcile(self, topics: Iterable[TopicInfo], node_id: int) -> None:
         """Make the hosted logs match the metadata: open partitions whose replicas include
         `node_id`; close and delete the others, and any whose topic was deleted and re-created
-        (a different topic id, kept in each partition directory's `topic-id` file)."""
+        (a different topic id, kept in each partition directory's `topic-id` file).
+
+        A partition that fails to open goes to the offline table (retried later); the others
+        are opened regardless."""
         wanted: dict[TopicPartition, TopicInfo] = {}
         for t in topics:
             for p in t.partitions:
                 if node_id in p.replicas:
                     wanted[TopicPartition(t.name, p.partition)] = t
         for tp in list(self._logs):
-            t = wanted.get(tp)
-            if t is None or self._topic_ids.get(tp) != t.topic_id:
+            still = wanted.get(tp)
+            opened_for = self._topics.get(tp)
+            if still is None or opened_for is None or opened_for.topic_id != still.topic_id:
                 self._drop(tp, "its topic was deleted or it moved away")
+        changed = False
+        for tp, off in list(self._offline.items()):
+            now_wanted = wanted.get(tp)
+            if now_wanted is None or now_wanted.topic_id != off.topic.topic_id:
+                # Its directory goes below, with the other partitions not hosted here.
+                del self._offline[tp]
+                self.errors.forget(tp)
+                changed = True
+                log.info("%s is no longer hosted here: forgetting that its log is offline", tp)
         for name in sorted(os.listdir(self.root)):
             path = os.path.join(self.root, name)
-            tp = parse_partition_dir(name)
-            t = wanted.get(tp) if tp is not None else None
-            if tp in self._logs:
+            parsed = parse_partition_dir(name)
+            hosted = wanted.get(parsed) if parsed is not None else None
+            if parsed in self._logs:
                 continue
-            if t is None or _read_topic_id(path) not in (None, t.topic_id):
+            if hosted is None or _read_topic_id(path) not in (None, hosted.topic_id):
                 log.warning("deleting %s: not a partition this node hosts", path)
                 shutil.rmtree(path, ignore_errors=True)
-        for tp, t in wanted.items():
-            if tp not in self._logs:
-                self._open(tp, t)
+        for tp, info in wanted.items():
+            if tp not in self._logs and tp not in self._offline:
+                self._open(tp, info)
+        if changed:
+            self.on_offline_change()
 
-    def _open(self, tp: TopicPartition, topic: TopicInfo) -> PartitionLog:
-        plog = self._logs.get(tp)
-        if plog is None:
-            path = os.path.join(self.root, partition_dir_name(tp))
-            plog = PartitionLog.open(path, self.config_for(topic.config))
+    def _open(
+        self, tp: TopicPartition, topic: TopicInfo, check_segments: tuple[int, ...] = ()
+    ) -> PartitionLog | None:
+        """Open a hosted partition's log; on failure put it in the offline table and return
+        None (the caller goes on with the other partitions)."""
+        path = os.path.join(self.root, partition_dir_name(tp))
+        try:
+            plog = PartitionLog.open(
+                path, self.config_for(topic.config), check_segments=check_segments
+            )
+        except LogOfflineError as e:  # LogCorruptedError: damage below the recovery point
+            self._went_offline(tp, topic, e)
+            return None
+        except RaftlogError as e:  # StorageError (a full disk), InvalidConfigError
+            self._went_offline(
+                tp, topic, LogOfflineError(f"{e}; the log of {tp} is offline on this broker")
+            )
+            return None
+        try:
             if _read_topic_id(path) is None:
                 atomic_write(os.path.join(path, TOPIC_ID_FILE), topic.topic_id.encode())
-            self._logs[tp] = plog
-            self._topic_ids[tp] = topic.topic_id
+        except OSError as e:
+            self._close_quietly(tp, plog)
+            self._went_offline(
+                tp,
+                topic,
+                LogOfflineError(
+                    f"{tp}: writing its {TOPIC_ID_FILE} file failed ({os_error_text(e)})"
+                ),
+            )
+            return None
+        self._logs[tp] = plog
+        self._topics[tp] = topic
+        was = self._offline.pop(tp, None)
+        if was is not None:
+            log.info(
+                "%s is back online after %.1f s offline (log end %d)",
+                tp,
+                self._clock() - was.since_s,
+                plog.log_end_offset,
+            )
+            self.errors.forget(tp)
+            self.on_offline_change()
         return plog
+
+    def _went_offline(self, tp: TopicPartition, topic: TopicInfo, error: LogOfflineError) -> None:
+        now = self._clock()
+        old = self._offline.get(tp)
+        attempts = 1 if old is None else old.attempts + 1
+        check: tuple[int, ...] = () if old is None else old.check_segments
+        if isinstance(error, LogCorruptedError) and error.log_path:
+            base = parse_segment_name(os.path.basename(error.log_path))
+            if base is not None and base not in check:
+                check = (*check, base)
+        self._offline[tp] = OfflineLog(
+            topic,
+            error,
+            now if old is None else old.since_s,
+            attempts,
+            now + _backoff_s(attempts),
+            check,
+        )
+        if old is None or str(old.error) != str(error):
+            self.errors.forget(tp)
+            self.on_offline_change()
+        self.errors.log(
+            logging.ERROR,
+            (tp, "offline"),
+            "%s is offline on this broker (attempt %d, next in %.1f s): %s",
+            tp,
+            attempts,
+            _backoff_s(attempts),
+            error,
+        )
+        self.notify(tp)  # waiting fetches answer with the error
 
     def _drop(self, tp: TopicPartition, why: str) -> None:
         plog = self._logs.pop(tp)
-        self._topic_ids.pop(tp, None)
-        plog.close()
+        self._topics.pop(tp, None)
+        self._close_quietly(tp, plog)
         shutil.rmtree(plog.path, ignore_errors=True)
+        self.errors.forget(tp)
         log.info("deleted partition %s: %s", tp, why)
         self.notify(tp)  # waiting fetches wake up and see the partition is gone
+
+    def _close_quietly(self, tp: TopicPartition, plog: PartitionLog) -> None:
+        try:
+            plog.close()
+        except RaftlogError as e:
+            log.error("closing %s failed: %s (recovery will check it at the next open)", tp, e)
 
     def get(self, tp: TopicPartition) -> PartitionLog:
         try:
             return self._logs[tp]
         except KeyError:
+            off = self._offline.get(tp)
+            if off is not None:
+                raise LogOfflineError(str(off.error)) from None
             raise UnknownTopicOrPartitionError(
                 f"this broker does not host partition {tp}"
             ) from None
@@ -115,8 +300,26 @@ class LogManager:
     def find(self, tp: TopicPartition) -> PartitionLog | None:
         return self._logs.get(tp)
 
+    def offline_error(self, tp: TopicPartition) -> LogOfflineError | None:
+        """Why a hosted partition's log is offline here, or None."""
+        off = self._offline.get(tp)
+        return None if off is None else off.error
+
     def partitions(self) -> list[TopicPartition]:
         return list(self._logs)
+
+    def offline(self) -> dict[TopicPartition, OfflineLog]:
+        return dict(self._offline)
+
+    def offline_report(self) -> list[list[Any]]:
+        """[[topic, partition, reason], ...] sorted, bounded: what the metadata should hold."""
+        out: list[list[Any]] = []
+        for tp in sorted(self._offline)[:OFFLINE_REPORT_ENTRIES_MAX]:
+            reason = str(self._offline[tp].error)
+            if len(reason) > OFFLINE_REASON_CHARS_MAX:
+                reason = reason[: OFFLINE_REASON_CHARS_MAX - 3] + "..."
+            out.append([tp.topic, tp.partition, reason])
+        return out
 
     # -- long-poll support ---------------------------------------------------------------------
 
@@ -145,26 +348,50 @@ class LogManager:
 
     # -- housekeeping --------------------------------------------------------------------------
 
+    def check_offline(self) -> int:
+        """Move logs that went offline while serving to the offline table; returns how many."""
+        moved = 0
+        for tp, plog in list(self._logs.items()):
+            error = plog.offline_error
+            if error is None:
+                continue
+            del self._logs[tp]
+            topic = self._topics.pop(tp)
+            self._close_quietly(tp, plog)
+            self._went_offline(tp, topic, error)
+            moved += 1
+        return moved
+
+    def retry_offline(self) -> int:
+        """Reopen the offline partitions whose backoff has passed; returns how many came back."""
+        now = self._clock()
+        back = 0
+        for tp, off in list(self._offline.items()):
+            if now >= off.retry_at_s and self._open(tp, off.topic, off.check_segments):
+                back += 1
+        return back
+
     def enforce_retention(self) -> int:
         deleted = 0
         for tp, plog in list(self._logs.items()):
             try:
                 deleted += plog.enforce_retention()
-            except OSError as e:
-                log.error("retention on %s failed: %s", tp, e)
+            except RaftlogError as e:
+                self.errors.log(
+                    logging.ERROR, (tp, "retention"), "retention on %s failed: %s", tp, e
+                )
         return deleted
 
     def maybe_flush(self) -> None:
-        for tp, plog in self._logs.items():
+        for tp, plog in list(self._logs.items()):
             try:
                 plog.maybe_flush()
             except RaftlogError as e:
-                log.error("flushing %s failed: %s", tp, e)
+                self.errors.log(logging.ERROR, (tp, "flush"), "flushing %s failed: %s", tp, e)
 
     def close(self) -> None:
-        for tp, plog in self._logs.items():
-            try:
-                plog.close()
-            except OSError as e:
-                log.error("closing %s failed: %s (recovery will check it at the next start)", tp, e)
+        """Close every log (each flushes and writes its clean-shutdown marker); a failing one
+        is logged and the others still close."""
+        for tp, plog in list(self._logs.items()):
+            self._close_quietly(tp, plog)
         self._logs.clear()

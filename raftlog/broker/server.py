@@ -7,8 +7,18 @@ clients refresh metadata and follow the leader), and reconciles its logs with th
 whenever the metadata changes: open new partitions, delete deleted topics.
 
 Shutdown (`stop`): stop accepting, let in-flight requests finish (bounded by
-`shutdown_timeout_ms`), flush and close every log. After kill -9 instead, the next start runs
-storage recovery and every acknowledged record is there.
+`shutdown_timeout_ms`), flush and close every log (every one, even if some fail). After kill -9
+instead, the next start runs storage recovery and every acknowledged record is there.
+
+Housekeeping (every `flush_check_interval_ms`): flush by `flush.ms`, retention every
+`retention_check_interval_ms`, move logs that went offline to the LogManager's offline table
+and reopen offline ones whose backoff passed. A partition's error never stops the others (the
+LogManager catches and rate-limits them); a bug that ends the task is logged at once.
+
+Offline replicas: whenever the set of this broker's offline logs changes, the broker proposes
+it to the metadata (`report_offline_replicas`, with its broker epoch), so `cluster status`
+shows it wherever it is asked. Produce, fetch and list-offsets for an offline partition answer
+LogOfflineError (retriable). Leadership does not move because of it yet (replication will).
 
 Seam for replication: `high_watermark(tp, log)` is the log end offset until followers
 replicate; then it comes from the ISR.
@@ -31,6 +41,7 @@ from raftlog.broker.handlers import admin, fetch, groups, produce
 from raftlog.broker.logs import LogManager
 from raftlog.errors import (
     InvalidConfigError,
+    LogOfflineError,
     NotLeaderOrFollowerError,
     RaftlogError,
     TopicAlreadyExistsError,
@@ -43,6 +54,9 @@ from raftlog.storage import PartitionLog
 from raftlog.topics import TopicPartition
 
 log = logging.getLogger(__name__)
+
+# After a failed offline report (no quorum leader, a timeout), try again this much later.
+OFFLINE_REPORT_RETRY_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +132,9 @@ class Broker:
         self._reconcile_scheduled = False
         self._metadata_ready = False
         self.logs = LogManager(config.data_dir, config.log_defaults)
+        # Set whenever the LogManager's offline table changes; the reporter task waits on it.
+        self._offline_changed = asyncio.Event()
+        self.logs.on_offline_change = self._offline_changed.set
         self.handlers: dict[int, Any] = {}
         for key, fn in (
             (protocol.ApiKey.API_VERSIONS, admin.handle_api_versions),
@@ -144,6 +161,7 @@ class Broker:
         self.connections = Connections(config)
         self._server: asyncio.Server | None = None
         self._housekeeping: asyncio.Task[None] | None = None
+        self._offline_reporter: asyncio.Task[None] | None = None
         self.port = config.port
         self.stopping = False
 
@@ -156,7 +174,8 @@ class Broker:
             lambda: Connection(self), self.config.host, self.config.port, reuse_address=True
         )
         self.port = self._server.sockets[0].getsockname()[1]
-        self._housekeeping = asyncio.create_task(self._housekeep())
+        self._housekeeping = _background(self._housekeep(), "housekeeping")
+        self._offline_reporter = _background(self._report_offline(), "offline replica reports")
         log.info(
             "broker %d listening on %s:%d, data in %s, %d partitions, fetches served with %s",
             self.config.node_id,
@@ -170,26 +189,29 @@ class Broker:
     async def stop(self) -> None:
         """Graceful stop: no new connections, in-flight requests finish, logs flush and close."""
         self.stopping = True
-        if self._server is not None:
-            self._server.close()
-        self.logs.wake_all()  # long-polling fetches answer now with what they have
-        if self._housekeeping is not None:
-            self._housekeeping.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._housekeeping
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.config.shutdown_timeout_ms / 1000
-        # Let queued responses drain (long-polls answer at their deadline or on data).
-        while any(c.busy for c in self.connections.open) and loop.time() < deadline:
-            await asyncio.sleep(0.01)
-        for conn in list(self.connections.open):
-            if conn.transport is not None:
-                conn.transport.close()
-        self.connections.close()
-        if self._server is not None:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._server.wait_closed(), 1.0)
-        self.logs.close()
+        try:
+            if self._server is not None:
+                self._server.close()
+            self.logs.wake_all()  # long-polling fetches answer now with what they have
+            for task in (self._housekeeping, self._offline_reporter):
+                if task is not None:
+                    task.cancel()
+                    # wait, not await: a task that failed was logged when it did (_background).
+                    await asyncio.wait([task])
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.config.shutdown_timeout_ms / 1000
+            # Let queued responses drain (long-polls answer at their deadline or on data).
+            while any(c.busy for c in self.connections.open) and loop.time() < deadline:
+                await asyncio.sleep(0.01)
+            for conn in list(self.connections.open):
+                if conn.transport is not None:
+                    conn.transport.close()
+            self.connections.close()
+            if self._server is not None:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._server.wait_closed(), 1.0)
+        finally:
+            self.logs.close()
         log.info("broker %d stopped", self.config.node_id)
 
     async def _housekeep(self) -> None:
@@ -201,6 +223,42 @@ class Broker:
             if loop.time() >= next_retention:
                 self.logs.enforce_retention()
                 next_retention = loop.time() + self.config.retention_check_interval_ms / 1000
+            self.logs.check_offline()
+            if not self.stopping and self._metadata_ready:
+                self.logs.retry_offline()
+
+    async def _report_offline(self) -> None:
+        """Keep the metadata's record of this broker's offline replicas equal to the
+        LogManager's: on every change, and again after a failed proposal."""
+        reported: list[list[Any]] = []  # a new broker epoch starts with nothing reported
+        while True:
+            await self._offline_changed.wait()
+            self._offline_changed.clear()
+            current = self.logs.offline_report()
+            if current == reported:
+                continue
+            try:
+                await self.metadata.report_offline_replicas(self.config.node_id, current)
+            except RaftlogError as e:
+                self.logs.errors.log(
+                    logging.WARNING,
+                    ("metadata", "offline report"),
+                    "broker %d: reporting %d offline replicas to the metadata failed, retrying "
+                    "in %.1f s: %s",
+                    self.config.node_id,
+                    len(current),
+                    OFFLINE_REPORT_RETRY_S,
+                    e,
+                )
+                await asyncio.sleep(OFFLINE_REPORT_RETRY_S)
+                self._offline_changed.set()
+                continue
+            reported = current
+            log.info(
+                "broker %d reported its offline replicas to the metadata: %s",
+                self.config.node_id,
+                ", ".join(f"{t}-{p}" for t, p, _ in current) or "none",
+            )
 
     # -- metadata ------------------------------------------------------------------------------
 
@@ -300,6 +358,11 @@ class Broker:
             )
         plog = self.logs.find(tp)
         if plog is None:
+            offline = self.logs.offline_error(tp)
+            if offline is not None:
+                raise LogOfflineError(
+                    f"broker {self.config.node_id} cannot serve {tp}, its log is offline: {offline}"
+                )
             # Metadata says we lead it but the log is not open yet (a reconcile is pending).
             raise NotLeaderOrFollowerError(f"broker {self.config.node_id} is opening {tp}")
         return plog, p.leader_epoch
@@ -312,3 +375,16 @@ class Broker:
 
     def high_watermark(self, tp: TopicPartition, plog: PartitionLog) -> int:
         return plog.log_end_offset
+
+
+def _background(coro: Any, what: str) -> asyncio.Task[None]:
+    """A broker task that runs until `stop` cancels it; if it ends with an error (a bug: the
+    expected ones are caught inside), that is logged at once rather than at shutdown."""
+    task: asyncio.Task[None] = asyncio.create_task(coro, name=f"broker {what}")
+
+    def done(t: asyncio.Task[None]) -> None:
+        if not t.cancelled() and t.exception() is not None:
+            log.error("broker %s stopped with an error", what, exc_info=t.exception())
+
+    task.add_done_callback(done)
+    return task

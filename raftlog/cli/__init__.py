@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from raftlog.cli import (
     bench_cmd,
+    chaos_cmd,
     client_cmd,
     cluster_cmd,
     demo_cmd,
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo_cmd.register(sub)
     storage_cmd.register(sub)
     bench_cmd.register(sub)
+    chaos_cmd.register(sub)
     return parser
 
 

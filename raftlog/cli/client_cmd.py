@@ -10,15 +10,22 @@ import argparse
 import base64
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from typing import Any
 
-from raftlog.client import Admin, Consumer, Producer
+from raftlog.client import Admin, Consumer, Producer, RecordFuture
 from raftlog.errors import InvalidConfigError
 from raftlog.topics import TopicPartition
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+# `produce` waits for the outcome of every this many records before it reads more lines, so
+# its memory stays bounded however long stdin is.
+PRODUCE_WINDOW_RECORDS = 10_000
+# `consume` polls for at most this long, so a stop signal is acted on within it.
+CONSUME_POLL_MS = 500
 
 
 def add_bootstrap(p: argparse.ArgumentParser) -> None:
@@ -38,17 +45,26 @@ def _config_pair(s: str) -> tuple[str, str]:
     return key, value
 
 
-def _positive(s: str) -> int:
-    v = int(s)
+def positive_int(s: str) -> int:
+    """An argparse type: argparse names the option, this says what is wrong with the value
+    (a ValueError would make argparse print this function's name instead)."""
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{s!r} is not a positive integer") from None
     if v < 1:
-        raise argparse.ArgumentTypeError(f"{s} must be >= 1")
+        raise argparse.ArgumentTypeError(f"{s!r} is not a positive integer (must be >= 1)")
     return v
 
 
-def _non_negative(s: str) -> int:
-    v = int(s)
+def non_negative_int(s: str) -> int:
+    """An argparse type, like `positive_int`, for values >= 0."""
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{s!r} is not an integer >= 0") from None
     if v < 0:
-        raise argparse.ArgumentTypeError(f"{s} must be >= 0")
+        raise argparse.ArgumentTypeError(f"{s!r} is not an integer >= 0")
     return v
 
 
@@ -56,9 +72,17 @@ def register(sub: Any) -> None:
     t = sub.add_parser("topic", help="create, list, describe and delete topics")
     tsub = t.add_subparsers(dest="topic_command", required=True, metavar="SUBCOMMAND")
     c = tsub.add_parser("create", help="create a topic")
-    c.add_argument("topic")
-    c.add_argument("-p", "--partitions", type=_positive, default=1)
-    c.add_argument("-r", "--replication-factor", type=_positive, default=1)
+    c.add_argument("topic", help="the topic's name (1-249 of a-z A-Z 0-9 . _ -)")
+    c.add_argument(
+        "-p", "--partitions", type=positive_int, default=1, help="number of partitions (1)"
+    )
+    c.add_argument(
+        "-r",
+        "--replication-factor",
+        type=positive_int,
+        default=1,
+        help="replicas of each partition, on distinct brokers (1)",
+    )
     c.add_argument(
         "-c",
         "--config",
@@ -68,68 +92,110 @@ def register(sub: Any) -> None:
         metavar="KEY=VALUE",
         help="topic config, e.g. retention.ms=60000",
     )
-    c.add_argument("--if-not-exists", action="store_true")
+    c.add_argument(
+        "--if-not-exists", action="store_true", help="succeed if the topic already exists"
+    )
     add_bootstrap(c)
     c.set_defaults(func=_topic_create)
     ls = tsub.add_parser("list", help="list topics")
+    add_json(ls, "one object per topic: name, topic_id, partitions")
     add_bootstrap(ls)
     ls.set_defaults(func=_topic_list)
     d = tsub.add_parser("describe", help="partitions, leaders, offsets and configs")
-    d.add_argument("topic", nargs="*")
-    d.add_argument("--json", action="store_true")
+    d.add_argument("topic", nargs="*", help="topics to describe (default: all)")
+    add_json(d, "one object per topic, its partitions as objects; unknown figures are null")
     add_bootstrap(d)
     d.set_defaults(func=_topic_describe)
     rm = tsub.add_parser("delete", help="delete topics and their data")
-    rm.add_argument("topic", nargs="+")
+    rm.add_argument("topic", nargs="+", help="topics to delete")
     add_bootstrap(rm)
     rm.set_defaults(func=_topic_delete)
 
     p = sub.add_parser("produce", help="send lines from stdin as records")
-    p.add_argument("topic")
+    p.add_argument("topic", help="the topic to send to")
     p.add_argument("--key-separator", help="split each line into KEY<SEP>VALUE at the first SEP")
-    p.add_argument("--acks", default="all", choices=["all", "-1", "0", "1"])
-    p.add_argument("--partition", type=_non_negative)
-    p.add_argument("--linger-ms", type=_non_negative, default=5)
-    p.add_argument("--batch-size", type=_positive, default=64 * 1024)
+    p.add_argument(
+        "--acks",
+        default="all",
+        choices=["all", "-1", "0", "1"],
+        help="all/-1: wait until committed; 1: the leader's append; 0: no answer (all)",
+    )
+    p.add_argument(
+        "--partition",
+        type=non_negative_int,
+        help="send every record to this partition (default: by key, or sticky without one)",
+    )
+    p.add_argument(
+        "--linger-ms",
+        type=non_negative_int,
+        default=5,
+        help="wait up to this long to fill a batch (5)",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=64 * 1024,
+        help="target batch size in bytes (65536)",
+    )
+    p.add_argument(
+        "--delivery-timeout-ms",
+        type=positive_int,
+        default=120_000,
+        help="give up on a record not acknowledged this long after it was read (default "
+        "120000); a failed record is reported on stderr and makes the exit status 1",
+    )
     add_bootstrap(p)
     p.set_defaults(func=_produce)
 
     co = sub.add_parser("consume", help="print records to stdout")
-    co.add_argument("topic")
+    co.add_argument("topic", help="the topic to read")
     co.add_argument(
         "--group",
         help="consume as a member of this consumer group "
         "(partitions shared with the other members, offsets committed)",
     )
-    co.add_argument("--from-beginning", action="store_true")
+    co.add_argument(
+        "--from-beginning",
+        action="store_true",
+        help="start at the earliest offset where no position is known (default: the end)",
+    )
     co.add_argument(
         "--partition",
-        type=_non_negative,
+        type=non_negative_int,
         action="append",
         help="only these partitions (repeat for several)",
     )
-    co.add_argument("--offset", type=_non_negative, help="start here (needs one --partition)")
-    co.add_argument("--max-messages", type=_positive)
+    co.add_argument("--offset", type=non_negative_int, help="start here (needs one --partition)")
+    co.add_argument("--max-messages", type=positive_int, help="exit after this many records")
     co.add_argument(
         "--timeout-ms",
-        type=_non_negative,
+        type=non_negative_int,
         help="exit when no record arrives for this long (default: wait forever)",
     )
     co.add_argument(
         "--format",
         choices=["value", "kv", "json"],
         default="value",
-        help="value: the value; kv: key<TAB>value; json: one object per record",
+        help="value: the value; kv: key<TAB>value; json: one object per record (headers as "
+        "a list of {key, value} objects, in order, repeated keys kept)",
     )
     add_bootstrap(co)
     co.set_defaults(func=_consume)
 
     o = sub.add_parser("offsets", help="earliest and latest offset of each partition")
-    o.add_argument("topic")
-    o.add_argument("--time", type=int, help="also the first offset at or after this ms timestamp")
-    o.add_argument("--json", action="store_true")
+    o.add_argument("topic", help="the topic")
+    o.add_argument(
+        "--time",
+        type=non_negative_int,
+        help="also the first offset at or after this ms timestamp",
+    )
+    add_json(o, "one object per partition; null where no leader could answer")
     add_bootstrap(o)
     o.set_defaults(func=_offsets)
+
+
+def add_json(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--json", action="store_true", help=f"print JSON: {what}")
 
 
 def _topic_create(args: argparse.Namespace) -> int:
@@ -151,8 +217,16 @@ def _topic_create(args: argparse.Namespace) -> int:
 
 def _topic_list(args: argparse.Namespace) -> int:
     with Admin(args.bootstrap_server) as admin:
-        for name in sorted(admin.list_topics()):
-            print(name)
+        topics = admin.list_topics()
+    if args.json:
+        rows = [
+            {"name": name, "topic_id": t.topic_id, "partitions": len(t.partitions)}
+            for name, t in sorted(topics.items())
+        ]
+        print(json.dumps(rows, indent=2))
+        return 0
+    for name in sorted(topics):
+        print(name)
     return 0
 
 
@@ -170,13 +244,23 @@ def _topic_describe(args: argparse.Namespace) -> int:
         )
         for p in t.partitions:
             print(
-                f"  Partition: {p.partition}  Leader: {p.leader}  "
+                f"  Partition: {p.partition}  Leader: {_leader(p.leader)}  "
                 f"Replicas: {','.join(map(str, p.replicas))}  Isr: {','.join(map(str, p.isr))}"
-                f"  LogStart: {p.log_start_offset}  LogEnd: {p.log_end_offset}  "
-                f"HighWatermark: {p.high_watermark}  Size: {p.size_bytes}  "
-                f"Segments: {p.segments}"
+                f"  LogStart: {or_unknown(p.log_start_offset)}  "
+                f"LogEnd: {or_unknown(p.log_end_offset)}  "
+                f"HighWatermark: {or_unknown(p.high_watermark)}  "
+                f"Size: {or_unknown(p.size_bytes)}  Segments: {or_unknown(p.segments)}"
             )
     return 0
+
+
+def _leader(node: int) -> str:
+    return "none" if node < 0 else str(node)
+
+
+def or_unknown(value: int | None) -> str:
+    """A figure, or "unknown" where no leader could give it (an offline partition)."""
+    return "unknown" if value is None else str(value)
 
 
 def _desc_json(t: Any) -> dict[str, Any]:
@@ -210,15 +294,40 @@ def _topic_delete(args: argparse.Namespace) -> int:
     return 0
 
 
+class _FirstError:
+    """Prints the first delivery error as it happens (from the producer's thread): a full
+    disk or a lost partition must not look like a producer that is just slow."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._printed = False
+
+    def __call__(self, fut: RecordFuture) -> None:
+        error = fut.exception(0)
+        if error is None or self._printed:
+            return
+        with self._lock:
+            if self._printed:
+                return
+            self._printed = True
+        print(
+            f"raftlog: error: a record was not delivered: {type(error).__name__}: {error}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
 def _produce(args: argparse.Namespace) -> int:
     producer = Producer(
         bootstrap_servers=args.bootstrap_server,
         acks=args.acks,
         linger_ms=args.linger_ms,
         batch_size=args.batch_size,
+        delivery_timeout_ms=args.delivery_timeout_ms,
     )
-    futures = []
-    sent = 0
+    futures: list[RecordFuture] = []
+    sent = failed = 0
+    first_error = _FirstError()
     try:
         producer.partitions_for(args.topic)  # an unknown topic fails here, before reading stdin
         for raw in sys.stdin.buffer:
@@ -228,19 +337,56 @@ def _produce(args: argparse.Namespace) -> int:
                 sep = args.key_separator.encode()
                 if sep in line:
                     key, line = line.split(sep, 1)
-            futures.append(producer.send(args.topic, line, key=key, partition=args.partition))
+            fut = producer.send(args.topic, line, key=key, partition=args.partition)
+            fut.add_done_callback(first_error)
+            futures.append(fut)
             sent += 1
-            if len(futures) >= 10_000:
-                for f in futures:
-                    f.result()
+            if len(futures) >= PRODUCE_WINDOW_RECORDS:
+                failed += sum(f.exception() is not None for f in futures)
                 futures.clear()
         producer.flush()
-        for f in futures:
-            f.result()
+        failed += sum(f.exception() is not None for f in futures)
     finally:
         producer.close()
-    print(f"produced {sent} record(s) to {args.topic}", file=sys.stderr)
+    print(f"produced {sent - failed} record(s) to {args.topic}", file=sys.stderr)
+    if failed:
+        print(
+            f"raftlog: error: {failed} of {sent} record(s) not delivered (the first error is "
+            "above)",
+            file=sys.stderr,
+        )
+        return 1
     return 0
+
+
+class _StopSignals:
+    """SIGINT and SIGTERM ask `consume` to stop: the flag is checked between polls (every
+    CONSUME_POLL_MS at most), so the consumer commits, leaves its group and prints its
+    summary, instead of dying mid-call (SIGTERM's default) or raising KeyboardInterrupt
+    wherever the main thread happens to be. A second signal acts as if unhandled."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if not self.stop.is_set():
+            self.stop.set()
+            return
+        signal.signal(signum, self._previous.get(signum, signal.SIG_DFL))
+        signal.raise_signal(signum)
 
 
 def _consume(args: argparse.Namespace) -> int:
@@ -249,44 +395,47 @@ def _consume(args: argparse.Namespace) -> int:
     if args.group and (args.partition or args.offset is not None):
         raise InvalidConfigError("--group cannot be combined with --partition or --offset")
     group_options: dict[str, Any] = {"group_id": args.group} if args.group else {}
-    consumer = Consumer(
-        **group_options,
-        bootstrap_servers=args.bootstrap_server,
-        auto_offset_reset="earliest" if args.from_beginning else "latest",
-    )
     shown = 0
     out = sys.stdout
-    try:
-        if args.partition:
-            consumer.assign([TopicPartition(args.topic, p) for p in args.partition])
-        else:
-            consumer.subscribe([args.topic])
-        if args.offset is not None:
-            consumer.seek(TopicPartition(args.topic, args.partition[0]), args.offset)
-        elif args.from_beginning and not args.group:
-            consumer.seek_to_beginning()
-        idle_since = time.monotonic()
-        while args.max_messages is None or shown < args.max_messages:
-            wait = 500 if args.timeout_ms is None else min(500, args.timeout_ms)
-            remaining = None if args.max_messages is None else args.max_messages - shown
-            batch = consumer.poll(wait, max_records=remaining)
-            if not batch:
-                if (
-                    args.timeout_ms is not None
-                    and (time.monotonic() - idle_since) * 1000 >= args.timeout_ms
-                ):
-                    break
-                continue
+    with _StopSignals() as signals:
+        consumer = Consumer(
+            **group_options,
+            bootstrap_servers=args.bootstrap_server,
+            auto_offset_reset="earliest" if args.from_beginning else "latest",
+        )
+        try:
+            if args.partition:
+                consumer.assign([TopicPartition(args.topic, p) for p in args.partition])
+            else:
+                consumer.subscribe([args.topic])
+            if args.offset is not None:
+                consumer.seek(TopicPartition(args.topic, args.partition[0]), args.offset)
+            elif args.from_beginning and not args.group:
+                consumer.seek_to_beginning()
             idle_since = time.monotonic()
-            for records in batch.values():
-                for r in records:
-                    out.write(_format(r, args.format))
-                    shown += 1
-            out.flush()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        consumer.close()
+            while not signals.stop.is_set() and (
+                args.max_messages is None or shown < args.max_messages
+            ):
+                wait = CONSUME_POLL_MS
+                if args.timeout_ms is not None:
+                    wait = min(wait, args.timeout_ms)
+                remaining = None if args.max_messages is None else args.max_messages - shown
+                batch = consumer.poll(wait, max_records=remaining)
+                if not batch:
+                    if (
+                        args.timeout_ms is not None
+                        and (time.monotonic() - idle_since) * 1000 >= args.timeout_ms
+                    ):
+                        break
+                    continue
+                idle_since = time.monotonic()
+                for records in batch.values():
+                    for r in records:
+                        out.write(_format(r, args.format))
+                        shown += 1
+                out.flush()
+        finally:
+            consumer.close()  # commits what was printed and leaves the group
     print(f"consumed {shown} record(s)", file=sys.stderr)
     return 0
 
@@ -314,7 +463,9 @@ def _format(r: Any, fmt: str) -> str:
                 "timestamp": r.timestamp,
                 "key": _text(r.key),
                 "value": _text(r.value),
-                "headers": {k: _text(v) for k, v in r.headers},
+                # A list, in order: a record may repeat a header key (Kafka allows it), and
+                # an object keyed by header name would keep only one of them.
+                "headers": [{"key": k, "value": _text(v)} for k, v in r.headers],
             }
         )
         + "\n"
@@ -325,22 +476,35 @@ def _offsets(args: argparse.Namespace) -> int:
     with Admin(args.bootstrap_server) as admin:
         (desc,) = admin.describe_topics([args.topic])
         tps = [TopicPartition(args.topic, p.partition) for p in desc.partitions]
-        earliest = admin.list_offsets({tp: -2 for tp in tps})
-        latest = admin.list_offsets({tp: -1 for tp in tps})
-        at = admin.list_offsets({tp: args.time for tp in tps}) if args.time is not None else {}
+        earliest = admin.list_offsets_known({tp: -2 for tp in tps})
+        latest = admin.list_offsets_known({tp: -1 for tp in tps})
+        at = (
+            admin.list_offsets_known({tp: args.time for tp in tps}) if args.time is not None else {}
+        )
     rows = []
     for tp in tps:
-        row = {"partition": tp.partition, "earliest": earliest[tp][0], "latest": latest[tp][0]}
+        # None: the partition is offline (no leader to ask), shown as "unknown" / null.
+        row: dict[str, Any] = {
+            "partition": tp.partition,
+            "earliest": _offset(earliest[tp]),
+            "latest": _offset(latest[tp]),
+        }
         if args.time is not None:
-            row["at_time"] = at[tp][0]
+            row["at_time"] = _offset(at[tp])
         rows.append(row)
     if args.json:
         print(json.dumps(rows))
     else:
         for row in rows:
-            extra = f"  at {args.time}: {row['at_time']}" if args.time is not None else ""
+            extra = (
+                f"  at {args.time}: {or_unknown(row['at_time'])}" if args.time is not None else ""
+            )
             print(
-                f"{args.topic}:{row['partition']}  earliest {row['earliest']}  "
-                f"latest {row['latest']}{extra}"
+                f"{args.topic}:{row['partition']}  earliest {or_unknown(row['earliest'])}  "
+                f"latest {or_unknown(row['latest'])}{extra}"
             )
     return 0
+
+
+def _offset(found: tuple[int, int] | None) -> int | None:
+    return None if found is None else found[0]

@@ -1,4 +1,9 @@
-"""`raftlog cluster status`: the quorum, the brokers and the partitions at a glance."""
+"""`raftlog cluster status`: the quorum, the brokers and the partitions at a glance.
+
+`--json` prints DescribeCluster's body as is (docs/PROTOCOL.md): every field named. The human
+form marks partitions with no leader (OFFLINE) and replicas whose logs their broker reported
+offline (damaged data, a full disk), with the broker's reason.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ def register(sub: Any) -> None:
     c = sub.add_parser("cluster", help="cluster-wide views")
     csub = c.add_subparsers(dest="cluster_command", required=True, metavar="SUBCOMMAND")
     s = csub.add_parser("status", help="controllers and leader, Raft term, brokers, partitions")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print the status as JSON, fields named")
     add_bootstrap(s)
     s.set_defaults(func=_status)
 
@@ -25,24 +30,45 @@ def _status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(st, indent=2))
         return 0
+    print(format_status(st), end="")
+    return 0
+
+
+def format_status(st: dict[str, Any]) -> str:
+    """The human form of a describe_cluster() result."""
+    lines = []
     q = st["quorum"]
-    print(
+    controller = st["controller_id"]
+    lines.append(
         f"Metadata quorum (as seen by node {st['node_id']}): leader node "
-        f"{st['controller_id'] if st['controller_id'] >= 0 else 'NONE'}, term {q['term']}, "
+        f"{controller if controller >= 0 else 'NONE'}, term {q['term']}, "
         f"commit index {q['commit_index']}, applied {q['last_applied']}"
     )
-    for node, addr in st["voters"]:
-        role = "leader" if node == st["controller_id"] else "follower"
-        print(f"  controller {node}  {addr}  {role}")
-    print("Brokers:")
-    for node, host, port, rack, epoch, fenced in st["brokers"]:
-        print(
-            f"  broker {node}  {host}:{port}  rack={rack or '-'}  epoch={epoch}  "
-            f"{'FENCED' if fenced else 'alive'}"
+    for v in st["voters"]:
+        role = "leader" if v["node_id"] == controller else "follower"
+        lines.append(f"  controller {v['node_id']}  {v['address']}  {role}")
+    lines.append("Brokers:")
+    for b in st["brokers"]:
+        lines.append(
+            f"  broker {b['node_id']}  {b['host']}:{b['port']}  rack={b['rack'] or '-'}  "
+            f"epoch={b['broker_epoch']}  {'FENCED' if b['fenced'] else 'alive'}"
         )
-    offline = [p for p in st["partitions"] if p[2] < 0]
-    print(f"Partitions: {len(st['partitions'])}, offline: {len(offline)}")
-    for topic, part, leader, epoch, replicas, isr in st["partitions"]:
-        state = "OFFLINE" if leader < 0 else f"leader {leader}"
-        print(f"  {topic}-{part}  {state}  epoch {epoch}  replicas {replicas}  isr {isr}")
-    return 0
+    partitions = st["partitions"]
+    offline = [p for p in partitions if p["leader"] < 0]
+    degraded = [p for p in partitions if p["offline_replicas"]]
+    lines.append(
+        f"Partitions: {len(partitions)}, offline: {len(offline)}, "
+        f"with offline replicas: {len(degraded)}"
+    )
+    for p in partitions:
+        state = "OFFLINE" if p["leader"] < 0 else f"leader {p['leader']}"
+        extra = f"  OFFLINE REPLICAS {p['offline_replicas']}" if p["offline_replicas"] else ""
+        lines.append(
+            f"  {p['topic']}-{p['partition']}  {state}  epoch {p['leader_epoch']}  "
+            f"replicas {p['replicas']}  isr {p['isr']}{extra}"
+        )
+    if st.get("offline_logs"):
+        lines.append("Offline replica logs (reported by their brokers):")
+        for o in st["offline_logs"]:
+            lines.append(f"  {o['topic']}-{o['partition']} on broker {o['node_id']}: {o['reason']}")
+    return "\n".join(lines) + "\n"

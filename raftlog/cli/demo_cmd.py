@@ -285,7 +285,7 @@ def _pipeline(bootstrap: str, events: int, partitions: int) -> int:
             f"  partition {p}: {per_partition[p]:,} events, log end offset "
             f"{ends[TopicPartition(topic, p)]:,}"
         )
-    leaders = collections.Counter(p[2] for p in cluster["partitions"] if p[0] == topic)
+    leaders = collections.Counter(p["leader"] for p in cluster["partitions"] if p["topic"] == topic)
     print(
         f"  cluster: controller node {cluster['controller_id']}, Raft term "
         f"{cluster['quorum']['term']}, partition leaders per broker "

@@ -7,9 +7,10 @@ each as its own process (`raftlog node --config ...`), and stops them all on Ctr
 A restart with the same DIR reuses the written configs, so the cluster and its data come back.
 Each node writes its pid to its data directory's `node.pid`, and `node.ready` once it serves
 (raftlog/readiness.py); when every node is ready, `raftlog dev` prints one line with the
-bootstrap servers. A node that exits before then (a port in use, a bad config) stops the whole
-cluster with status 1; one that exits later leaves the others running. Every line a process
-writes to the shared stdout/stderr is one write, so lines from the nodes never merge.
+bootstrap servers. A node that fails by itself (exit status > 0: a port in use, a failed Raft
+thread) stops the whole cluster with status 1; one killed by a signal leaves the others
+running. Every line a process writes to the shared stdout/stderr is one write, so lines from
+the nodes never merge.
 
 Ports for `--port 0` come from below the kernel's ephemeral port range (`free_ports`), checked
 free for TCP and UDP: a port chosen by binding 0 comes from that range, where any process's
@@ -280,21 +281,22 @@ def _run_cluster(args: argparse.Namespace) -> int:
                 if code is not None and not stopping and i not in reported:
                     reported.add(i)
                     status = 1
-                    if not announced:
-                        # A start that failed (a port in use...): the cluster never formed,
-                        # so stop, rather than leave the user waiting for a ready line.
+                    if code > 0:
+                        # The node failed by itself (it printed why: a taken port, a failed
+                        # Raft thread): a dev cluster missing a node is not what was asked for.
                         write_line(
                             sys.stderr,
-                            f"raftlog dev: node {i + 1} exited with status {code} before the "
-                            "cluster was ready; stopping the others",
+                            f"raftlog dev: node {i + 1} failed (exit status {code}); stopping "
+                            "the others",
                         )
                         stop(signal.SIGTERM, None)
-                        break
-                    write_line(
-                        sys.stderr,
-                        f"raftlog dev: node {i + 1} exited with status {code}; the others "
-                        "keep running",
-                    )
+                    else:
+                        # Killed by a signal (a kill -9 to watch failover): the others go on.
+                        write_line(
+                            sys.stderr,
+                            f"raftlog dev: node {i + 1} exited with status {code}; the others "
+                            "keep running",
+                        )
             if not announced and not stopping:
                 announced = _announce_when_ready(procs, data_dirs)
             time.sleep(0.2)

@@ -2,7 +2,9 @@
 
 reset-offsets is the replay primitive: it rewrites a group's committed offsets (to earliest,
 latest, an offset, or the first offset at a timestamp) for an empty group. Like Kafka's tool it
-only prints the plan unless --execute is given.
+only prints the plan unless --execute is given; it refuses an active group before printing any
+plan (a plan printed and then refused reads as if it had been applied), and clamps an offset
+outside a partition's log to its start or end, saying so in the plan, as Kafka does.
 """
 
 from __future__ import annotations
@@ -11,9 +13,9 @@ import argparse
 import json
 from typing import Any
 
-from raftlog.cli.client_cmd import add_bootstrap
+from raftlog.cli.client_cmd import add_bootstrap, add_json, non_negative_int, or_unknown
 from raftlog.client import Admin
-from raftlog.errors import InvalidConfigError
+from raftlog.errors import GroupIdNotFoundError, GroupNotEmptyError, InvalidConfigError
 from raftlog.topics import TopicPartition
 
 
@@ -21,24 +23,34 @@ def register(sub: Any) -> None:
     g = sub.add_parser("group", help="consumer groups: list, describe, reset offsets, delete")
     gsub = g.add_subparsers(dest="group_command", required=True, metavar="SUBCOMMAND")
     ls = gsub.add_parser("list", help="list groups")
+    add_json(ls, "one object per group: group_id, state, generation, members, protocol")
     add_bootstrap(ls)
     ls.set_defaults(func=_list)
     d = gsub.add_parser("describe", help="members, assignment, committed offsets and lag")
-    d.add_argument("group")
-    d.add_argument("--json", action="store_true")
+    d.add_argument("group", help="the group's id")
+    add_json(d, "members, committed offsets and partitions as objects; unknown figures null")
     add_bootstrap(d)
     d.set_defaults(func=_describe)
     r = gsub.add_parser("reset-offsets", help="rewrite committed offsets (empty group only)")
-    r.add_argument("group")
-    r.add_argument("--topic", required=True)
-    r.add_argument("--partition", type=int, action="append", help="only these partitions")
+    r.add_argument("group", help="the group's id (it must have no active member)")
+    r.add_argument("--topic", required=True, help="the topic whose offsets to reset")
+    r.add_argument(
+        "--partition",
+        type=non_negative_int,
+        action="append",
+        help="only these partitions (repeat for several; default: all)",
+    )
     to = r.add_mutually_exclusive_group(required=True)
-    to.add_argument("--to-earliest", action="store_true")
-    to.add_argument("--to-latest", action="store_true")
-    to.add_argument("--to-offset", type=int)
+    to.add_argument("--to-earliest", action="store_true", help="to each log's start")
+    to.add_argument("--to-latest", action="store_true", help="to each log's end")
+    to.add_argument(
+        "--to-offset",
+        type=non_negative_int,
+        help="to this offset (clamped to each log's start and end, as Kafka does)",
+    )
     to.add_argument(
         "--to-timestamp",
-        type=int,
+        type=non_negative_int,
         metavar="MS",
         help="the first offset whose record timestamp is at or after MS",
     )
@@ -46,18 +58,26 @@ def register(sub: Any) -> None:
     add_bootstrap(r)
     r.set_defaults(func=_reset)
     rm = gsub.add_parser("delete", help="delete an empty group and its offsets")
-    rm.add_argument("group")
+    rm.add_argument("group", help="the group's id")
     add_bootstrap(rm)
     rm.set_defaults(func=_delete)
 
 
 def _list(args: argparse.Namespace) -> int:
     with Admin(args.bootstrap_server) as admin:
-        for g in admin.list_groups():
-            print(
-                f"{g['group_id']}  {g['state']}  generation {g['generation']}  "
-                f"members {g['members']}  protocol {g['protocol'] or '-'}"
-            )
+        groups = admin.list_groups()
+    if args.json:
+        rows = [
+            {k: g[k] for k in ("group_id", "state", "generation", "members", "protocol")}
+            for g in groups
+        ]
+        print(json.dumps(rows, indent=2))
+        return 0
+    for g in groups:
+        print(
+            f"{g['group_id']}  {g['state']}  generation {g['generation']}  "
+            f"members {g['members']}  protocol {g['protocol'] or '-'}"
+        )
     return 0
 
 
@@ -65,7 +85,7 @@ def _describe(args: argparse.Namespace) -> int:
     with Admin(args.bootstrap_server) as admin:
         d = admin.describe_group(args.group)
     if args.json:
-        print(json.dumps(d, indent=2))
+        print(json.dumps(_describe_json(d), indent=2))
         return 0
     print(
         f"Group {d['group_id']}  state {d['state']}  generation {d['generation']}  "
@@ -77,16 +97,53 @@ def _describe(args: argparse.Namespace) -> int:
     print(f"  {'TOPIC':20} {'PARTITION':>9} {'COMMITTED':>10} {'LOG-END':>10} {'LAG':>8}  OWNER")
     for p in d["partitions"]:
         committed = "-" if p["committed"] is None else p["committed"]
-        lag = "-" if p["lag"] is None else p["lag"]
+        # No committed offset: no lag ("-"); an offline partition: its end is "unknown".
+        lag = "-" if p["committed"] is None else or_unknown(p["lag"])
         print(
             f"  {p['topic']:20} {p['partition']:>9} {committed:>10} "
-            f"{p['log_end_offset']:>10} {lag:>8}  {p['owner'] or '-'}"
+            f"{or_unknown(p['log_end_offset']):>10} {lag:>8}  {p['owner'] or '-'}"
         )
     return 0
 
 
+def _describe_json(d: dict[str, Any]) -> dict[str, Any]:
+    """The group with named fields only: the wire's positional arrays become objects."""
+    return {
+        "group_id": d["group_id"],
+        "state": d["state"],
+        "generation": d["generation"],
+        "protocol": d["protocol"],
+        "members": [
+            {
+                "member_id": m["member_id"],
+                "client_id": m["client_id"],
+                "instance_id": m["instance_id"],
+                "session_timeout_ms": m["session_timeout_ms"],
+                "topics": m["topics"],
+                "assignment": [{"topic": t, "partition": p} for t, p in m["assignment"]],
+            }
+            for m in d["members"]
+        ],
+        "offsets": [
+            {"topic": t, "partition": p, "offset": o, "metadata": meta, "commit_ms": ts}
+            for t, p, o, meta, ts in d["offsets"]
+        ],
+        "partitions": d["partitions"],
+    }
+
+
 def _reset(args: argparse.Namespace) -> int:
     with Admin(args.bootstrap_server) as admin:
+        # Refuse an active group before any plan is printed.
+        try:
+            members = len(admin.describe_group(args.group)["members"])
+        except GroupIdNotFoundError:
+            members = 0  # a new group: its offsets can be set
+        if members:
+            raise GroupNotEmptyError(
+                f"group {args.group!r} has {members} active member(s): stop them before "
+                "resetting its offsets; nothing was reset"
+            )
         (desc,) = admin.describe_topics([args.topic])
         parts = args.partition or [p.partition for p in desc.partitions]
         known = {p.partition for p in desc.partitions}
@@ -94,22 +151,35 @@ def _reset(args: argparse.Namespace) -> int:
         if bad:
             raise InvalidConfigError(f"topic {args.topic} has no partition {bad[0]}")
         tps = [TopicPartition(args.topic, p) for p in parts]
+        earliest = {tp: o for tp, (o, _) in admin.list_offsets({tp: -2 for tp in tps}).items()}
+        latest = {tp: o for tp, (o, _) in admin.list_offsets({tp: -1 for tp in tps}).items()}
+        notes: dict[TopicPartition, str] = {}
         if args.to_offset is not None:
-            if args.to_offset < 0:
-                raise InvalidConfigError("--to-offset must be >= 0")
-            plan = {tp: args.to_offset for tp in tps}
+            plan = {}
+            for tp in tps:
+                plan[tp] = min(max(args.to_offset, earliest[tp]), latest[tp])
+                if plan[tp] > args.to_offset:
+                    notes[tp] = f"{args.to_offset} is before the log start: clamped"
+                elif plan[tp] < args.to_offset:
+                    notes[tp] = f"{args.to_offset} is past the log end: clamped"
+        elif args.to_earliest:
+            plan = earliest
+        elif args.to_latest:
+            plan = latest
         else:
-            spec = -2 if args.to_earliest else -1 if args.to_latest else args.to_timestamp
-            found = admin.list_offsets({tp: spec for tp in tps})
-            latest = admin.list_offsets({tp: -1 for tp in tps}) if spec >= 0 else {}
+            found = admin.list_offsets({tp: args.to_timestamp for tp in tps})
             # A timestamp later than every record resets to the log end, as Kafka does.
-            plan = {tp: o if o >= 0 else latest[tp][0] for tp, (o, _) in found.items()}
+            plan = {tp: o if o >= 0 else latest[tp] for tp, (o, _) in found.items()}
         for tp, offset in sorted(plan.items()):
-            print(f"{args.group}  {tp}  -> {offset}")
+            note = f"  ({notes[tp]})" if tp in notes else ""
+            print(f"{args.group}  {tp}  -> {offset}{note}")
         if not args.execute:
             print("(dry run: add --execute to apply)")
             return 0
-        n = admin.reset_offsets(args.group, plan)
+        try:
+            n = admin.reset_offsets(args.group, plan)
+        except GroupNotEmptyError as e:
+            raise GroupNotEmptyError(f"not applied: {e}") from None
     print(f"reset {n} offset(s) of group {args.group}")
     return 0
 

@@ -22,16 +22,20 @@ from raftlog.topics import TopicPartition
 
 @dataclass(frozen=True, slots=True)
 class PartitionDescription:
+    """One partition as its leader reports it. The log figures are None when no leader could
+    tell them (the partition is offline, or its leader did not answer): a figure from another
+    replica, or a zero, would read as if the partition were empty."""
+
     partition: int
     leader: int
     leader_epoch: int
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
-    log_start_offset: int
-    log_end_offset: int
-    high_watermark: int
-    size_bytes: int
-    segments: int
+    log_start_offset: int | None
+    log_end_offset: int | None
+    high_watermark: int | None
+    size_bytes: int | None
+    segments: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +119,7 @@ class AsyncAdmin:
                     node, protocol.ApiKey.DESCRIBE_CONFIGS, {"topics": wanted}
                 )
             except RaftlogError:
-                continue  # an unreachable broker: its partitions show -1
+                continue  # an unreachable broker: the partitions it leads show None
             for t in nb["topics"]:
                 info = self.client.topics.get(t["name"])
                 for row in t.get("partitions") or []:
@@ -128,7 +132,11 @@ class AsyncAdmin:
             info = self.client.topics.get(t["name"])
             parts = []
             for row in t["partitions"]:
-                p, start, end, hw, size, segments = stats.get((t["name"], row[0]), row)
+                p = row[0]
+                figures = stats.get((t["name"], p))
+                start, end, hw, size, segments = (
+                    figures[1:6] if figures is not None else (None,) * 5
+                )
                 meta = info.partitions[p] if info is not None else None
                 parts.append(
                     PartitionDescription(
@@ -157,6 +165,19 @@ class AsyncAdmin:
         """{tp: -2 earliest | -1 latest | timestamp ms} -> {tp: (offset, timestamp)}."""
         return await self.client.list_offsets(specs)
 
+    async def list_offsets_known(
+        self, specs: dict[TopicPartition, int]
+    ) -> dict[TopicPartition, tuple[int, int] | None]:
+        """`list_offsets`, with None for a partition no leader can answer for now (offline,
+        or its leader unreachable) instead of failing them all."""
+        found, failed = await self.client.list_offsets_partial(specs)
+        if failed:
+            # A leader that moved, or a topic a broker has not applied yet: ask once more.
+            self.client.invalidate()
+            again, _ = await self.client.list_offsets_partial({tp: specs[tp] for tp in failed})
+            found.update(again)
+        return {tp: found.get(tp) for tp in specs}
+
     # -- groups --------------------------------------------------------------------------------
 
     async def _group_call(self, group_id: str, api: int, body: dict[str, Any]) -> dict[str, Any]:
@@ -177,20 +198,25 @@ class AsyncAdmin:
         committed = {(t, p): o for t, p, o, *_ in desc["offsets"]}
         owners = {(t, p): m["member_id"] for m in desc["members"] for t, p in m["assignment"]}
         tps = sorted(set(committed) | set(owners))
-        ends = await self.list_offsets({TopicPartition(t, p): -1 for t, p in tps}) if tps else {}
-        desc["partitions"] = [
-            {
-                "topic": t,
-                "partition": p,
-                "committed": committed.get((t, p)),
-                "log_end_offset": ends[TopicPartition(t, p)][0],
-                "lag": None
-                if (t, p) not in committed
-                else max(ends[TopicPartition(t, p)][0] - committed[(t, p)], 0),
-                "owner": owners.get((t, p)),
-            }
-            for t, p in tps
-        ]
+        ends = (
+            await self.list_offsets_known({TopicPartition(t, p): -1 for t, p in tps}) if tps else {}
+        )
+        desc["partitions"] = []
+        for t, p in tps:
+            end = ends[TopicPartition(t, p)]
+            log_end = None if end is None else end[0]  # None: offline, no leader to ask
+            desc["partitions"].append(
+                {
+                    "topic": t,
+                    "partition": p,
+                    "committed": committed.get((t, p)),
+                    "log_end_offset": log_end,
+                    "lag": None
+                    if (t, p) not in committed or log_end is None
+                    else max(log_end - committed[(t, p)], 0),
+                    "owner": owners.get((t, p)),
+                }
+            )
         return desc
 
     async def reset_offsets(self, group_id: str, offsets: dict[TopicPartition, int]) -> int:
@@ -256,6 +282,11 @@ class Admin:
         self, specs: dict[TopicPartition, int]
     ) -> dict[TopicPartition, tuple[int, int]]:
         return self._run(self._async.list_offsets(specs))  # type: ignore[no-any-return]
+
+    def list_offsets_known(
+        self, specs: dict[TopicPartition, int]
+    ) -> dict[TopicPartition, tuple[int, int] | None]:
+        return self._run(self._async.list_offsets_known(specs))  # type: ignore[no-any-return]
 
     def describe_cluster(self) -> dict[str, Any]:
         return self._run(self._async.describe_cluster())  # type: ignore[no-any-return]

@@ -242,24 +242,69 @@ class ClusterClient:
     async def _list_offsets_once(
         self, specs: dict[TopicPartition, int]
     ) -> dict[TopicPartition, tuple[int, int]]:
+        out, failed = await self.list_offsets_partial(specs)
+        if failed:
+            raise next(iter(failed.values()))
+        return out
+
+    async def list_offsets_partial(
+        self, specs: dict[TopicPartition, int]
+    ) -> tuple[dict[TopicPartition, tuple[int, int]], dict[TopicPartition, RaftlogError]]:
+        """One round of `list_offsets` that answers what it can: the offsets found, and per
+        partition the retriable error that kept it from an answer (no leader, a leader that
+        cannot be reached or has moved, a topic not known yet), so that one dead broker holds
+        up only its own partitions. A non-retriable error is raised."""
         out: dict[TopicPartition, tuple[int, int]] = {}
+        failed: dict[TopicPartition, RaftlogError] = {}
+        topic_errors: dict[str, RaftlogError] = {}
+        for topic in dict.fromkeys(tp.topic for tp in specs):
+            try:
+                await self.topic(topic)
+            except RaftlogError as e:
+                if not e.retriable:
+                    raise
+                topic_errors[topic] = e
         by_node: dict[int, dict[str, list[list[int]]]] = {}
         for tp, ts in specs.items():
-            await self.topic(tp.topic)
-            node = self.leader_for(tp)
+            error = topic_errors.get(tp.topic)
+            if error is None:
+                try:
+                    node = self.leader_for(tp)
+                except RaftlogError as e:
+                    if not e.retriable:
+                        raise
+                    error = e
+            if error is not None:
+                failed[tp] = error
+                continue
             by_node.setdefault(node, {}).setdefault(tp.topic, []).append([tp.partition, ts])
         for node, topics in by_node.items():
-            body, _ = await self.request(
-                node,
-                protocol.ApiKey.LIST_OFFSETS,
-                {"topics": [[t, ps] for t, ps in topics.items()]},
-            )
+            try:
+                body, _ = await self.request(
+                    node,
+                    protocol.ApiKey.LIST_OFFSETS,
+                    {"topics": [[t, ps] for t, ps in topics.items()]},
+                )
+            except RaftlogError as e:
+                if not e.retriable:
+                    raise
+                for topic, parts in topics.items():
+                    for partition, _ts in parts:
+                        failed[TopicPartition(topic, partition)] = e
+                continue
             for topic, parts in body["topics"]:
-                for partition, error, timestamp, offset, message in parts:
-                    if error:
-                        raise error_from_code(error, message or "")
-                    out[TopicPartition(topic, partition)] = (offset, timestamp)
-        return out
+                for partition, error_code, timestamp, offset, message in parts:
+                    tp = TopicPartition(topic, partition)
+                    if error_code:
+                        error = error_from_code(error_code, message or "")
+                        if not error.retriable:
+                            raise error
+                        failed[tp] = error
+                    else:
+                        out[tp] = (offset, timestamp)
+        for topic in {tp.topic for tp in failed}:
+            self.invalidate(topic)  # the next round asks for fresh metadata
+        return out, failed
 
     def invalidate(self, topic: str | None = None) -> None:
         if topic is None:

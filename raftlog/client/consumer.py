@@ -5,12 +5,23 @@ A consumer owns its position per partition (brokers keep no consumer state, as i
 `seek_to_end` rewind or skip, so replay is one call. One Fetch request per broker covers all of
 that broker's assigned partitions and long-polls (`fetch_min_bytes`, `fetch_max_wait_ms`).
 Batch checksums are verified on receipt (`check_crcs`), so a corrupted byte anywhere between the
-producer and here is an error, not a wrong record.
+producer and here is an error, not a wrong record. A batch that fails its checks (or whose
+records do not decode: the broker never decodes records) stops only its own partition: the
+other partitions' records keep coming, and the next `poll` with nothing buffered raises the
+CorruptRecordError naming the partition and offset; the position stays there until the caller
+seeks past it (Kafka does the same).
 
 Positions start from `auto_offset_reset` ("latest", "earliest", or "none" to raise) when none
 was set, and are reset the same way if the broker says the position is out of range (retention
 deleted it). With a `group_id` the group coordinator assigns partitions and keeps committed
 offsets (group.py).
+
+Failures: `poll` retries retriable errors itself (a broker that is down, a partition without a
+leader, a coordinator that moved), with `retry_backoff_ms` between tries, and returns what it
+has when the caller's timeout ends; one partition whose leader is down does not hold up the
+others. A rebalance's join runs on between polls (a poll waits for it no longer than its own
+timeout) and auto-commits are asynchronous, so a coordinator that is away never blocks `poll`
+past its timeout either. Only non-retriable errors reach the caller.
 
 `Consumer` runs the same code on an event loop in a background thread, which also keeps group
 heartbeats going while the application works between polls; `for record in consumer:` blocks
@@ -35,18 +46,21 @@ from raftlog import protocol
 from raftlog.client.cluster import ClusterClient
 from raftlog.client.group import GroupMembership
 from raftlog.errors import (
+    CommitFailedError,
     CorruptRecordError,
+    IllegalGenerationError,
     InvalidConfigError,
     OffsetOutOfRangeError,
     RaftlogError,
+    UnknownMemberIdError,
     error_from_code,
 )
 from raftlog.records import (
-    HEADER,
     HEADER_SIZE,
+    INT32,
+    LENGTH_AT,
     LOG_OVERHEAD,
     decode_records_as,
-    read_header,
     validate_batch,
 )
 from raftlog.topics import TopicPartition
@@ -128,6 +142,9 @@ class AsyncConsumer:
         self._buffer: collections.deque[list[ConsumerRecord]] = collections.deque()
         # Which assigned partition leads the next fetch (see _fetch).
         self._fetch_rotation = 0
+        # A partition's error found by a fetch (a corrupt batch), raised by the next poll that
+        # has no buffered records left; the partition is not fetched until then.
+        self._partition_errors: dict[TopicPartition, RaftlogError] = {}
         self._started = False
         cfg = self.config
         self._group: GroupMembership | None = None
@@ -143,6 +160,12 @@ class AsyncConsumer:
                 cfg.request_timeout_ms,
             )
         self._needs_rejoin = False
+        # A join in progress (see _poll_once), and the auto-commit in progress.
+        self._join_task: asyncio.Task[None] | None = None
+        self._auto_commit_task: asyncio.Task[None] | None = None
+        # Assigned partitions whose committed offsets are not known yet (the coordinator did
+        # not answer): they are not fetched, nor reset by policy, until they are.
+        self._need_committed: set[TopicPartition] = set()
         self._commit_tasks: set[asyncio.Task[None]] = set()
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._next_auto_commit = 0.0
@@ -167,7 +190,12 @@ class AsyncConsumer:
         member (rebalanced as members come and go); without one, every partition."""
         self._subscription = list(topics)
         if self._group is not None:
-            await self._rejoin()
+            try:
+                await self._rejoin()
+            except RaftlogError as e:
+                if not e.retriable:
+                    raise
+                log.info("group %s: joining failed (%s); poll retries", self._group.group_id, e)
             if self._heartbeat_task is None:
                 self._heartbeat_task = asyncio.create_task(self._heartbeat_loop())
             return
@@ -181,6 +209,8 @@ class AsyncConsumer:
         tps = [TopicPartition(*tp) for tp in partitions]
         self._positions = {tp: self._positions.get(tp) for tp in tps}
         self._paused &= set(tps)
+        self._need_committed &= set(tps)
+        self._forget_errors()
         self._drop_buffered(lambda r: TopicPartition(r.topic, r.partition) not in self._positions)
 
     def assignment(self) -> set[TopicPartition]:
@@ -195,6 +225,8 @@ class AsyncConsumer:
         if offset < 0:
             raise InvalidConfigError(f"seek({tp}, {offset}): offset must be >= 0")
         self._positions[tp] = offset
+        self._partition_errors.pop(tp, None)  # the caller moved past it
+        self._need_committed.discard(tp)
         self._drop_buffered(lambda r: (r.topic, r.partition) == tp)
 
     async def seek_to_beginning(self, *tps: TopicPartition | tuple[str, int]) -> None:
@@ -216,6 +248,8 @@ class AsyncConsumer:
     async def position(self, tp: TopicPartition | tuple[str, int]) -> int:
         tp = TopicPartition(*tp)
         self._check_assigned(tp)
+        if tp in self._need_committed:
+            await self._load_committed()
         pos = self._positions[tp]
         if pos is None:
             await self._reset_positions([tp])
@@ -236,6 +270,11 @@ class AsyncConsumer:
 
     def paused(self) -> set[TopicPartition]:
         return set(self._paused)
+
+    def _forget_errors(self) -> None:
+        """Pending partition errors of partitions no longer assigned go with them."""
+        for tp in [tp for tp in self._partition_errors if tp not in self._positions]:
+            del self._partition_errors[tp]
 
     def _check_assigned(self, tp: TopicPartition) -> None:
         if tp not in self._positions:
@@ -271,14 +310,21 @@ class AsyncConsumer:
         )
         return {tp: o for tp, (o, _) in res.items()}
 
-    async def _reset_positions(self, tps: Sequence[TopicPartition]) -> None:
+    async def _reset_positions(self, tps: Sequence[TopicPartition], partial: bool = False) -> None:
+        """Positions from `auto_offset_reset`; `partial`: partitions whose offsets cannot be
+        had now (retriable: no leader, leader down) keep no position, the others get theirs."""
         policy = self.config.auto_offset_reset
         if policy == "none":
             raise OffsetOutOfRangeError(
                 f"no position for {', '.join(map(str, tps))} and auto_offset_reset='none'"
             )
         ts = protocol.EARLIEST_TIMESTAMP if policy == "earliest" else protocol.LATEST_TIMESTAMP
-        offsets = await self.list_offsets({tp: ts for tp in tps})
+        if partial:
+            offsets, failed = await self.client.list_offsets_partial({tp: ts for tp in tps})
+            for tp, error in failed.items():
+                log.debug("no %s offset for %s yet: %s", policy, tp, error)
+        else:
+            offsets = await self.list_offsets({tp: ts for tp in tps})
         for tp, (offset, _) in offsets.items():
             if tp in self._positions:
                 self._positions[tp] = offset
@@ -290,15 +336,49 @@ class AsyncConsumer:
     ) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Records from the current positions, at most `max_records` (max_poll_records).
 
-        Waits up to `timeout_ms` for data; returns {} when none came.
+        Waits up to `timeout_ms` for data; returns {} when none came. Retriable errors are
+        retried inside (with `retry_backoff_ms` between tries) until `timeout_ms`; only
+        non-retriable ones are raised.
         """
         limit = max_records or self.config.max_poll_records
         deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+        while True:
+            try:
+                return await self._poll_once(limit, deadline)
+            except RaftlogError as e:
+                if not e.retriable:
+                    raise
+                # As Kafka's consumer: a broker that is down, a partition without a leader,
+                # a coordinator that moved are retried here with a backoff, never thrown at
+                # the caller, whose own timeout is the only one that ends the poll.
+                log.info("poll: %s: %s; retrying", type(e).__name__, e)
+                self.client.invalidate()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return self._take(limit)
+                await asyncio.sleep(min(self.config.retry_backoff_ms / 1000, remaining))
+
+    async def _poll_once(
+        self, limit: int, deadline: float
+    ) -> dict[TopicPartition, list[ConsumerRecord]]:
         if self._group is not None:
-            await self._maybe_auto_commit()
-            if self._needs_rejoin:
-                await self._rejoin()
+            self._maybe_auto_commit()
+            if self._needs_rejoin and self._join_task is None:
+                self._join_task = asyncio.ensure_future(self._rejoin())
+            if self._join_task is not None:
+                # The join runs on between polls: a coordinator that is slow or away holds
+                # up this member no longer than the caller's timeout, and a join answered
+                # late is not sent again (which would make a second member).
+                remaining = max(deadline - time.monotonic(), 0)
+                finished, _ = await asyncio.wait({self._join_task}, timeout=remaining)
+                if not finished:
+                    return {}
+                task, self._join_task = self._join_task, None
+                task.result()  # its error, if any (retriable: poll tries again)
         while not self._buffer:
+            if self._partition_errors:
+                tp = next(iter(self._partition_errors))
+                raise self._partition_errors.pop(tp)
             remaining_ms = int((deadline - time.monotonic()) * 1000)
             await self._fetch(max(remaining_ms, 0))
             if self._buffer or time.monotonic() >= deadline:
@@ -344,7 +424,8 @@ class AsyncConsumer:
         return await self.getone()
 
     async def _fetch(self, max_wait_ms: int) -> None:
-        active = [tp for tp in self._positions if tp not in self._paused]
+        errors = self._partition_errors
+        active = [tp for tp in self._positions if tp not in self._paused and tp not in errors]
         if not active:
             if max_wait_ms:
                 await asyncio.sleep(min(max_wait_ms, self.config.fetch_max_wait_ms) / 1000)
@@ -355,9 +436,19 @@ class AsyncConsumer:
         k = self._fetch_rotation % len(active)
         self._fetch_rotation += 1
         active = active[k:] + active[:k]
+        if self._need_committed:
+            try:
+                await self._load_committed()
+            except RaftlogError as e:
+                if not e.retriable:
+                    raise
+                log.info("committed offsets not known yet (%s); retrying", e)
+            active = [tp for tp in active if tp not in self._need_committed]
         unknown = [tp for tp in active if self._positions[tp] is None]
         if unknown:
-            await self._reset_positions(unknown)
+            # Partitions whose leader is down stay unknown this round; the others go on.
+            await self._reset_positions(unknown, partial=True)
+            active = [tp for tp in active if self._positions[tp] is not None]
         by_node: dict[int, list[TopicPartition]] = {}
         for tp in active:
             try:
@@ -424,37 +515,52 @@ class AsyncConsumer:
                         continue
                     raise err
                 if nbytes:
-                    self._buffer.extend(self._decode(tp, chunk, requested[tp] or 0))
+                    try:
+                        for records in self._decode(tp, chunk, requested[tp] or 0):
+                            self._buffer.append(records)
+                    except CorruptRecordError as e:
+                        # This partition stops here (its records before the bad batch are
+                        # buffered); the others go on. poll raises the error once the records
+                        # fetched before it are returned, and fetches the partition again
+                        # only after that.
+                        log.error("%s", e)
+                        self._partition_errors[tp] = e
         if reset:
             await self._reset_positions(reset)
 
     def _decode(
         self, tp: TopicPartition, chunk: memoryview, start: int
     ) -> Iterator[list[ConsumerRecord]]:
-        """The records at offsets >= `start`, one non-empty list per batch."""
+        """The records at offsets >= `start`, one non-empty list per batch.
+
+        A batch that fails its checks raises CorruptRecordError naming the partition and the
+        offset where it starts; the batches before it have been yielded. With check_crcs off
+        only the checksum is skipped: a reader that trusted a corrupt length could loop."""
         pos, end = 0, len(chunk)
         topic, partition = tp
         check = self.config.check_crcs
+        at = start  # the offset the next batch holds (for the error message)
         while pos < end:
             if end - pos < HEADER_SIZE:
                 break  # a partial batch at the end of a fetch is not an error
-            if check:
-                try:
-                    h = validate_batch(chunk, pos, end)
-                except CorruptRecordError as e:
-                    raise CorruptRecordError(f"{tp}: {e}") from None
-            else:
-                h = HEADER.unpack_from(chunk, pos)
-                if pos + h[1] + LOG_OVERHEAD > end:
-                    break
-            header = h if check else read_header(chunk, pos)
-            records = decode_records_as(chunk, pos, header, ConsumerRecord, topic, partition)
+            (length,) = INT32.unpack_from(chunk, pos + LENGTH_AT)
+            if length >= HEADER_SIZE - LOG_OVERHEAD and pos + LOG_OVERHEAD + length > end:
+                break
+            try:
+                header = validate_batch(chunk, pos, end, check)
+                records = decode_records_as(chunk, pos, header, ConsumerRecord, topic, partition)
+            except CorruptRecordError as e:
+                raise CorruptRecordError(
+                    f"{tp}: corrupt record batch at offset {at} (byte {pos} of the fetch): {e}; "
+                    f"the position stays at offset {at}: seek past it to go on"
+                ) from None
             skip = start - header.base_offset  # a fetch may start inside the first batch
             if skip > 0:
                 records = records[skip:]
             if records:
                 yield records
-            pos += h[1] + LOG_OVERHEAD
+            at = max(at, header.next_offset)
+            pos += header.size
 
     # -- groups --------------------------------------------------------------------------------
 
@@ -464,37 +570,64 @@ class AsyncConsumer:
         Commits for partitions this member loses are made first when auto-commit is on; if
         the group has already moved to a new generation they are refused (CommitFailedError)
         and the new owner starts from the last committed offset: at-least-once, never two
-        owners of one partition's progress.
+        owners of one partition's progress. A join that fails leaves the rejoin due (the next
+        poll tries again); newly assigned partitions start from their committed offsets,
+        fetched now or, if the coordinator cannot answer yet, before they are first fetched.
         """
         group = self._group
         assert group is not None
         self._needs_rejoin = False
         old = set(self._positions)
-        if old and self.config.enable_auto_commit:
-            try:
-                await self.commit()
-            except RaftlogError as e:
-                log.info("group %s: commit before rejoining refused: %s", group.group_id, e)
-        new = set(await group.join(self._subscription))
+        try:
+            if self._commit_tasks:
+                # Commits already on their way land first: the one below is newer.
+                await asyncio.gather(*self._commit_tasks, return_exceptions=True)
+            if old and self.config.enable_auto_commit:
+                try:
+                    await self.commit()
+                except RaftlogError as e:
+                    log.info("group %s: commit before rejoining refused: %s", group.group_id, e)
+            new = set(await group.join(self._subscription))
+        except BaseException:
+            self._needs_rejoin = True
+            raise
         revoked, assigned = old - new, new - old
         if revoked and self.config.on_partitions_revoked is not None:
             self.config.on_partitions_revoked(revoked)
         self._positions = {tp: self._positions.get(tp) for tp in sorted(new)}
         self._paused &= new
+        self._forget_errors()
         self._drop_buffered(lambda r: TopicPartition(r.topic, r.partition) not in new)
-        if assigned:
-            committed = await group.committed(assigned)
-            for tp in assigned:
-                self._positions[tp] = committed.get(tp)
+        self._need_committed = (self._need_committed & new) | assigned
+        try:
+            await self._load_committed()
+        except RaftlogError as e:
+            if not e.retriable:
+                raise
+            log.info("group %s: committed offsets not known yet (%s)", group.group_id, e)
         if assigned and self.config.on_partitions_assigned is not None:
             self.config.on_partitions_assigned(assigned)
+
+    async def _load_committed(self) -> None:
+        """Positions of newly assigned partitions from the group's committed offsets (none
+        committed: None, so auto_offset_reset decides)."""
+        group = self._group
+        assert group is not None
+        self._need_committed &= set(self._positions)
+        tps = sorted(self._need_committed)
+        if tps:
+            committed = await group.committed(tps)
+            for tp in tps:
+                if tp in self._need_committed and tp in self._positions:
+                    self._positions[tp] = committed.get(tp)
+            self._need_committed.difference_update(tps)
 
     async def _heartbeat_loop(self) -> None:
         group = self._group
         assert group is not None
         while True:
             await asyncio.sleep(self.config.heartbeat_interval_ms / 1000)
-            if self._needs_rejoin:
+            if self._needs_rejoin or self._join_task is not None:
                 continue
             try:
                 if not await group.heartbeat():
@@ -506,18 +639,40 @@ class AsyncConsumer:
         """A rebalance or an auto-commit waits for the next poll."""
         return self._group is not None and (
             self._needs_rejoin
+            or self._join_task is not None
             or (self.config.enable_auto_commit and time.monotonic() >= self._next_auto_commit)
         )
 
-    async def _maybe_auto_commit(self) -> None:
+    def _maybe_auto_commit(self) -> None:
+        """Commit the positions every auto_commit_interval_ms, without waiting (Kafka's
+        auto-commit is asynchronous too): a coordinator that is away must not hold up poll.
+        One auto-commit at a time, so an older one can never land after a newer one."""
         if not self.config.enable_auto_commit or time.monotonic() < self._next_auto_commit:
             return
+        if self._auto_commit_task is not None and not self._auto_commit_task.done():
+            return
+        if self._needs_rejoin or self._join_task is not None:
+            return  # the rejoin commits first, in the generation it leaves
         self._next_auto_commit = time.monotonic() + self.config.auto_commit_interval_ms / 1000
+        offsets = {tp: o for tp, o in self._positions.items() if o is not None}
+        if not offsets:
+            return
+        task = self._auto_commit_task = asyncio.ensure_future(self._auto_commit(offsets))
+        self._commit_tasks.add(task)
+        task.add_done_callback(self._commit_tasks.discard)
+
+    async def _auto_commit(self, offsets: dict[TopicPartition, int]) -> None:
+        group = self._group
+        assert group is not None
         try:
-            await self.commit()
-        except RaftlogError as e:
+            await group.commit(offsets)
+        except (CommitFailedError, UnknownMemberIdError, IllegalGenerationError) as e:
             log.info("auto-commit refused, rejoining: %s", e)
             self._needs_rejoin = True
+        except RaftlogError as e:
+            # The coordinator is away (or refused for another reason): the positions stay,
+            # and the next interval commits them.
+            log.info("auto-commit failed, will try again: %s", e)
 
     async def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
         """Commit `offsets` (default: the current positions) to the group; raises
@@ -563,6 +718,11 @@ class AsyncConsumer:
 
     async def close(self) -> None:
         """Commit (with auto-commit), leave the group (so it rebalances at once), close."""
+        if self._join_task is not None:
+            self._join_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, RaftlogError):
+                await self._join_task
+            self._join_task = None
         if self._commit_tasks:
             await asyncio.gather(*self._commit_tasks, return_exceptions=True)
         if self._heartbeat_task is not None:
@@ -581,6 +741,20 @@ class AsyncConsumer:
             except RaftlogError as e:
                 log.info("leaving group %s failed: %s", self._group.group_id, e)
         await self.client.close()
+
+
+# Consumer._stop_loop waits this long for the loop's tasks to end, and for its thread.
+STOP_TIMEOUT_S = 10.0
+
+
+async def _cancel_pending() -> None:
+    """Cancel every other task of this loop and wait for them: nothing is left pending (and
+    later destroyed with a warning) when the loop stops."""
+    me = asyncio.current_task()
+    tasks = [t for t in asyncio.all_tasks() if t is not me]
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class Consumer:
@@ -605,11 +779,25 @@ class Consumer:
             raise
 
     def _run(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return fut.result()
+        except BaseException:
+            # A KeyboardInterrupt in the caller's thread must not leave the call running on
+            # the loop (to race close(), or be destroyed pending when the loop stops).
+            fut.cancel()
+            raise
 
     def _stop_loop(self) -> None:
+        """Cancel what still runs on the loop (and wait for it, bounded), then stop it."""
+        if self._thread.is_alive() and not self._loop.is_closed():
+            done = asyncio.run_coroutine_threadsafe(_cancel_pending(), self._loop)
+            try:
+                done.result(STOP_TIMEOUT_S)
+            except concurrent.futures.TimeoutError:
+                log.warning("consumer tasks still running after %.0f s; stopping", STOP_TIMEOUT_S)
         self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
+        self._thread.join(STOP_TIMEOUT_S)
         if not self._thread.is_alive():
             self._loop.close()
 

@@ -7,8 +7,11 @@ generation (or UnknownMemberId) means the group rebalanced and this member must 
 Commits carry the member id and generation, so a member that lost a partition in a rebalance
 cannot overwrite the new owner's progress (CommitFailedError says why).
 
-Every call retries NotCoordinator / BrokerNotAvailable by finding the coordinator again, up
-to `request_timeout_ms`.
+Every call retries the errors that say the coordinator is away or elsewhere
+(`COORDINATOR_UNAVAILABLE`: NotCoordinator, NotController, BrokerNotAvailable, a timeout) by
+finding the coordinator again after a backoff, up to `request_timeout_ms`; the consumer's poll
+retries past that. Errors that mean "rejoin" (UnknownMemberId, IllegalGeneration) or "refused"
+(CommitFailed) go back to the caller at once.
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ from raftlog import protocol
 from raftlog.client.cluster import ClusterClient
 from raftlog.errors import (
     BrokerNotAvailableError,
+    NotControllerError,
     NotCoordinatorError,
     RaftlogTimeoutError,
+    RequestTimedOutError,
     UnknownMemberIdError,
 )
 from raftlog.topics import TopicPartition
@@ -32,6 +37,14 @@ from raftlog.topics import TopicPartition
 log = logging.getLogger(__name__)
 
 RETRY_BACKOFF_S = 0.1
+# The coordinator is down, moving (a controller failover) or not this node: find it again.
+COORDINATOR_UNAVAILABLE = (
+    NotCoordinatorError,
+    NotControllerError,
+    BrokerNotAvailableError,
+    RaftlogTimeoutError,
+    RequestTimedOutError,
+)
 
 
 async def coordinator_request(
@@ -48,7 +61,7 @@ async def coordinator_request(
                 await client.refresh_metadata([])
             resp, _ = await client.request(int(found["node_id"]), api, body)
             return resp
-        except (NotCoordinatorError, BrokerNotAvailableError, RaftlogTimeoutError) as e:
+        except COORDINATOR_UNAVAILABLE as e:
             if time.monotonic() >= deadline:
                 raise
             log.debug("group %s: %s; finding the coordinator again", group_id, e)
@@ -98,7 +111,7 @@ class GroupMembership:
                 node = await self._coordinator_node()
                 resp, _ = await self.client.request(node, api, body)
                 return resp
-            except (NotCoordinatorError, BrokerNotAvailableError, RaftlogTimeoutError) as e:
+            except COORDINATOR_UNAVAILABLE as e:
                 self._coordinator = None
                 if time.monotonic() >= deadline:
                     raise
@@ -106,19 +119,14 @@ class GroupMembership:
                 await asyncio.sleep(RETRY_BACKOFF_S)
 
     async def join(self, topics: Sequence[str]) -> list[TopicPartition]:
-        body = await self._call(
-            protocol.ApiKey.JOIN_GROUP,
-            {
-                "group_id": self.group_id,
-                "member_id": self.member_id,
-                "client_id": self.client_id,
-                "instance_id": self.instance_id,
-                "session_timeout_ms": self.session_timeout_ms,
-                "rebalance_timeout_ms": self.rebalance_timeout_ms,
-                "topics": list(topics),
-                "protocols": self.assignors,
-            },
-        )
+        """Join (or rejoin) with this member id; a coordinator that no longer knows the id
+        (it expired) gets an empty one next time, as Kafka's client does."""
+        try:
+            body = await self._join(topics)
+        except UnknownMemberIdError:
+            if self.instance_id is None:
+                self.member_id = ""
+            raise
         self.member_id = body["member_id"]
         self.generation = body["generation"]
         self.protocol = body["protocol"]
@@ -132,6 +140,21 @@ class GroupMembership:
             self.protocol,
         )
         return self.assignment
+
+    async def _join(self, topics: Sequence[str]) -> dict[str, Any]:
+        return await self._call(
+            protocol.ApiKey.JOIN_GROUP,
+            {
+                "group_id": self.group_id,
+                "member_id": self.member_id,
+                "client_id": self.client_id,
+                "instance_id": self.instance_id,
+                "session_timeout_ms": self.session_timeout_ms,
+                "rebalance_timeout_ms": self.rebalance_timeout_ms,
+                "topics": list(topics),
+                "protocols": self.assignors,
+            },
+        )
 
     async def heartbeat(self) -> bool:
         """True while this member's generation is current; False means rejoin."""

@@ -9,11 +9,20 @@ sends one Produce request per broker with every ready batch, keeping at most
 batch completes all of its records' futures (Kafka's ProduceRequestResult), so completing a
 1000-record batch costs one call, not 1000.
 
-Delivery: a retriable error (leader moved, lost connection, timeout) refreshes metadata and
-re-queues the batch at the head of its partition, until `retries` or `delivery_timeout_ms` runs
-out; then the error reaches every future of the batch. With retries and more than one request
-in flight a retried batch may land after a later one (as in Kafka without idempotence);
-`enable_idempotence` (sequence numbers, later) removes that.
+Delivery: a retriable error (leader moved, lost connection, timeout, a broker's full disk)
+refreshes metadata and re-queues the batch at the head of its partition (logged at WARNING once
+per partition per RETRY_WARNING_INTERVAL_S), until `retries` or `delivery_timeout_ms` runs
+out; then the error reaches every future of the batch. A batch that expires says how many
+attempts it had and the last error they met, so a broker's StorageError reaches the
+application as itself, not as a bare timeout. Every future completes by its delivery timeout
+plus EXPIRY_GRACE_S, whatever the broker or the sender does.
+
+`send` checks every field of a record before it is queued (TypeError or ValueError naming
+the field and the topic): bytes-like value and key, (str, bytes) headers, an int timestamp
+in 0..2^63-1. A record the sender cannot encode would otherwise fail far from its caller.
+
+With retries and more than one request in flight a retried batch may land after a later one
+(as in Kafka without idempotence); `enable_idempotence` (sequence numbers, later) removes that.
 
 `Producer` runs the same core on an event loop in a background thread; `send` from any thread
 only touches the accumulator under a lock and wakes the sender when a batch becomes ready.
@@ -27,6 +36,7 @@ import concurrent.futures
 import contextlib
 import functools
 import logging
+import math
 import random
 import threading
 import time
@@ -44,6 +54,7 @@ from raftlog.errors import (
     InvalidConfigError,
     RaftlogError,
     RaftlogTimeoutError,
+    RecordTooLargeError,
     error_from_code,
 )
 from raftlog.metadata.model import TopicInfo
@@ -64,6 +75,90 @@ REQUESTS_PER_WRITE = 64
 # each) exceeds send()'s and the sender is the thread that must not starve; with batches of
 # 50, yielding every 8 batches cost 25% (354k vs 470-499k rec/s).
 YIELD_EVERY_BATCHES = 64
+# A batch's sender expires it at its delivery timeout; a waiter (result(), await) still
+# waiting this long after it expires the batch itself: a stuck or dead sender must not block
+# the application forever. Long enough that a busy but healthy sender always comes first.
+EXPIRY_GRACE_S = 1.0
+# A partition's retries are logged at WARNING at most once per this interval (DEBUG otherwise).
+RETRY_WARNING_INTERVAL_S = 10.0
+
+
+# A record's encoded size must fit the batch's 32-bit length fields (with the batch header).
+RECORD_BYTES_MAX = 2**31 - 1 - HEADER_SIZE
+# Record timestamps are int64 milliseconds since the epoch, never negative (as in Kafka).
+TIMESTAMP_MS_MAX = 2**63 - 1
+
+
+def _checked_bytes(v: Any, what: str, topic: str) -> bytes | None:
+    if v is None or type(v) is bytes:
+        return v
+    if isinstance(v, bytes | bytearray | memoryview):
+        return bytes(v)  # a copy: later changes to the caller's buffer cannot reach the batch
+    raise TypeError(
+        f"the {what} of a record for topic {topic!r} must be bytes (or bytearray, memoryview) "
+        f"or None, not {type(v).__name__}"
+    )
+
+
+def _checked_record(
+    topic: Any,
+    value: Any,
+    key: Any,
+    headers: Any,
+    partition: Any,
+    timestamp_ms: Any,
+) -> tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]:
+    """Check a record's fields before it enters a batch (TypeError / ValueError naming the
+    field and the topic); returns value, key and headers as the batch encodes them. A field
+    the batch cannot encode would otherwise fail on the sender, long after send() returned."""
+    if not isinstance(topic, str):
+        raise TypeError(f"topic must be a str, not {type(topic).__name__}")
+    value = _checked_bytes(value, "value", topic)
+    key = _checked_bytes(key, "key", topic)
+    if partition is not None and (not isinstance(partition, int) or isinstance(partition, bool)):
+        raise TypeError(
+            f"partition of a record for topic {topic!r} must be an int or None, "
+            f"not {type(partition).__name__}"
+        )
+    if timestamp_ms is not None:
+        if not isinstance(timestamp_ms, int) or isinstance(timestamp_ms, bool):
+            raise TypeError(
+                f"timestamp_ms of a record for topic {topic!r} must be an int (ms since the "
+                f"epoch) or None, not {type(timestamp_ms).__name__}"
+            )
+        if not 0 <= timestamp_ms <= TIMESTAMP_MS_MAX:
+            raise ValueError(
+                f"timestamp_ms={timestamp_ms} of a record for topic {topic!r} is out of range: "
+                f"it must be in 0..{TIMESTAMP_MS_MAX} (ms since the epoch)"
+            )
+    if not headers:
+        return value, key, ()
+    if not isinstance(headers, list | tuple):
+        raise TypeError(
+            f"headers of a record for topic {topic!r} must be a list of (str, bytes | None) "
+            f"pairs, not {type(headers).__name__}"
+        )
+    checked = []
+    for item in headers:
+        if not isinstance(item, tuple | list) or len(item) != 2:
+            raise TypeError(
+                f"headers of a record for topic {topic!r} must be (str, bytes | None) pairs, "
+                f"not {item!r}"
+            )
+        hkey, hvalue = item
+        if not isinstance(hkey, str):
+            raise TypeError(
+                f"a header key of a record for topic {topic!r} must be a str, "
+                f"not {type(hkey).__name__}"
+            )
+        try:
+            hkey.encode()
+        except UnicodeEncodeError as e:
+            raise ValueError(
+                f"header key {hkey!r} of a record for topic {topic!r} is not valid UTF-8: {e}"
+            ) from None
+        checked.append((hkey, _checked_bytes(hvalue, f"header {hkey!r} value", topic)))
+    return value, key, tuple(checked)
 
 
 class RecordMetadata(NamedTuple):
@@ -134,17 +229,30 @@ class ProducerConfig:
 class BatchResult:
     """The outcome of one batch, shared by the futures of its records. Thread-safe.
 
+    The first completion wins: a batch expired by its delivery timeout (by the sender, or by a
+    waiter when the sender is stuck) keeps that outcome when a late answer arrives.
+
     The threading.Event that blocking waiters sleep on is made by the first `wait` that has to
     block: most batches complete before anyone waits (or nobody ever waits), and an Event
     costs more to build than the rest of a one-record batch.
     """
 
-    __slots__ = ("_callbacks", "_done", "_event", "base_offset", "error", "topic_partition")
+    __slots__ = (
+        "_callbacks",
+        "_done",
+        "_event",
+        "base_offset",
+        "deadline",
+        "error",
+        "topic_partition",
+    )
 
     def __init__(self, tp: TopicPartition):
         self.topic_partition = tp
         self.base_offset = -1
         self.error: BaseException | None = None
+        # time.monotonic() by which the batch must be complete (_Batch: its delivery timeout).
+        self.deadline = math.inf
         self._done = False
         self._event: threading.Event | None = None
         self._callbacks: list[Callable[[], None]] | None = None  # made by the first add
@@ -152,24 +260,43 @@ class BatchResult:
     def done(self) -> bool:
         return self._done
 
-    def complete(self, base_offset: int, error: BaseException | None = None) -> None:
-        self.base_offset = base_offset
-        self.error = error
-        # `_done` is set before `_event` is read, and `wait` stores `_event` before it reads
-        # `_done`: whichever runs second sees the other's write, so no waiter sleeps forever.
-        self._done = True
+    def complete(self, base_offset: int, error: BaseException | None = None) -> bool:
+        """Set the outcome, wake the waiters, run the callbacks; False (and nothing done) if
+        the batch was already complete."""
+        # `_done` is set under the lock before `_event` is read, and `wait` stores `_event`
+        # under it before it reads `_done`: whichever runs second sees the other's write, so
+        # no waiter sleeps forever; and of two completions only the first gets past it.
+        with _EVENT_LOCK:
+            if self._done:
+                return False
+            self.base_offset = base_offset
+            self.error = error
+            self._done = True
+            callbacks, self._callbacks = self._callbacks, None
         event = self._event
         if event is not None:
             event.set()
-        with _EVENT_LOCK:
-            callbacks, self._callbacks = self._callbacks, None
         if callbacks:
             for cb in callbacks:
-                cb()
+                try:
+                    cb()
+                except Exception:
+                    # The application's callback: its failure is its own, and must not stop
+                    # the sender (which runs it) or the other records' callbacks.
+                    log.exception("a callback of a record sent to %s raised", self.topic_partition)
+        return True
+
+    def expire(self, error: RaftlogError) -> bool:
+        """Complete with `error` unless complete already (from any thread)."""
+        return BatchResult.complete(self, -1, error)
+
+    def overdue_error(self) -> RaftlogError:
+        """The error of a batch still not complete `EXPIRY_GRACE_S` after its deadline."""
+        return RaftlogTimeoutError(f"record batch for {self.topic_partition} was not completed")
 
     def add_callback(self, cb: Callable[[], None]) -> None:
-        # complete() sets `_done` and then takes the list under the same lock: a callback
-        # is either in the list it takes or sees `_done` and runs here; never both.
+        # complete() sets `_done` and takes the list under the same lock: a callback is
+        # either in the list it takes or sees `_done` and runs here; never both.
         with _EVENT_LOCK:
             if not self._done:
                 if self._callbacks is None:
@@ -189,13 +316,30 @@ class BatchResult:
             return True
         return event.wait(timeout)
 
+    def wait_bounded(self, timeout: float | None) -> bool:
+        """`wait`, but never past the deadline plus EXPIRY_GRACE_S: a batch still not complete
+        then is expired here, so a stuck or dead sender cannot block a waiter forever."""
+        if self._done:
+            return True
+        bound = self.deadline + EXPIRY_GRACE_S - time.monotonic()
+        if timeout is not None and timeout < bound:
+            return self.wait(timeout)
+        if not self.wait(max(bound, 0.0)):
+            self.expire(self.overdue_error())
+        return True
+
 
 # Guards BatchResult's lazily made event and callback list (cheap: once per batch at most).
 _EVENT_LOCK = threading.Lock()
 
 
 class RecordFuture:
-    """The future of one sent record: `result()` / `get()`, `await`, callbacks."""
+    """The future of one sent record: `result()` / `get()`, `await`, callbacks.
+
+    Every wait ends by the batch's delivery timeout plus EXPIRY_GRACE_S, with or without a
+    `timeout`: the sender expires a batch at its deadline, and a waiter expires it itself if
+    the sender has not by then (a stuck or dead sender).
+    """
 
     __slots__ = ("_batch", "_index", "_timestamp")
 
@@ -206,7 +350,7 @@ class RecordFuture:
         return self._batch.done()
 
     def result(self, timeout: float | None = None) -> RecordMetadata:
-        if not self._batch.wait(timeout):
+        if not self._batch.wait_bounded(timeout):
             raise RaftlogTimeoutError(f"record not acknowledged within {timeout} s")
         if self._batch.error is not None:
             raise self._batch.error
@@ -219,7 +363,7 @@ class RecordFuture:
     get = result
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        if not self._batch.wait(timeout):
+        if not self._batch.wait_bounded(timeout):
             raise RaftlogTimeoutError(f"record not acknowledged within {timeout} s")
         return self._batch.error
 
@@ -227,15 +371,25 @@ class RecordFuture:
         self._batch.add_callback(lambda: fn(self))
 
     def __await__(self) -> Any:
-        if not self.done():
+        batch = self._batch
+        if not batch.done():
             loop = asyncio.get_running_loop()
             waiter: asyncio.Future[None] = loop.create_future()
 
             def wake() -> None:
-                loop.call_soon_threadsafe(_resolve, waiter)
+                if not loop.is_closed():
+                    loop.call_soon_threadsafe(_resolve, waiter)
 
-            self._batch.add_callback(wake)
-            yield from waiter.__await__()
+            batch.add_callback(wake)
+            bound = batch.deadline + EXPIRY_GRACE_S - time.monotonic()
+            timer = None if bound == math.inf else loop.call_later(bound, _resolve, waiter)
+            try:
+                yield from waiter.__await__()
+            finally:
+                if timer is not None:
+                    timer.cancel()
+            if not batch.done():
+                batch.expire(batch.overdue_error())
         return self.result(0)
 
 
@@ -250,7 +404,7 @@ class _Batch(BatchResult):
     garbage collector per object). Completing it drops the builder, so a future kept after
     its record was sent does not keep the record's bytes alive."""
 
-    __slots__ = ("attempts", "builder", "created", "deadline", "sealed", "tp")
+    __slots__ = ("attempts", "builder", "created", "in_flight", "last_error", "sealed", "tp")
 
     def __init__(
         self,
@@ -264,13 +418,44 @@ class _Batch(BatchResult):
         self.builder = BatchBuilder() if builder is None else builder
         self.created = now
         self.deadline = now + delivery_timeout_s
-        self.attempts = 0
+        self.attempts = 0  # sends that failed (and were retried, or failed the batch)
+        self.last_error: BaseException | None = None  # of the last failed send
+        self.in_flight = False  # a request holding it is on a connection
         self.sealed = False  # full, drained or expired: it takes no more records
 
-    def complete(self, base_offset: int, error: BaseException | None = None) -> None:
+    def complete(self, base_offset: int, error: BaseException | None = None) -> bool:
+        """On the sender's thread only (it drops the builder, which the sender reads); a
+        batch already expired keeps its outcome and loses its builder here."""
+        won = BatchResult.complete(self, base_offset, error)
         self.sealed = True
         self.builder = _COMPLETED_BUILDER
-        BatchResult.complete(self, base_offset, error)
+        return won
+
+    def expire(self, error: RaftlogError) -> bool:
+        # From any thread: the builder stays (the sender may be reading it); no more records.
+        self.sealed = True
+        return BatchResult.complete(self, -1, error)
+
+    def expiry_error(self, what: str, after: str = "") -> RaftlogTimeoutError:
+        """The error of a batch past its delivery timeout: how many sends it had, what did
+        not happen in time, and what the last send met (a full disk reaches the producer as
+        the broker's StorageError, not as a bare timeout)."""
+        ms = round((self.deadline - self.created) * 1000)
+        sends = self.attempts + (1 if self.in_flight else 0)
+        text = (
+            f"record batch for {self.tp} expired after {sends} attempt(s): {what} within "
+            f"delivery_timeout_ms={ms}{after}"
+        )
+        if self.last_error is not None:
+            text += f"; last error: {type(self.last_error).__name__}: {self.last_error}"
+        error = RaftlogTimeoutError(text)
+        error.__cause__ = self.last_error  # for code that wants the broker's error itself
+        return error
+
+    def overdue_error(self) -> RaftlogError:
+        return self.expiry_error(
+            "not completed", f" + {EXPIRY_GRACE_S:g} s (is the producer's sender stuck?)"
+        )
 
     def seal(self) -> None:
         """Full: it takes no more records, and it is encoded now (BatchBuilder.seal)."""
@@ -327,6 +512,9 @@ class _Accumulator:
         self.resume_below = config.buffer_memory - config.buffer_memory // 8
         self.flushing = 0
         self.slot_bound = False
+        # The earliest delivery deadline of a queued batch, as of the last drain: the sender
+        # runs a pass then, so a batch expires on time even when nothing else wakes it.
+        self.next_deadline = math.inf
 
     def topic_queues(
         self, topic: str, partitions: int
@@ -365,6 +553,7 @@ class _Accumulator:
         next_ready: float | None = None
         expired: list[_Batch] = []
         self.slot_bound = False
+        next_deadline = math.inf
         for tp, q in self.queues.items():
             if not q:
                 continue
@@ -375,6 +564,8 @@ class _Accumulator:
             if not q:
                 continue
             first = q[0]
+            if first.deadline < next_deadline:
+                next_deadline = first.deadline  # a retried batch goes first: the oldest
             if not (
                 len(q) > 1
                 or first.builder.size_bytes >= batch_size
@@ -411,6 +602,7 @@ class _Accumulator:
                 q.popleft()
                 b.sealed = True
             slots[node] = free
+        self.next_deadline = next_deadline
         freed = sum(b.builder.size_bytes for b in expired)
         if freed:
             self.released_bytes += freed
@@ -448,6 +640,13 @@ class _ProducerCore:
     one write per connection; each response completes its batches from a callback run by the
     connection. The sender sleeps on a future that `send` (a batch filled up, or a partition's
     first batch opened), a response, or the linger timer resolves.
+
+    Delivery timeouts: a pass expires queued batches past their deadline (drain), and batches
+    in flight past theirs (`_expire_in_flight`, as Kafka does: the late answer is ignored); it
+    sleeps no later than the earliest deadline. Nothing one batch holds can stop the sender: a
+    batch that fails to build fails alone (`_unbuildable`), application callbacks run guarded
+    (BatchResult.complete), and if the sender task ends with an error anyway (a bug), every
+    batch fails with it and later sends raise it (`_sender_stopped`) instead of hanging.
     """
 
     def __init__(self, config: ProducerConfig):
@@ -465,6 +664,15 @@ class _ProducerCore:
         self._waiter: asyncio.Future[None] | None = None
         self._in_flight: dict[int, int] = collections.defaultdict(int)
         self._inflight_batches = 0
+        # node -> the batches sent to it, in send order (acks != 0): the connection answers in
+        # order, so answered ones leave from the front; `_expire_in_flight` looks at the rest.
+        self._sent: dict[int, collections.deque[_Batch]] = {}
+        # When `_expire_in_flight` must next look: the earliest deadline in flight.
+        self._inflight_check_at = math.inf
+        # Set if the sender task ever ends with an error: what every later send() raises.
+        self.dead: RaftlogError | None = None
+        # partition -> until when its retries are logged at DEBUG only (see _retry_or_fail).
+        self._retry_warned_until: dict[TopicPartition, float] = {}
         self._sticky: dict[str, int] = {}
         # topic -> the open batch of its sticky partition (the fast path's target).
         self._open: dict[str, _Batch] = {}
@@ -493,6 +701,28 @@ class _ProducerCore:
         self.space = asyncio.Event()
         self._idle = asyncio.Event()
         self._sender = asyncio.create_task(self._run())
+        self._sender.add_done_callback(self._sender_stopped)
+
+    def _sender_stopped(self, task: asyncio.Task[None]) -> None:
+        """The sender ended: normal at close; with an error it is a bug, and then no batch
+        may wait for it: fail them all with the error and make later sends raise it."""
+        if task.cancelled() or task.exception() is None:
+            return
+        exc = task.exception()
+        log.critical("the producer's sender stopped with an error", exc_info=exc)
+        self.dead = RaftlogError(f"the producer's sender stopped: {exc!r}")
+        with self.acc.lock:
+            queued = [b for q in self.acc.queues.values() for b in q]
+            self.acc.queues.clear()
+            self.acc.by_topic.clear()
+            self.acc.released_bytes = self.acc.added_bytes
+            self.acc.space.notify_all()
+        in_flight = [b for q in self._sent.values() for b in q]
+        self._sent.clear()
+        for b in queued + in_flight:
+            b.expire(self.dead)
+        if self._idle is not None:
+            self._idle.set()  # a flush() waiting for the sender returns
 
     async def topic_metadata(self, topic: str) -> TopicInfo:
         """The topic's metadata for send(). A broker that cannot be reached (restarting, or
@@ -523,13 +753,22 @@ class _ProducerCore:
         """Add a record to its partition's open batch; None if the topic's metadata is not
         known yet (the caller fetches it and calls again).
 
-        The per-record hot path: a record with no key, partition, timestamp or headers that
-        fits the topic's sticky open batch takes one dict lookup, one lock, one builder call
-        and one future; anything else takes `_append`. The open batch is used even if the
-        topic's metadata was dropped meanwhile (after an error): its partition is known, and
-        the sender refreshes the metadata before it sends it.
+        The per-record hot path: a record with a `bytes` value and no key, partition,
+        timestamp or headers that fits the topic's sticky open batch takes one dict lookup, one
+        lock, one builder call and one future; anything else takes `_append`, which checks
+        every field first (`_checked_record`): a record that cannot be encoded is refused
+        here, in the caller's thread, and never reaches the sender. The open batch is used
+        even if the topic's metadata was dropped meanwhile (after an error): its partition is
+        known, and the sender refreshes the metadata before it sends it.
         """
-        if key is None and partition is None and timestamp_ms is None and not headers and value:
+        if (
+            type(value) is bytes
+            and key is None
+            and partition is None
+            and timestamp_ms is None
+            and not headers
+            and value
+        ):
             batch = self._open.get(topic)
             n = 25 + len(value)
             # The size is checked again under the lock; this first look spares the lock when
@@ -571,6 +810,20 @@ class _ProducerCore:
         timestamp_ms: int | None,
         block: bool,
     ) -> RecordFuture | None:
+        if not (
+            type(value) is bytes
+            and (key is None or type(key) is bytes)
+            and (partition is None or type(partition) is int)
+            and timestamp_ms is None
+            and not headers
+            and type(topic) is str
+        ):
+            # Only what the common shapes above leave open (they are valid as they are).
+            value, key, headers = _checked_record(
+                topic, value, key, headers, partition, timestamp_ms
+            )
+        if self.dead is not None:
+            raise self.dead
         sticky = False
         info = self._topics.get(topic)
         if info is None:
@@ -597,6 +850,11 @@ class _ProducerCore:
             record_bytes = 25 + (len(key) if key else 0) + (len(value) if value else 0)
             if headers:
                 record_bytes += sum(8 + len(k.encode()) + len(v or b"") for k, v in headers)
+        if record_bytes > RECORD_BYTES_MAX:
+            raise RecordTooLargeError(
+                f"a record of {record_bytes} bytes for topic {topic!r}: a record must be below "
+                f"{RECORD_BYTES_MAX} bytes (its lengths are 32-bit)"
+            )
         acc = self.acc
         batch_size = self._batch_size
         lock = acc.lock
@@ -739,17 +997,16 @@ class _ProducerCore:
                 )
                 pending = self.acc.pending()
             for b in expired:
-                b.complete(
-                    -1,
-                    RaftlogTimeoutError(
-                        f"record batch for {b.tp} expired: not sent within "
-                        f"delivery_timeout_ms={self.config.delivery_timeout_ms}"
-                    ),
-                )
+                b.complete(-1, b.expiry_error("not sent"))
             if expired:
                 self._space_freed()
             for node, node_requests in requests.items():
                 self._dispatch(node, node_requests)
+            for q in self._sent.values():
+                while q and not q[0].in_flight:
+                    q.popleft()
+            if now >= self._inflight_check_at:
+                self._expire_in_flight(now)
             if pending == 0 and self._inflight_batches == 0:
                 self._idle.set()
                 if self._closing:
@@ -762,12 +1019,46 @@ class _ProducerCore:
                 # Every free in-flight slot is used and ready batches wait: a response will
                 # wake the sender, so send() need not (a wake-up costs two system calls).
                 self._wake_scheduled = True
-            timeout = None if next_ready is None else max(next_ready - time.monotonic(), 0)
+            wake_at = min(
+                math.inf if next_ready is None else next_ready,
+                self.acc.next_deadline,
+                self._inflight_check_at,
+            )
+            timeout = None if wake_at == math.inf else max(wake_at - time.monotonic(), 0)
             if pending and not requests and next_ready is None:
                 # Batches wait for metadata, a connection or a free in-flight slot; responses
                 # and connections wake the sender, this is the fallback.
-                timeout = self.config.retry_backoff_ms / 1000
+                backoff = self.config.retry_backoff_ms / 1000
+                timeout = backoff if timeout is None else min(timeout, backoff)
             await self._sleep(timeout)
+
+    def _expire_in_flight(self, now: float) -> None:
+        """Fail the batches in flight past their delivery timeout (Kafka expires them too);
+        their requests stay on the connection, and a late answer finds them complete. The
+        builder stays with the request, which still counts its records."""
+        check_at = math.inf
+        for q in self._sent.values():
+            for b in q:
+                if not b.in_flight or b._done:
+                    continue
+                if b.deadline <= now:
+                    b.expire(b.expiry_error("no answer"))
+                elif b.deadline < check_at:
+                    check_at = b.deadline
+        self._inflight_check_at = check_at
+
+    def _sent_to(self, node: int, batches: Sequence[_Batch]) -> None:
+        """Batches now in flight to `node` (a request that expects an answer)."""
+        q = self._sent.get(node)
+        if q is None:
+            q = self._sent[node] = collections.deque()
+        check_at = self._inflight_check_at
+        for b in batches:
+            b.in_flight = True
+            q.append(b)
+            if b.deadline < check_at:
+                check_at = b.deadline
+        self._inflight_check_at = check_at
 
     def _node_of(self, tp: TopicPartition) -> int | None:
         try:
@@ -844,21 +1135,30 @@ class _ProducerCore:
             return
         # Batches of one partition travel as one chunk: one append on the broker, one answer.
         merged: dict[TopicPartition, list[_Batch]] = {}
-        payload: list[bytes] = []
+        pieces: dict[TopicPartition, list[bytes]] = {}
+        count = 0
         for b in batches:
+            try:
+                head, tail = b.builder.build_parts()
+            except Exception as e:  # any cause: see _unbuildable
+                self._unbuildable(b, e)
+                continue
+            count += 1
             group = merged.get(b.tp)
             if group is None:
                 merged[b.tp] = [b]
+                pieces[b.tp] = [head, tail]
             else:
                 group.append(b)
+                pieces[b.tp] += (head, tail)
+        if not count:
+            return
+        payload: list[bytes] = []
         by_topic: dict[str, list[list[int]]] = {}
         nbytes = 0
-        for tp, group in merged.items():
-            size = 0
-            for b in group:
-                head, tail = b.builder.build_parts()
-                payload += (head, tail)
-                size += len(head) + len(tail)
+        for tp, tp_pieces in pieces.items():
+            size = sum(map(len, tp_pieces))
+            payload += tp_pieces
             parts = by_topic.get(tp.topic)
             if parts is None:
                 by_topic[tp.topic] = [[tp.partition, size]]
@@ -868,8 +1168,8 @@ class _ProducerCore:
         topics = [[t, ps] for t, ps in by_topic.items()]
         body = {"acks": self._acks, "timeout_ms": self._timeout_ms, "topics": topics}
         self._in_flight[node] += 1
-        self._inflight_batches += len(batches)
-        done = functools.partial(self._on_response, node, merged, len(batches), nbytes)
+        self._inflight_batches += count
+        done = functools.partial(self._on_response, node, merged, count, nbytes)
         try:
             if conn is None:
                 raise BrokerNotAvailableError(f"no connection to broker {node}")
@@ -885,11 +1185,27 @@ class _ProducerCore:
             return
         if not self._acks:
             done(None, None, None)  # acks=0: delivered once written; offsets unknown (-1)
+        else:
+            for group in merged.values():
+                self._sent_to(node, group)
+
+    def _unbuildable(self, b: _Batch, error: Exception) -> None:
+        """A batch whose bytes cannot be made: whatever the cause (send() checks every field,
+        so it is a bug), it fails that batch's records with the error, logged with its
+        traceback, and the sender goes on with the other batches."""
+        log.error("cannot build the record batch for %s; failing its records", b.tp, exc_info=error)
+        self.acc.release(b.builder.size_bytes)  # never sent: its bytes leave the buffer now
+        self._space_freed()
+        b.complete(-1, error)
 
     def _send_one(self, conn: BrokerConnection | None, node: int, b: _Batch) -> None:
         """`_send_request` for a request of one batch, the common case: its header comes from
         the partition's pre-encoded template instead of msgpack."""
-        head, tail = b.builder.build_parts()
+        try:
+            head, tail = b.builder.build_parts()
+        except Exception as e:  # any cause: see _unbuildable
+            self._unbuildable(b, e)
+            return
         nbytes = len(head) + len(tail)
         tp = b.tp
         template = self._templates.get(tp)
@@ -911,6 +1227,15 @@ class _ProducerCore:
             return
         if not self._acks:
             done(None, None, None)  # acks=0: delivered once written; offsets unknown (-1)
+            return
+        # In flight: _sent_to for one batch, inlined (this runs once per request).
+        b.in_flight = True
+        q = self._sent.get(node)
+        if q is None:
+            q = self._sent[node] = collections.deque()
+        q.append(b)
+        if b.deadline < self._inflight_check_at:
+            self._inflight_check_at = b.deadline
 
     def _on_response(
         self,
@@ -926,6 +1251,9 @@ class _ProducerCore:
         self._inflight_batches -= count
         self.acc.release(nbytes)
         self._space_freed()
+        for group in merged.values():
+            for b in group:
+                b.in_flight = False
         try:
             if error is not None:
                 for group in merged.values():
@@ -951,6 +1279,7 @@ class _ProducerCore:
         """`_on_response` for a one-batch request, with the success case kept short."""
         self._in_flight[node] -= 1
         self._inflight_batches -= 1
+        b.in_flight = False
         self.acc.release(nbytes)
         self._space_freed()
         try:
@@ -1010,13 +1339,29 @@ class _ProducerCore:
 
     def _retry_or_fail(self, batch: _Batch, error: RaftlogError) -> None:
         batch.attempts += 1
-        if (
-            error.retriable
-            and not self._closed
-            and batch.attempts <= self.config.retries
-            and time.monotonic() < batch.deadline
-        ):
-            log.debug("retrying batch for %s after %s", batch.tp, error)
+        batch.last_error = error
+        if error.retriable and not self._closed and time.monotonic() >= batch.deadline:
+            # Out of delivery time: the same error as a batch that expires waiting, naming
+            # this attempt's error as the last one.
+            batch.complete(-1, batch.expiry_error("not delivered"))
+            return
+        if error.retriable and not self._closed and batch.attempts <= self.config.retries:
+            now = time.monotonic()
+            if now >= self._retry_warned_until.get(batch.tp, 0.0):
+                # Kafka's producer warns at every retry; once per partition per interval
+                # is enough to make a full disk or a lost leader visible without a flood.
+                self._retry_warned_until[batch.tp] = now + RETRY_WARNING_INTERVAL_S
+                log.warning(
+                    "retrying a record batch for %s (attempt %d, %.0f ms before its "
+                    "delivery_timeout_ms) after %s: %s",
+                    batch.tp,
+                    batch.attempts,
+                    (batch.deadline - now) * 1000,
+                    type(error).__name__,
+                    error,
+                )
+            else:
+                log.debug("retrying batch for %s after %s", batch.tp, error)
             self.client.invalidate(batch.tp.topic)
             self.acc.requeue(batch)
             self._schedule_refresh(batch.tp.topic)
@@ -1025,6 +1370,8 @@ class _ProducerCore:
 
     async def wait_idle(self) -> None:
         assert self._idle is not None
+        if self.dead is not None:
+            return  # nothing will happen any more: every batch has failed with the error
         # `_idle` is only updated when the sender runs: records appended since its last pass
         # (an AsyncProducer's sends do not yield to it) must not find it still set.
         with self.acc.lock:
@@ -1038,9 +1385,10 @@ class _ProducerCore:
         self._closing = True
         self._kick()
         if self._sender is not None:
-            try:
-                await asyncio.wait_for(asyncio.shield(self._sender), timeout_s)
-            except TimeoutError:
+            # asyncio.wait, not wait_for: a sender that died with an error (a bug, already
+            # logged by _sender_stopped) must not make close() raise it.
+            finished, _ = await asyncio.wait({self._sender}, timeout=timeout_s)
+            if not finished:
                 self._sender.cancel()
         for t in list(self._tasks):
             t.cancel()

@@ -4,6 +4,7 @@ pysyncobj.
 - state.py: the deterministic state machine (brokers, topics and partitions, groups, offsets).
 - assignors.py: deterministic partition assignors for consumer groups.
 - quorum.py: the state on pysyncobj, seen from asyncio.
+- raft_journal.py: pysyncobj's journal, written so that a full disk is survivable.
 - cluster.py: the broker's read/propose view of it.
 - controller.py: broker liveness (UDP heartbeats, fencing) on the active controller.
 - model.py: the metadata records exchanged with clients.

@@ -3,6 +3,10 @@
 The broker reads topics, partitions and brokers from the local copy of the Raft state (a voter's
 or an observer's), and changes them by proposing commands. Reads are cheap: converted views are
 cached per state version.
+
+`describe_cluster()` is what `raftlog cluster status` shows (the DescribeCluster API): every
+field named (docs/PROTOCOL.md), including the replicas whose logs their brokers reported
+offline. A report counts only while its broker epoch is the broker's registered one.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from raftlog.errors import UnknownTopicOrPartitionError
+from raftlog.errors import StaleBrokerEpochError, UnknownTopicOrPartitionError
 from raftlog.metadata.model import BrokerInfo, PartitionInfo, TopicInfo
 from raftlog.metadata.quorum import MetadataQuorum
 from raftlog.metadata.state import MetadataState
@@ -35,7 +39,15 @@ def _topic_info(t: dict[str, Any]) -> TopicInfo:
         t["name"],
         t["topic_id"],
         tuple(
-            PartitionInfo(i, p["leader"], p["leader_epoch"], tuple(p["replicas"]), tuple(p["isr"]))
+            PartitionInfo(
+                i,
+                p["leader"],
+                p["leader_epoch"],
+                tuple(p["replicas"]),
+                tuple(p["isr"]),
+                p["partition_epoch"],
+                tuple(p.get("elr", ())),
+            )
             for i, p in enumerate(t["partitions"])
         ),
         dict(t["config"]),
@@ -115,26 +127,77 @@ class ClusterMetadata:
     async def delete_topic(self, name: str) -> None:
         await self.quorum.propose("delete_topic", name=name)
 
+    async def report_offline_replicas(self, node_id: int, replicas: list[list[Any]]) -> None:
+        """Replace broker `node_id`'s report of its offline replicas ([topic, partition,
+        reason], ...; empty clears it), under its registered broker epoch."""
+
+        def epoch_of(s: MetadataState) -> int | None:
+            b = s.brokers.get(node_id)
+            return None if b is None else int(b["broker_epoch"])
+
+        epoch = self.quorum.read(epoch_of)
+        if epoch is None:
+            raise StaleBrokerEpochError(f"broker {node_id} is not registered")
+        await self.quorum.propose(
+            "report_offline_replicas", node_id=node_id, broker_epoch=epoch, replicas=replicas
+        )
+
     def describe_cluster(self) -> dict[str, Any]:
         """The quorum as this node sees it, every registered broker, every partition."""
         st = self.quorum.status()
 
         def grab(s: MetadataState) -> dict[str, Any]:
+            offline_logs = []
+            offline: dict[tuple[str, int], list[int]] = {}
+            # getattr: a state restored from a snapshot older than the field has none.
+            for node_id, report in sorted(getattr(s, "offline_replicas", {}).items()):
+                broker = s.brokers.get(node_id)
+                if broker is None or broker["broker_epoch"] != report["broker_epoch"]:
+                    continue  # from an earlier incarnation of that broker
+                for topic, partition, reason in report["replicas"]:
+                    if topic not in s.topics or partition >= len(s.topics[topic]["partitions"]):
+                        continue  # deleted since
+                    offline.setdefault((topic, partition), []).append(node_id)
+                    offline_logs.append(
+                        {
+                            "node_id": node_id,
+                            "broker_epoch": report["broker_epoch"],
+                            "topic": topic,
+                            "partition": partition,
+                            "reason": reason,
+                        }
+                    )
             return {
                 "brokers": [
-                    [b["node_id"], b["host"], b["port"], b["rack"], b["broker_epoch"], b["fenced"]]
+                    {
+                        "node_id": b["node_id"],
+                        "host": b["host"],
+                        "port": b["port"],
+                        "rack": b["rack"],
+                        "broker_epoch": b["broker_epoch"],
+                        "fenced": b["fenced"],
+                    }
                     for _, b in sorted(s.brokers.items())
                 ],
                 "partitions": [
-                    [name, i, p["leader"], p["leader_epoch"], p["replicas"], p["isr"]]
+                    {
+                        "topic": name,
+                        "partition": i,
+                        "leader": p["leader"],
+                        "leader_epoch": p["leader_epoch"],
+                        "replicas": list(p["replicas"]),
+                        "isr": list(p["isr"]),
+                        "offline_replicas": offline.get((name, i), []),
+                    }
                     for name in sorted(s.topics)
                     for i, p in enumerate(s.topics[name]["partitions"])
                 ],
+                "offline_logs": offline_logs,
                 "metadata_version": s.version,
             }
 
         out: dict[str, Any] = self.quorum.read(grab)
-        out["voters"] = [[n, a] for n, a in sorted(self.voters.items())]
+        out["voters"] = [{"node_id": n, "address": a} for n, a in sorted(self.voters.items())]
         out["controller_id"] = self._by_address.get(st.leader, -1) if st.leader else -1
         out["quorum"] = {
             "term": st.term,
@@ -142,5 +205,9 @@ class ClusterMetadata:
             "last_applied": st.last_applied,
             "ready": st.ready,
             "this_node_leads": st.is_leader,
+            # Not None while this node's metadata journal refuses writes for lack of disk space
+            # (why, since when), or once its Raft thread has failed (the node then exits).
+            "journal_full": st.journal_full,
+            "raft_thread_failure": st.failure,
         }
         return out

@@ -36,6 +36,9 @@ from raftlog.metadata.quorum import MetadataQuorum
 log = logging.getLogger(__name__)
 
 CHECK_INTERVAL_S = 0.1
+# Retries of proposals that must eventually succeed: 0.1 s, doubling to 2 s (a log line each).
+RETRY_BACKOFF_MIN_S = 0.1
+RETRY_BACKOFF_MAX_S = 2.0
 
 
 def monotonic_ms() -> int:
@@ -71,7 +74,12 @@ class Controller:
 
     async def run(self) -> None:
         host, port = split_address(self.listen_address)
-        stream = await asyncio_dgram.bind((host, port))
+        try:
+            stream = await asyncio_dgram.bind((host, port))
+        except OSError as e:
+            raise OSError(
+                e.errno, f"controller heartbeat listener (UDP) {self.listen_address}: {e.strerror}"
+            ) from None
         try:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._receive(stream))
@@ -149,12 +157,17 @@ class Controller:
         complete state."""
 
         async def go() -> None:
+            backoff_s = RETRY_BACKOFF_MIN_S
             while self.active:
                 try:
                     await self.quorum.propose("noop")
                 except RaftlogError as e:
-                    log.warning("no-op after becoming leader failed, retrying: %s", e)
-                    await asyncio.sleep(0.1)
+                    # Backs off (a full disk refuses every proposal until space is freed).
+                    log.warning(
+                        "no-op after becoming leader failed, retrying in %.1f s: %s", backoff_s, e
+                    )
+                    await asyncio.sleep(backoff_s)
+                    backoff_s = min(2 * backoff_s, RETRY_BACKOFF_MAX_S)
                     continue
                 if self.active:
                     self.on_active(True)

@@ -28,14 +28,27 @@ Rules this module keeps, and why:
   never reads a clock.
 - Commits are batched (group commit): commits that arrive within `commit_linger_ms` of the
   first, or while the previous batch is in flight, go into one `commit_batch` command (one Raft
-  entry) of at most `commit_batch_max` commits, and each caller gets its own result from the
-  per-commit results. One Raft round trip takes 20-50 ms; one entry per commit would cap a
-  cluster at a few dozen commits/s, batches of up to 500 allow more than 5,000 commits/s.
+  entry) of at most `commit_batch_max` commits and `commit_batch_bytes_max` bytes, and each
+  caller gets its own result from the per-commit results. One Raft round trip takes 20-50 ms;
+  one entry per commit would cap a cluster at a few dozen commits/s, batches of up to 500 allow
+  more than 5,000 commits/s.
   Batches go out one at a time, in call order, so a member's later commit of a partition is
   applied after its earlier one. Waiting commits are bounded by `commit_pending_max`; beyond it
   `commit` waits for room (backpressure) instead of growing a queue without limit.
+- Every command fits one Raft entry (quorum.COMMAND_BYTES_MAX). Sizes are bounded from above
+  here, from string lengths (`_entry_bytes` and friends: what pickle protocol 2 can take at
+  most), so a batch is cut before it would grow past `commit_batch_bytes_max`. A commit larger
+  than that (an OffsetCommit of tens of thousands of partitions) is split into pieces that
+  follow each other in the queue, so they are applied in order; each piece is checked on its
+  own, so a rebalance between two pieces applies the first and refuses the rest (the caller gets
+  the refusal; the member restarts those partitions from the last committed offsets, as after
+  any refused commit: at least once). A reset is split the same way, and expiry proposes
+  `leave_group` in pieces too, so a large group can always be expired.
 - Input from the network is checked here, before it is proposed: a malformed command must be
-  refused with `InvalidRequestError`, not reach the state machine of every replica.
+  refused with `InvalidRequestError`, not reach the state machine of every replica. Ids
+  (group, member, client, instance, assignor names) are at most `id_bytes_max` bytes, commit
+  metadata at most `offset_metadata_bytes_max` (Kafka's `offset.metadata.max.bytes`),
+  partitions and generations int32 and offsets int64, as on Kafka's wire.
 - Reads (`fetch_offsets`, `list_groups`, `describe_group`) use the local copy of the state
   under the quorum's lock; they work on any node, possibly lagging on a node that is not
   active.
@@ -51,7 +64,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, NoReturn, Protocol, TypeVar
 
 from raftlog.errors import (
     GroupIdNotFoundError,
@@ -59,11 +72,14 @@ from raftlog.errors import (
     InvalidRequestError,
     NotControllerError,
     NotCoordinatorError,
+    PolicyViolationError,
     RaftlogError,
     UnknownMemberIdError,
     error_from_code,
 )
+from raftlog.metadata.quorum import COMMAND_BYTES_MAX
 from raftlog.metadata.state import MetadataState
+from raftlog.topics import MAX_NAME_LENGTH, validate_topic_name
 
 log = logging.getLogger(__name__)
 
@@ -96,11 +112,29 @@ def anchored_clock_ms() -> Callable[[], int]:
     return lambda: wall_ms + time.monotonic_ns() // 1_000_000 - mono_ms
 
 
+# A failing expiry of one group is logged at most this often (it is retried every sweep).
+EXPIRY_WARNING_INTERVAL_MS = 10_000
+# Kafka's wire types for partitions and generations (int32) and offsets (int64).
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+# Room a batch's command needs around its commits ("commit_batch", {"commits": [...]}).
+_BATCH_ENVELOPE_BYTES_MAX = 64
+
+
 @dataclass(frozen=True, slots=True)
 class CoordinatorConfig:
     # 500 commits per Raft entry: at 20-50 ms per round trip, 10,000-25,000 commits/s, and an
     # entry of a few tens of KiB, well under what pysyncobj moves in one append.
     commit_batch_max: int = 500
+    # A batch's estimated size: 1 KiB below one Raft command (COMMAND_BYTES_MAX, 1 MiB), room
+    # for the batch's envelope. Larger single commits are split (see the module docstring).
+    commit_batch_bytes_max: int = COMMAND_BYTES_MAX - 1024
+    # Kafka's offset.metadata.max.bytes.
+    offset_metadata_bytes_max: int = 4096
+    # Group, member, client and instance ids and assignor names. Kafka bounds them only by its
+    # string type (32,767 bytes); every id rides in every commit, heartbeat and expiry, so a
+    # few hundred characters of real ids are allowed and megabytes are not.
+    id_bytes_max: int = 1024
     # 2 ms: long enough to gather the commits of one burst, short next to a Raft round trip.
     commit_linger_ms: int = 2
     # Batches in Raft at once (see GroupCoordinator._flush).
@@ -117,6 +151,19 @@ class CoordinatorConfig:
     def __post_init__(self) -> None:
         if self.commit_batch_max < 1:
             raise InvalidConfigError(f"commit_batch_max must be >= 1, got {self.commit_batch_max}")
+        # The smallest batch must hold one commit of the largest ids and one largest entry.
+        smallest = _COMMIT_BYTES + 2 * self.id_bytes_max + _entry_bytes_max(self)
+        largest = COMMAND_BYTES_MAX - _BATCH_ENVELOPE_BYTES_MAX
+        if not smallest <= self.commit_batch_bytes_max <= largest:
+            raise InvalidConfigError(
+                f"commit_batch_bytes_max must be {smallest}..{largest} (one commit with the "
+                f"largest ids and metadata .. one Raft command), got {self.commit_batch_bytes_max}"
+            )
+        if self.offset_metadata_bytes_max < 0 or self.id_bytes_max < 1:
+            raise InvalidConfigError(
+                f"need offset_metadata_bytes_max >= 0 ({self.offset_metadata_bytes_max}) and "
+                f"id_bytes_max >= 1 ({self.id_bytes_max})"
+            )
         if self.commit_batches_in_flight < 1:
             raise InvalidConfigError(
                 f"commit_batches_in_flight must be >= 1, got {self.commit_batches_in_flight}"
@@ -141,10 +188,12 @@ class CoordinatorConfig:
 
 @dataclass(slots=True)
 class _PendingCommit:
-    """One caller's commit, waiting for its batch. `args` are commit_offsets' arguments."""
+    """One caller's commit (or a piece of it), waiting for its batch. `args` are
+    commit_offsets' arguments; `size_bytes` bounds their serialized size from above."""
 
     args: dict[str, Any]
     future: asyncio.Future[None]
+    size_bytes: int
 
 
 class GroupCoordinator:
@@ -166,7 +215,9 @@ class GroupCoordinator:
         sweep_interval_ms: int = 100,
         session_timeout_ms_min: int = 100,
         session_timeout_ms_max: int = 1_800_000,
+        **limits: int,
     ) -> None:
+        """`limits`: the other CoordinatorConfig fields (byte bounds), by name."""
         self.config = CoordinatorConfig(
             commit_batch_max=commit_batch_max,
             commit_linger_ms=commit_linger_ms,
@@ -174,6 +225,7 @@ class GroupCoordinator:
             sweep_interval_ms=sweep_interval_ms,
             session_timeout_ms_min=session_timeout_ms_min,
             session_timeout_ms_max=session_timeout_ms_max,
+            **limits,
         )
         self._propose_fn = propose
         self._read = read
@@ -183,13 +235,17 @@ class GroupCoordinator:
         # sight while active). Invariant: only members of the state, pruned on every sweep, so
         # it is bounded by the number of members.
         self._heartbeat_ms: dict[str, dict[str, int]] = {}
-        # Commits waiting for the next batch, in call order. Invariant: at most
-        # commit_pending_max of them are not done (each holds a slot of `_pending_room` until
-        # its future is done); done ones (callers that gave up) are dropped at the next batch.
+        # Commits (and pieces of split ones) waiting for the next batch, in call order.
+        # Invariant: at most commit_pending_max of them are not done (each holds a slot of
+        # `_pending_room` until its future is done); done ones (callers that gave up) are
+        # dropped at the next batch. `_pending_bytes` is the sum of their size_bytes.
         self._pending: list[_PendingCommit] = []
+        self._pending_bytes = 0
         self._pending_room = asyncio.Semaphore(self.config.commit_pending_max)
         self._batch_full = asyncio.Event()
         self._more_pending = asyncio.Event()
+        # group id -> clock_ms of the last warning that its expiry failed (one per interval).
+        self._expiry_warned_ms: dict[str, int] = {}
         # The task that lingers, then proposes batches until none is waiting; None when idle.
         self._flush_task: asyncio.Task[None] | None = None
 
@@ -220,7 +276,7 @@ class GroupCoordinator:
             log.info("group coordinator became inactive")
         self._active = False
         self._heartbeat_ms = {}
-        pending, self._pending = self._pending, []
+        pending, self._pending, self._pending_bytes = self._pending, [], 0
         for c in pending:
             if not c.future.done():
                 c.future.set_exception(
@@ -254,6 +310,20 @@ class GroupCoordinator:
                 f"{name} for group {args.get('group_id', '?')!r} not applied: {e}"
             ) from e
 
+    def _check_id(self, name: str, value: object, empty_ok: bool = True) -> None:
+        size = _str_bytes(_check_str(name, value, empty_ok))
+        if size > self.config.id_bytes_max:
+            raise PolicyViolationError(
+                f"{name} {value!r:.60} is {size} bytes; the limit is id_bytes_max="
+                f"{self.config.id_bytes_max}"
+            )
+
+    def _id_pieces(self, group_id: str, member_ids: list[str]) -> list[list[str]]:
+        """`member_ids` in runs that each fit one leave_group command."""
+        budget = self.config.commit_batch_bytes_max - _LEAVE_BYTES - _str_bytes(group_id)
+        sizes = [_str_bytes(m) + _STR_BYTES for m in member_ids]
+        return [piece for piece, _ in _pieces(member_ids, sizes, budget)]
+
     # -- membership ----------------------------------------------------------------------------
 
     async def join(
@@ -272,11 +342,11 @@ class GroupCoordinator:
         An empty `member_id` asks for a new one. The returned generation is the one the
         member's commits must carry.
         """
-        _check_str("group_id", group_id, empty_ok=False)
-        _check_str("member_id", member_id)
-        _check_str("client_id", client_id)
+        self._check_id("group_id", group_id, empty_ok=False)
+        self._check_id("member_id", member_id)
+        self._check_id("client_id", client_id)
         if instance_id is not None:
-            _check_str("instance_id", instance_id, empty_ok=False)
+            self._check_id("instance_id", instance_id, empty_ok=False)
         lo, hi = self.config.session_timeout_ms_min, self.config.session_timeout_ms_max
         if not _is_int(session_timeout_ms) or not lo <= session_timeout_ms <= hi:
             raise InvalidRequestError(
@@ -289,7 +359,11 @@ class GroupCoordinator:
                 f"got {rebalance_timeout_ms!r}"
             )
         topic_list = _str_list("topics", topics)
+        for topic in topic_list:
+            validate_topic_name(topic)
         protocol_list = _str_list("protocols", protocols)
+        for protocol in protocol_list:
+            self._check_id("protocols", protocol, empty_ok=False)
         self._check_active(group_id)
         view: dict[str, Any] = await self._propose(
             "join_group",
@@ -322,6 +396,8 @@ class GroupCoordinator:
         rebalance happened and it must join again; a stale `generation` is not an error here
         (its commits are refused until it rejoins).
         """
+        _check_str("group_id", group_id, empty_ok=False)
+        _check_str("member_id", member_id)
         self._check_active(group_id)
 
         def current_generation(s: MetadataState) -> int | None:
@@ -350,10 +426,14 @@ class GroupCoordinator:
 
     async def leave(self, group_id: str, member_ids: Sequence[str]) -> int:
         """Members leave (a consumer closing); returns how many were members."""
-        _check_str("group_id", group_id, empty_ok=False)
+        self._check_id("group_id", group_id, empty_ok=False)
         ids = _str_list("member_ids", member_ids)
+        for member_id in ids:
+            self._check_id("member_ids", member_id)
         self._check_active(group_id)
-        gone: int = await self._propose("leave_group", group_id=group_id, member_ids=ids)
+        gone = 0
+        for piece in self._id_pieces(group_id, ids):
+            gone += await self._propose("leave_group", group_id=group_id, member_ids=piece)
         self._forget(group_id, ids)
         log.info("group %s: %d of members %s left", group_id, gone, ids)
         return gone
@@ -411,17 +491,22 @@ class GroupCoordinator:
             if not expired or not self._active:
                 continue
             try:
-                gone: int = await self._propose(
-                    "leave_group", group_id=group_id, member_ids=expired
-                )
+                gone = 0
+                for piece in self._id_pieces(group_id, expired):
+                    gone += await self._propose("leave_group", group_id=group_id, member_ids=piece)
             except RaftlogError as e:
-                log.warning(
-                    "group %s: expiring members %s failed (%s); retrying on the next sweep",
-                    group_id,
-                    expired,
-                    e,
-                )
+                # Every sweep (100 ms) tries again; a full disk would make that a flood.
+                last = self._expiry_warned_ms.get(group_id)
+                if last is None or now - last >= EXPIRY_WARNING_INTERVAL_MS:
+                    self._expiry_warned_ms[group_id] = now
+                    log.warning(
+                        "group %s: expiring members %s failed (%s); retrying every sweep",
+                        group_id,
+                        expired,
+                        e,
+                    )
                 continue
+            self._expiry_warned_ms.pop(group_id, None)
             self._forget(group_id, expired)
             removed += gone
             log.info(
@@ -446,38 +531,70 @@ class GroupCoordinator:
         does not own a partition (generation -1 with an empty group: a consumer that assigns
         partitions itself). The commit rides in a batch with concurrent ones.
         """
-        _check_str("group_id", group_id, empty_ok=False)
-        _check_str("member_id", member_id)
-        if not _is_int(generation):
-            raise InvalidRequestError(f"group {group_id!r}: generation must be an int")
-        entries = _offset_entries(group_id, offsets, width=4)
+        self._check_id("group_id", group_id, empty_ok=False)
+        self._check_id("member_id", member_id)
+        if not _is_int(generation) or not -1 <= generation <= INT32_MAX:
+            raise InvalidRequestError(
+                f"group {group_id!r}: generation must be an int -1..{INT32_MAX}, got "
+                f"{generation!r:.100}"
+            )
+        entries, sizes = _offset_entries(group_id, offsets, 4, self.config)
         self._check_active(group_id)
-        loop = asyncio.get_running_loop()
+        base_bytes = _COMMIT_BYTES + _str_bytes(group_id) + _str_bytes(member_id)
+        args = {"group_id": group_id, "member_id": member_id, "generation": generation}
+        total_bytes = base_bytes + sum(sizes)
+        if total_bytes <= self.config.commit_batch_bytes_max:
+            # The common case, kept lean: one piece, its future awaited directly (a caller
+            # that gives up cancels it, and it is then not committed for).
+            future = await self._enqueue({**args, "offsets": entries}, total_bytes)
+            await future
+            return
+        pieces = _pieces(entries, sizes, self.config.commit_batch_bytes_max - base_bytes)
+        log.info(
+            "group %s: a commit of %d partitions by %s is split into %d commands",
+            group_id,
+            len(entries),
+            member_id,
+            len(pieces),
+        )
+        futures: list[asyncio.Future[None]] = []
+        try:
+            for piece, piece_bytes in pieces:
+                futures.append(
+                    await self._enqueue({**args, "offsets": piece}, base_bytes + piece_bytes)
+                )
+            await asyncio.wait(futures)
+        except BaseException:
+            for f in futures:
+                f.cancel()  # a piece not yet proposed is dropped; one in Raft finishes
+            raise
+        for f in futures:
+            f.result()  # the first refusal, if any (later pieces were checked on their own)
+
+    async def _enqueue(self, args: dict[str, Any], size_bytes: int) -> asyncio.Future[None]:
+        """Wait for room, then queue one commit_offsets for the next batch; its future."""
         await self._pending_room.acquire()
-        future: asyncio.Future[None] = loop.create_future()
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         # The slot is freed when the outcome is known, or when the caller gives up.
         future.add_done_callback(lambda _: self._pending_room.release())
         if not self._active:  # lost the role while waiting for room
             future.cancel()
-            self._check_active(group_id)
-        self._pending.append(
-            _PendingCommit(
-                args={
-                    "group_id": group_id,
-                    "member_id": member_id,
-                    "generation": generation,
-                    "offsets": entries,
-                    "now_ms": self._clock_ms(),
-                },
-                future=future,
-            )
-        )
-        if len(self._pending) >= self.config.commit_batch_max:
+            self._check_active(args["group_id"])
+        args["now_ms"] = self._clock_ms()
+        self._queue(_PendingCommit(args=args, future=future, size_bytes=size_bytes))
+        return future
+
+    def _queue(self, commit: _PendingCommit) -> None:
+        self._pending.append(commit)
+        self._pending_bytes += commit.size_bytes
+        if (
+            len(self._pending) >= self.config.commit_batch_max
+            or self._pending_bytes >= self.config.commit_batch_bytes_max
+        ):
             self._batch_full.set()
         self._more_pending.set()
         if self._flush_task is None:
             self._flush_task = asyncio.create_task(self._flush(), name="raftlog-commit-flush")
-        await future
 
     async def _flush(self) -> None:
         """Linger, then propose batches until no commit is waiting, with up to
@@ -513,7 +630,11 @@ class GroupCoordinator:
                 self._flush_task = None
 
     async def _linger(self) -> None:
-        if self.config.commit_linger_ms == 0 or len(self._pending) >= self.config.commit_batch_max:
+        if (
+            self.config.commit_linger_ms == 0
+            or len(self._pending) >= self.config.commit_batch_max
+            or self._pending_bytes >= self.config.commit_batch_bytes_max
+        ):
             # One turn of the loop: callers already scheduled (a burst) join this batch.
             await asyncio.sleep(0)
             return
@@ -523,8 +644,17 @@ class GroupCoordinator:
                 await self._batch_full.wait()
 
     def _take_batch(self) -> list[_PendingCommit]:
-        n = self.config.commit_batch_max
+        """The next batch: up to commit_batch_max commits and commit_batch_bytes_max bytes
+        (at least one commit; each fits alone, see `commit`)."""
+        count_max, bytes_max = self.config.commit_batch_max, self.config.commit_batch_bytes_max
+        n = total = 0
+        for c in self._pending:
+            if n == count_max or (n and total + c.size_bytes > bytes_max):
+                break
+            n += 1
+            total += c.size_bytes
         taken, self._pending = self._pending[:n], self._pending[n:]
+        self._pending_bytes -= total
         # A caller that gave up (cancelled) is not committed for: it cannot learn the outcome.
         return [c for c in taken if not c.future.done()]
 
@@ -569,18 +699,32 @@ class GroupCoordinator:
         return {tp: v for tp, v in out.items() if tp in wanted}
 
     async def reset_offsets(self, group_id: str, offsets: Sequence[Sequence[Any]]) -> int:
-        """Set `[topic, partition, offset]` by hand (replay); refused while members exist."""
-        _check_str("group_id", group_id, empty_ok=False)
-        entries = _offset_entries(group_id, offsets, width=3)
-        count: int = await self._propose(
-            "reset_offsets", group_id=group_id, offsets=entries, now_ms=self._clock_ms()
-        )
+        """Set `[topic, partition, offset]` by hand (replay); refused while members exist.
+
+        More offsets than one command holds go in several, one after the other; if one is
+        refused (a member joined meanwhile), the error says how many were reset before it."""
+        self._check_id("group_id", group_id, empty_ok=False)
+        entries, sizes = _offset_entries(group_id, offsets, 3, self.config)
+        base_bytes = _RESET_BYTES + _str_bytes(group_id)
+        count = 0
+        for piece, _ in _pieces(entries, sizes, self.config.commit_batch_bytes_max - base_bytes):
+            try:
+                count += await self._propose(
+                    "reset_offsets", group_id=group_id, offsets=piece, now_ms=self._clock_ms()
+                )
+            except RaftlogError as e:
+                if count == 0:
+                    raise
+                raise type(e)(
+                    f"{e} ({count} of the {len(entries)} offsets were reset before this; "
+                    "reset again to set the rest)"
+                ) from e
         log.info("group %s: %d committed offsets reset by hand", group_id, count)
         return count
 
     async def delete_group(self, group_id: str) -> None:
         """Delete an empty group and its committed offsets."""
-        _check_str("group_id", group_id, empty_ok=False)
+        self._check_id("group_id", group_id, empty_ok=False)
         await self._propose("delete_group", group_id=group_id)
         self._heartbeat_ms.pop(group_id, None)
         log.info("group %s deleted", group_id)
@@ -668,9 +812,10 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _check_str(name: str, value: object, empty_ok: bool = True) -> None:
+def _check_str(name: str, value: object, empty_ok: bool = True) -> str:
     if not isinstance(value, str) or (not empty_ok and not value):
         raise InvalidRequestError(f"{name} must be a{'' if empty_ok else ' non-empty'} string")
+    return value
 
 
 def _str_list(name: str, values: object) -> list[str]:
@@ -681,39 +826,127 @@ def _str_list(name: str, values: object) -> list[str]:
     return list(values)
 
 
-def _offset_entries(group_id: str, offsets: object, width: int) -> list[list[Any]]:
-    """`[topic, partition, offset(, metadata)]` entries as plain lists, checked.
+def _offset_entries(
+    group_id: str, offsets: object, width: int, config: CoordinatorConfig
+) -> tuple[list[list[Any]], list[int]]:
+    """`[topic, partition, offset(, metadata)]` entries as plain lists, checked, and an upper
+    bound of each one's serialized size.
 
     The state machine unpacks these entries; a malformed one must stop here, refused, rather
-    than fail inside `apply` on every replica. A None metadata becomes "".
+    than be refused by every replica. A None metadata becomes "". On every commit's path: the
+    checks are `type()` comparisons, and `_bad_entry` names the fault only when there is one.
     """
-    if isinstance(offsets, str | bytes) or not isinstance(offsets, Sequence):
+    if type(offsets) not in _SEQUENCES and (
+        isinstance(offsets, str | bytes) or not isinstance(offsets, Sequence)
+    ):
         raise InvalidRequestError(f"group {group_id!r}: offsets must be a list of entries")
     entries: list[list[Any]] = []
-    for e in offsets:
-        if isinstance(e, str | bytes) or not isinstance(e, Sequence) or len(e) != width:
-            raise InvalidRequestError(
-                f"group {group_id!r}: offset entry {e!r} must be [topic, partition, offset"
-                f"{', metadata' if width == 4 else ''}]"
-            )
+    sizes: list[int] = []
+    metadata_bytes_max = config.offset_metadata_bytes_max
+    for e in offsets:  # type: ignore[attr-defined]
+        if type(e) not in _SEQUENCES or len(e) != width:
+            _bad_entry(group_id, e, width)
         topic, partition, offset = e[0], e[1], e[2]
-        if not isinstance(topic, str) or not _is_int(partition) or not _is_int(offset):
-            raise InvalidRequestError(
-                f"group {group_id!r}: offset entry {e!r} needs a str topic, int partition and "
-                "int offset"
-            )
-        if partition < 0 or offset < 0:
-            raise InvalidRequestError(
-                f"group {group_id!r}: {topic}-{partition} offset {offset}: partition and offset "
-                "must be >= 0"
-            )
+        if (
+            type(topic) is not str
+            or type(partition) is not int
+            or type(offset) is not int
+            or not 0 <= partition <= INT32_MAX
+            or not 0 <= offset <= INT64_MAX
+            or len(topic) > MAX_NAME_LENGTH
+        ):
+            _bad_entry(group_id, e, width)
+        size = _ENTRY_BYTES + (len(topic) if topic.isascii() else _str_bytes(topic))
         if width == 4:
-            metadata = "" if e[3] is None else e[3]
-            if not isinstance(metadata, str):
-                raise InvalidRequestError(
-                    f"group {group_id!r}: metadata for {topic}-{partition} must be a string"
+            metadata = e[3]
+            if metadata is None:
+                metadata = ""
+            elif type(metadata) is not str:
+                _bad_entry(group_id, e, width)
+            metadata_bytes = len(metadata) if metadata.isascii() else _str_bytes(metadata)
+            if metadata_bytes > metadata_bytes_max:
+                raise PolicyViolationError(
+                    f"group {group_id!r}: metadata for {topic}-{partition} is {metadata_bytes} "
+                    f"bytes; the limit is offset_metadata_bytes_max={metadata_bytes_max} "
+                    "(Kafka's offset.metadata.max.bytes)"
                 )
             entries.append([topic, partition, offset, metadata])
+            size += metadata_bytes + _STR_BYTES
         else:
             entries.append([topic, partition, offset])
-    return entries
+        sizes.append(size)
+    return entries, sizes
+
+
+_SEQUENCES = (list, tuple)
+
+
+def _bad_entry(group_id: str, e: object, width: int) -> NoReturn:
+    """Refuse the offset entry `e`, naming what is wrong with it."""
+    shape = f"[topic, partition, offset{', metadata' if width == 4 else ''}]"
+    if isinstance(e, str | bytes) or not isinstance(e, Sequence) or len(e) != width:
+        raise InvalidRequestError(f"group {group_id!r}: offset entry {e!r:.100} must be {shape}")
+    topic, partition, offset = e[0], e[1], e[2]
+    if not isinstance(topic, str) or not _is_int(partition) or not _is_int(offset):
+        raise InvalidRequestError(
+            f"group {group_id!r}: offset entry {e!r:.100} needs a str topic, int partition and "
+            "int offset"
+        )
+    if not 0 <= partition <= INT32_MAX or not 0 <= offset <= INT64_MAX:
+        raise InvalidRequestError(
+            f"group {group_id!r}: {topic}-{partition} offset {offset}: partition must be "
+            f"0..{INT32_MAX} and offset 0..{INT64_MAX}"
+        )
+    if len(topic) > MAX_NAME_LENGTH:
+        raise InvalidRequestError(
+            f"group {group_id!r}: offset entry for a topic name of {len(topic)} characters "
+            f"(the limit is {MAX_NAME_LENGTH})"
+        )
+    raise InvalidRequestError(
+        f"group {group_id!r}: metadata for {topic}-{partition} must be a string, got {e[3]!r:.100}"
+    )
+
+
+# Upper bounds of what pickle protocol 2 (pysyncobj's) makes of our values, in bytes, from
+# the length of their strings: a str is BINUNICODE (5 bytes + UTF-8) plus a memo put (at most
+# 5); an int at most LONG1 with 9 bytes (11); a list or dict at most 8 around its items. The
+# test checks them against real pickles (test_coordinator.py).
+_STR_BYTES = 10
+# [topic, partition, offset(, metadata)] without the strings' own bytes.
+_ENTRY_BYTES = 8 + _STR_BYTES + 11 + 11
+# A commit_offsets argument dict without group_id's and member_id's own bytes: 5 keys.
+_COMMIT_BYTES = 8 + (8 + 9 + 10 + 7 + 6 + 5 * _STR_BYTES) + 2 * _STR_BYTES + 11 + 8 + 11
+# reset_offsets' and leave_group's commands, without their entries and group id's bytes.
+_RESET_BYTES = _BATCH_ENVELOPE_BYTES_MAX + 8 + (8 + 7 + 6 + 3 * _STR_BYTES) + _STR_BYTES + 8 + 11
+_LEAVE_BYTES = _BATCH_ENVELOPE_BYTES_MAX + 8 + (8 + 10 + 2 * _STR_BYTES) + _STR_BYTES + 8
+
+
+def _str_bytes(value: str) -> int:
+    """The UTF-8 size of `value` as pickle writes it (lone surrogates pass, 3 bytes each)."""
+    return len(value) if value.isascii() else len(value.encode("utf-8", "surrogatepass"))
+
+
+def _entry_bytes_max(config: CoordinatorConfig) -> int:
+    return _ENTRY_BYTES + MAX_NAME_LENGTH + _STR_BYTES + config.offset_metadata_bytes_max
+
+
+T_item = TypeVar("T_item")
+
+
+def _pieces(items: list[T_item], sizes: list[int], budget: int) -> list[tuple[list[T_item], int]]:
+    """`items` in order, cut into runs whose sizes sum to at most `budget` (at least one run,
+    maybe empty); each run with its size."""
+    pieces: list[tuple[list[T_item], int]] = []
+    start = total = 0
+    for i, size in enumerate(sizes):
+        if size > budget:
+            raise PolicyViolationError(
+                f"one entry of {size} bytes does not fit a metadata command ({budget} bytes "
+                "left for entries)"
+            )
+        if total + size > budget:
+            pieces.append((items[start:i], total))
+            start, total = i, 0
+        total += size
+    pieces.append((items[start:], total))
+    return pieces

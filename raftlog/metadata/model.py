@@ -23,18 +23,43 @@ class BrokerInfo:
 
 @dataclass(frozen=True, slots=True)
 class PartitionInfo:
+    """A partition's replication state as the metadata quorum decided it.
+
+    Wire: [partition, leader, leader_epoch, replicas, isr, partition_epoch, elr]; readers
+    accept the first five alone (older brokers)."""
+
     partition: int
     leader: int
     leader_epoch: int
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
+    # Bumps with every change of leader, ISR or ELR: an ISR proposal names the one it changes.
+    partition_epoch: int = 0
+    # KIP-966's eligible leader replicas: out of the ISR, but holding every committed record.
+    elr: tuple[int, ...] = ()
 
     def to_wire(self) -> list[Any]:
-        return [self.partition, self.leader, self.leader_epoch, list(self.replicas), list(self.isr)]
+        return [
+            self.partition,
+            self.leader,
+            self.leader_epoch,
+            list(self.replicas),
+            list(self.isr),
+            self.partition_epoch,
+            list(self.elr),
+        ]
 
     @classmethod
     def from_wire(cls, w: list[Any]) -> PartitionInfo:
-        return cls(int(w[0]), int(w[1]), int(w[2]), tuple(w[3]), tuple(w[4]))
+        return cls(
+            int(w[0]),
+            int(w[1]),
+            int(w[2]),
+            tuple(w[3]),
+            tuple(w[4]),
+            int(w[5]) if len(w) > 5 else 0,
+            tuple(w[6]) if len(w) > 6 else (),
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,15 @@ Rules (etcd raft / TigerBeetle style):
   sets or str hashes, no I/O.
 - `apply` never raises for a refused command: it returns `("err", code, message)` so every
   replica refuses identically and the proposer gets the error; `("ok", value)` otherwise.
+- A refused command leaves the state untouched: every `_cmd_*` checks everything that can
+  refuse it before its first change (no undo log: the hot command, `commit_batch`, would pay
+  for one on every commit). `commit_batch` refuses or applies each of its commits on its own.
+- Arguments are checked against the handler's annotations before it runs (names, and types:
+  `int` is not `bool`; a `list[X]` may arrive as a tuple), and entries inside lists are checked
+  by the handler, so a malformed command is refused with `InvalidRequestError` naming the
+  argument. Only `RaftlogError` becomes a refusal: any other exception from a handler is a bug
+  in this module and propagates (the Raft thread then stops the node loudly), rather than
+  being disguised as the client's error.
 - All fields are plain dicts, lists, ints and strs, so the state pickles into pysyncobj
   snapshots and compares with `==` in tests.
 """
@@ -24,15 +33,20 @@ Rules (etcd raft / TigerBeetle style):
 from __future__ import annotations
 
 import copy
-from typing import Any
+import types
+import typing
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 from raftlog.errors import (
     CommitFailedError,
+    FencedLeaderEpochError,
     GroupIdNotFoundError,
     GroupNotEmptyError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
     InvalidRequestError,
+    InvalidUpdateVersionError,
     RaftlogError,
     StaleBrokerEpochError,
     TopicAlreadyExistsError,
@@ -46,7 +60,13 @@ from raftlog.topics import validate_topic_name
 NO_LEADER = -1
 MAX_PARTITIONS = 10_000
 PRODUCER_ID_BLOCK = 1000
+# Producer ids are int64 on the wire (Kafka's producerId).
+PRODUCER_ID_MAX = 2**63 - 1
 Result = tuple[Any, ...]
+
+
+class MetadataInvariantError(AssertionError):
+    """A metadata invariant broke: a bug in raftlog (the same on every replica)."""
 
 
 def _new_group(group_id: str) -> dict[str, Any]:
@@ -89,25 +109,27 @@ class MetadataState:
         # group -> {"topic:partition": [offset, metadata, commit_ms]}
         self.offsets: dict[str, dict[str, list[Any]]] = {}
         self.next_producer_id = 0
+        # node_id -> {"broker_epoch", "replicas": [[topic, partition, reason], ...]}: the
+        # replicas whose logs that broker reported offline (storage damage, a full disk). Only
+        # an entry with the broker's current epoch counts (a re-registered broker reports anew).
+        self.offline_replicas: dict[int, dict[str, Any]] = {}
         # Count of applied commands: a cheap "has anything changed" for watchers.
         self.version = 0
 
     # -- the one entry point -------------------------------------------------------------------
 
     def apply(self, command: tuple[str, dict[str, Any]]) -> Result:
+        if not isinstance(command, tuple) or len(command) != 2:
+            return _err(InvalidRequestError(f"a metadata command is (name, args), got {command!r}"))
         name, args = command
-        handler = getattr(self, "_cmd_" + name, None)
-        if handler is None:
+        signature = _SIGNATURES.get(name) if isinstance(name, str) else None
+        if signature is None:
             return _err(InvalidRequestError(f"unknown metadata command {name!r}"))
         try:
-            result: Result = handler(**args)
+            signature.check(args)
+            result: Result = getattr(self, "_cmd_" + name)(**args)
         except RaftlogError as e:
             return _err(e)
-        except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
-            # A malformed command (wrong argument names or types) is refused the same way on
-            # every replica instead of raising on the Raft thread. Proposers validate first,
-            # so this is the last line, not the first.
-            return _err(InvalidRequestError(f"malformed metadata command {name}: {e!r}"))
         self.version += 1
         return result
 
@@ -120,11 +142,26 @@ class MetadataState:
     # -- brokers -------------------------------------------------------------------------------
 
     def _cmd_register_broker(
-        self, node_id: int, host: str, port: int, rack: str | None, incarnation: str, now_ms: int
+        self,
+        node_id: int,
+        host: str,
+        port: int,
+        rack: str | None,
+        incarnation: str,
+        now_ms: int,
+        clean_shutdown: bool = False,
     ) -> Result:
-        """A broker (re)starts: a new epoch fences any older incarnation still running."""
+        """A broker (re)starts: a new epoch fences any older incarnation still running.
+
+        A restart is a leadership change: the old incarnation leaves every ISR it was in (as
+        if fenced), so its partitions move to other in-sync replicas at a new leader epoch, and
+        it rejoins each ISR only after catching up again (its log may have lost an unflushed
+        tail). Where it was the last ISR member it stays, and leads again at a new epoch.
+        """
         epoch = self.next_broker_epoch
         self.next_broker_epoch += 1
+        if node_id in self.brokers:
+            self._remove_from_isrs(node_id, clean=clean_shutdown, restarted=True)
         self.brokers[node_id] = {
             "node_id": node_id,
             "host": host,
@@ -148,24 +185,13 @@ class MetadataState:
         return broker
 
     def _cmd_fence_broker(self, node_id: int, broker_epoch: int) -> Result:
-        """The controller lost the broker's heartbeats: move its leaderships away."""
+        """The controller lost the broker's heartbeats: move its leaderships away and take it
+        out of every ISR (where it is not the last member)."""
         broker = self._check_epoch(node_id, broker_epoch)
         if broker["fenced"]:
             return _ok(0)
         broker["fenced"] = True
-        moved = 0
-        for topic in self._sorted_topics():
-            unclean = topic["config"].get("unclean.leader.election.enable") == "true"
-            for p in topic["partitions"]:
-                if node_id not in p["isr"] and p["leader"] != node_id:
-                    continue
-                if p["leader"] == node_id:
-                    moved += 1
-                    self._elect(p, exclude=node_id, unclean=unclean)
-                elif len(p["isr"]) > 1:
-                    p["isr"] = [r for r in p["isr"] if r != node_id]
-                    p["partition_epoch"] += 1
-        return _ok(moved)
+        return _ok(self._remove_from_isrs(node_id, clean=True, restarted=False))
 
     def _cmd_unfence_broker(self, node_id: int, broker_epoch: int) -> Result:
         broker = self._check_epoch(node_id, broker_epoch)
@@ -178,33 +204,146 @@ class MetadataState:
         b = self.brokers.get(node_id)
         return b is not None and not b["fenced"]
 
-    def _elect(self, p: dict[str, Any], exclude: int, unclean: bool) -> None:
-        """New leader for `p` from its ISR (replica order), never outside it unless unclean."""
-        candidates = [r for r in p["replicas"] if r in p["isr"] and r != exclude and self._live(r)]
-        if candidates:
-            p["leader"] = candidates[0]
-            p["isr"] = [r for r in p["isr"] if r != exclude]
+    # -- partition leadership: every election rule lives here -----------------------------------
+    #
+    # Each partition: replicas (fixed), leader (NO_LEADER when offline), leader_epoch (bumps on
+    # every leadership change), isr, elr (KIP-966's eligible leader replicas) and
+    # partition_epoch (bumps on every change of any of them).
+    # Invariants (checked by _check_partition after every change):
+    # - isr and elr are disjoint subsets of replicas; the isr is empty only in an offline
+    #   partition whose last ISR member restarted uncleanly, and then the elr is not;
+    # - a leader is in the isr; elr is empty while the isr has min.insync.replicas members;
+    # - replicas in the elr were removed from the isr while it was below min.insync.replicas,
+    #   when the high watermark could not advance (strict min ISR), so each holds every
+    #   committed record and may lead when no ISR member can.
+
+    @staticmethod
+    def _min_isr(topic: dict[str, Any]) -> int:
+        return int(topic["config"].get("min.insync.replicas", "1"))
+
+    @staticmethod
+    def _fsync_policy(topic: dict[str, Any]) -> bool:
+        return bool(topic["config"].get("durability.policy") == "fsync")
+
+    def _check_partition(self, topic: dict[str, Any], index: int) -> None:
+        p = topic["partitions"][index]
+        name = f"{topic['name']}-{index}"
+        isr, elr, replicas = p["isr"], p["elr"], p["replicas"]
+        ok = (
+            (bool(isr) or (p["leader"] == NO_LEADER and bool(elr)))
+            and set(isr) <= set(replicas)
+            and set(elr) <= set(replicas)
+            and not set(isr) & set(elr)
+            and len(set(isr)) == len(isr)
+            and len(set(elr)) == len(elr)
+            and (p["leader"] == NO_LEADER or p["leader"] in isr)
+            and (not elr or len(isr) < self._min_isr(topic))
+        )
+        if not ok:
+            raise MetadataInvariantError(
+                f"{name}: leader {p['leader']} isr {isr} elr {elr} replicas {replicas} break the "
+                f"partition invariants (min.insync.replicas={self._min_isr(topic)})"
+            )
+
+    def _set_isr(
+        self, topic: dict[str, Any], p: dict[str, Any], isr: list[int], elr_candidates: list[int]
+    ) -> None:
+        """New ISR; replicas leaving it join the ELR while the ISR is below the minimum."""
+        old_isr = p["isr"]
+        p["isr"] = [r for r in p["replicas"] if r in isr]
+        if len(p["isr"]) >= self._min_isr(topic):
+            p["elr"] = []
+        else:
+            left = [r for r in old_isr if r not in p["isr"] and r in elr_candidates]
+            p["elr"] = [r for r in p["replicas"] if (r in p["elr"] or r in left) and r not in isr]
+
+    def _remove_from_isrs(self, node_id: int, clean: bool, restarted: bool) -> int:
+        """`node_id` stopped (fenced) or restarted: it leaves every ISR where others remain
+        and gives up its leaderships. Returns how many leaderships moved.
+
+        Eligibility: a broker that restarted after an unclean shutdown, under the replication
+        durability policy, may have lost an unflushed tail (power loss), so it leaves every
+        ELR where another candidate remains. As the last ISR member it leads again at a new
+        epoch only if it surely kept its data or no ELR member exists; otherwise it leaves
+        the ISR and an ELR member leads, now or when one returns (KIP-966: a last replica
+        standing that lost its disk cannot erase committed records). A fenced last ISR member
+        keeps its place: the partition is offline until it or an ELR member returns.
+        """
+        moved = 0
+        for topic in self._sorted_topics():
+            unclean_enabled = topic["config"].get("unclean.leader.election.enable") == "true"
+            eligible = clean or self._fsync_policy(topic)
+            for i, p in enumerate(topic["partitions"]):
+                p.setdefault("elr", [])
+                before = (p["leader"], list(p["isr"]), list(p["elr"]), p["leader_epoch"])
+                others = [r for r in p["isr"] + p["elr"] if r != node_id]
+                if restarted and not eligible and node_id in p["elr"] and others:
+                    p["elr"] = [r for r in p["elr"] if r != node_id]
+                if node_id in p["isr"] and len(p["isr"]) > 1:
+                    was_leader = p["leader"] == node_id
+                    self._set_isr(
+                        topic,
+                        p,
+                        [r for r in p["isr"] if r != node_id],
+                        [node_id] if eligible else [],
+                    )
+                    if was_leader:
+                        self._elect(topic, p, exclude=node_id, unclean=unclean_enabled)
+                elif node_id in p["isr"] and restarted:
+                    if eligible or not p["elr"]:
+                        p["leader"] = node_id
+                        p["leader_epoch"] += 1
+                    else:
+                        p["isr"] = []
+                        self._elect(topic, p, exclude=node_id, unclean=unclean_enabled)
+                elif p["leader"] == node_id:
+                    self._elect(topic, p, exclude=node_id, unclean=unclean_enabled)
+                if before[0] == node_id and p["leader"] != node_id:
+                    moved += 1
+                if (p["leader"], p["isr"], p["elr"], p["leader_epoch"]) != before:
+                    p["partition_epoch"] += 1
+                self._check_partition(topic, i)
+        return moved
+
+    def _elect(self, topic: dict[str, Any], p: dict[str, Any], exclude: int, unclean: bool) -> None:
+        """A new leader for `p`, at a new leader epoch: the first live ISR member (replica
+        order), else a live ELR member (the ISR's members then join the ELR where the rules
+        allow), else with `unclean` any live replica, else none: the partition is offline and
+        waits for an ISR or ELR member to return."""
+        live_isr = [r for r in p["replicas"] if r in p["isr"] and r != exclude and self._live(r)]
+        live_elr = [r for r in p["replicas"] if r in p["elr"] and r != exclude and self._live(r)]
+        if live_isr:
+            p["leader"] = live_isr[0]
+        elif live_elr:
+            leader = live_elr[0]
+            p["elr"] = [r for r in p["elr"] if r != leader]
+            self._set_isr(topic, p, [leader], list(p["isr"]))
+            p["leader"] = leader
         elif unclean and (out := [r for r in p["replicas"] if r != exclude and self._live(r)]):
             p["leader"] = out[0]
             p["isr"] = [out[0]]
+            p["elr"] = []
         else:
-            # No eligible replica: the partition is offline. The ISR keeps its last member so
-            # that broker, and only it, can lead again without losing committed records.
             p["leader"] = NO_LEADER
         p["leader_epoch"] += 1
-        p["partition_epoch"] += 1
 
     def _elect_for_returning(self, node_id: int) -> int:
-        """Offline partitions whose ISR holds `node_id` get it back as leader."""
+        """Offline partitions whose ISR or ELR holds `node_id` get it back as leader."""
         elected = 0
         for topic in self._sorted_topics():
-            for p in topic["partitions"]:
-                if p["leader"] == NO_LEADER and node_id in p["isr"]:
-                    p["leader"] = node_id
-                    p["isr"] = [node_id]
-                    p["leader_epoch"] += 1
-                    p["partition_epoch"] += 1
-                    elected += 1
+            for i, p in enumerate(topic["partitions"]):
+                p.setdefault("elr", [])
+                if p["leader"] != NO_LEADER or (
+                    node_id not in p["isr"] and node_id not in p["elr"]
+                ):
+                    continue
+                p["elr"] = [r for r in p["elr"] if r != node_id]
+                self._set_isr(topic, p, [node_id], list(p["isr"]))
+                p["leader"] = node_id
+                p["leader_epoch"] += 1
+                p["partition_epoch"] += 1
+                elected += 1
+                self._check_partition(topic, i)
         return elected
 
     # -- topics --------------------------------------------------------------------------------
@@ -260,6 +399,12 @@ class MetadataState:
             )
         config = {str(k): str(v) for k, v in config.items()}
         LogConfig.from_topic_config(config)
+        min_isr = int(config.get("min.insync.replicas", "1"))
+        if min_isr > replication_factor:
+            raise InvalidReplicationFactorError(
+                f"topic {name!r}: min.insync.replicas={min_isr} is larger than the replication "
+                f"factor {replication_factor}: acks=all could never succeed"
+            )
         replicas = self._assign_replicas(partitions, replication_factor)
         self.partitions_created += partitions
         self.topics[name] = {
@@ -272,6 +417,7 @@ class MetadataState:
                     "leader": r[0],
                     "leader_epoch": 0,
                     "isr": list(r),
+                    "elr": [],
                     "partition_epoch": 0,
                 }
                 for r in replicas
@@ -281,7 +427,7 @@ class MetadataState:
         return _ok(topic_id)
 
     def _cmd_delete_topic(self, name: str) -> Result:
-        if not isinstance(name, str) or name not in self.topics:
+        if name not in self.topics:
             raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
         del self.topics[name]
         prefix = name + ":"
@@ -299,16 +445,29 @@ class MetadataState:
         leader_epoch: int,
         partition_epoch: int,
         isr: list[int],
+        broker_epochs: list[list[int]] | None = None,
     ) -> Result:
-        """A partition leader changes its ISR; only with the current epochs (no zombies)."""
+        """A partition leader changes its ISR; only with the current epochs (no zombies).
+
+        A replica may join only while its broker is live, and only as the incarnation whose
+        fetches the leader saw (`broker_epochs`: [[node_id, broker_epoch], ...], KIP-903), so
+        a fetch from before a restart cannot put a replica that lost data back in the ISR.
+        """
+        t = self.topics.get(topic)
         p = self._partition(topic, partition)
+        assert t is not None
+        if any(len(e) != 2 for e in broker_epochs or []):
+            raise InvalidRequestError(
+                f"{topic}-{partition}: broker_epochs must be [[node_id, broker_epoch], ...], "
+                f"got {broker_epochs!r:.200}"
+            )
         if p["leader"] != leader_id or p["leader_epoch"] != leader_epoch:
-            raise StaleBrokerEpochError(
+            raise FencedLeaderEpochError(
                 f"{topic}-{partition}: ISR change from leader {leader_id} epoch {leader_epoch}, "
                 f"but the leader is {p['leader']} at epoch {p['leader_epoch']}"
             )
         if p["partition_epoch"] != partition_epoch:
-            raise StaleBrokerEpochError(
+            raise InvalidUpdateVersionError(
                 f"{topic}-{partition}: partition epoch {partition_epoch} is stale "
                 f"(current {p['partition_epoch']})"
             )
@@ -317,8 +476,24 @@ class MetadataState:
                 f"{topic}-{partition}: ISR {isr} must contain the leader and only replicas "
                 f"{p['replicas']}"
             )
-        p["isr"] = [r for r in p["replicas"] if r in isr]
+        stated = {int(n): int(e) for n, e in broker_epochs or []}
+        for r in isr:
+            if r in p["isr"]:
+                continue
+            broker = self.brokers.get(r)
+            if broker is None or broker["fenced"]:
+                raise InvalidRequestError(
+                    f"{topic}-{partition}: broker {r} cannot join the ISR: it is fenced"
+                )
+            if r in stated and stated[r] != broker["broker_epoch"]:
+                raise StaleBrokerEpochError(
+                    f"{topic}-{partition}: broker {r} caught up as epoch {stated[r]}, but its "
+                    f"registered epoch is {broker['broker_epoch']} (it restarted)"
+                )
+        p.setdefault("elr", [])  # a partition from a snapshot that predates the ELR
+        self._set_isr(t, p, list(isr), list(p["isr"]))
         p["partition_epoch"] += 1
+        self._check_partition(t, partition)
         return _ok(p["partition_epoch"])
 
     def _partition(self, topic: str, partition: int) -> dict[str, Any]:
@@ -348,10 +523,10 @@ class MetadataState:
             raise InvalidRequestError("group id must not be empty")
         if not protocols:
             raise InvalidRequestError("a member must offer at least one assignor")
+        # Everything that can refuse the join is checked before the first change: a refused
+        # join leaves no empty group behind and uses no member number.
         group = self.groups.get(group_id)
-        if group is None:
-            group = self.groups[group_id] = _new_group(group_id)
-        members = group["members"]
+        members = group["members"] if group is not None else {}
         if instance_id is not None:
             # Static membership: the same instance keeps its member id across restarts.
             for mid, m in members.items():
@@ -362,11 +537,10 @@ class MetadataState:
             raise UnknownMemberIdError(
                 f"member {member_id!r} is not in group {group_id!r}; join with an empty id"
             )
-        if not member_id:
-            member_id = f"{client_id}-{group['next_member']}"
-            group["next_member"] += 1
+        next_member = group["next_member"] if group is not None else 0
+        new_id = member_id or f"{client_id}-{next_member}"
         member: dict[str, Any] = {
-            "member_id": member_id,
+            "member_id": new_id,
             "client_id": client_id,
             "instance_id": instance_id,
             "session_timeout_ms": session_timeout_ms,
@@ -375,22 +549,27 @@ class MetadataState:
             "protocols": list(protocols),
             "joined_ms": now_ms,
         }
-        # Refuse a member that shares no assignor with the others before changing anything.
+        # Refuse a member that shares no assignor with the others.
         assignors.choose_assignor(
             {
                 **{mid: m["protocols"] for mid, m in sorted(members.items())},
-                member_id: member["protocols"],
+                new_id: member["protocols"],
             }
         )
-        old = members.get(member_id)
-        members[member_id] = member
+        if group is None:
+            group = self.groups[group_id] = _new_group(group_id)
+        if not member_id:
+            group["next_member"] += 1
+        members = group["members"]
+        old = members.get(new_id)
+        members[new_id] = member
         if (
             old is None
             or old["topics"] != member["topics"]
             or old["protocols"] != member["protocols"]
         ):
             self._rebalance(group)
-        return _ok(self._member_view(group, member_id))
+        return _ok(self._member_view(group, new_id))
 
     def _member_view(self, group: dict[str, Any], member_id: str) -> dict[str, Any]:
         return {
@@ -436,7 +615,8 @@ class MetadataState:
         group = self.groups.get(group_id)
         if group is None:
             raise GroupIdNotFoundError(f"unknown group {group_id!r}")
-        gone = [m for m in member_ids if m in group["members"]]
+        # Each member once, in the order named (a member named twice is removed once).
+        gone = [m for m in dict.fromkeys(member_ids) if m in group["members"]]
         for m in gone:
             del group["members"][m]
         if gone:
@@ -444,13 +624,16 @@ class MetadataState:
         return _ok(len(gone))
 
     def _cmd_commit_offsets(
-        self, group_id: str, member_id: str, generation: int, offsets: list[list[Any]], now_ms: int
+        self, group_id: str, member_id: str, generation: int, offsets: list[Any], now_ms: int
     ) -> Result:
-        """Store offsets; refused from a stale generation, a non-member or a non-owner.
+        """Store `[topic, partition, offset, metadata]` entries; refused from a stale
+        generation, a non-member or a non-owner, and for partitions that do not exist (Kafka:
+        UNKNOWN_TOPIC_OR_PARTITION), in which case nothing of the commit is stored.
 
         A group with no members accepts commits with generation -1 (a consumer that assigns
         partitions itself and uses the group only to keep offsets, as Kafka allows).
         """
+        _check_entries(group_id, offsets, width=4)
         group = self.groups.get(group_id)
         members = group["members"] if group else {}
         if members or generation != -1:
@@ -472,9 +655,10 @@ class MetadataState:
                     f"commit to group {group_id!r} refused: member {member_id!r} does not own "
                     f"{', '.join(foreign)} in generation {generation}"
                 )
-        for topic, partition, offset, _metadata in offsets:
-            if not isinstance(offset, int) or offset < 0:
-                raise InvalidRequestError(f"offset for {topic}-{partition} must be >= 0")
+            # Owned partitions exist: assignors assign only existing ones, and deleting a
+            # topic rebalances the groups subscribed to it (check_invariants in the tests).
+        else:
+            self._check_partitions_exist(f"commit to group {group_id!r}", offsets)
         store = self.offsets.setdefault(group_id, {})
         for topic, partition, offset, metadata in offsets:
             store[f"{topic}:{partition}"] = [offset, metadata, now_ms]
@@ -482,27 +666,50 @@ class MetadataState:
             self.groups[group_id] = _new_group(group_id)
         return _ok(len(offsets))
 
-    def _cmd_commit_batch(self, commits: list[dict[str, Any]]) -> Result:
-        """Many commits in one Raft entry (the coordinator batches them); one result each."""
+    def _check_partitions_exist(self, what: str, entries: list[Any]) -> None:
+        topics = self.topics
+        unknown = []
+        for entry in entries:
+            t = topics.get(entry[0])
+            if t is None or entry[1] >= len(t["partitions"]):
+                unknown.append(f"{entry[0]}-{entry[1]}")
+        if unknown:
+            shown = ", ".join(unknown[:_UNKNOWN_SHOWN_MAX])
+            more = (
+                f" and {len(unknown) - _UNKNOWN_SHOWN_MAX} more"
+                if len(unknown) > _UNKNOWN_SHOWN_MAX
+                else ""
+            )
+            raise UnknownTopicOrPartitionError(
+                f"{what} refused: no such partition {shown}{more}; nothing was stored"
+            )
+
+    def _cmd_commit_batch(self, commits: list[Any]) -> Result:
+        """Many commits in one Raft entry (the coordinator batches them); one result each.
+
+        Each commit is checked, then refused or applied, on its own: a refused one leaves
+        nothing behind and does not stop the others."""
+        check = _SIGNATURES["commit_offsets"].check
         results = []
         for c in commits:
             try:
+                check(c)
                 results.append(self._cmd_commit_offsets(**c))
             except RaftlogError as e:
                 results.append(_err(e))
         return _ok(results)
 
-    def _cmd_reset_offsets(self, group_id: str, offsets: list[list[Any]], now_ms: int) -> Result:
-        """Set committed offsets by hand (the replay primitive); only for an empty group."""
+    def _cmd_reset_offsets(self, group_id: str, offsets: list[Any], now_ms: int) -> Result:
+        """Set committed offsets by hand (the replay primitive); only for an empty group, and
+        only for partitions that exist."""
+        _check_entries(group_id, offsets, width=3)
         group = self.groups.get(group_id)
         if group is not None and group["members"]:
             raise GroupNotEmptyError(
                 f"group {group_id!r} has {len(group['members'])} active members; stop them "
                 "before resetting offsets"
             )
-        for topic, partition, offset in offsets:
-            if not isinstance(offset, int) or offset < 0:
-                raise InvalidRequestError(f"offset for {topic}-{partition} must be >= 0")
+        self._check_partitions_exist(f"offset reset of group {group_id!r}", offsets)
         store = self.offsets.setdefault(group_id, {})
         for topic, partition, offset in offsets:
             store[f"{topic}:{partition}"] = [offset, "reset", now_ms]
@@ -526,9 +733,48 @@ class MetadataState:
         """Nothing: a new leader commits one to know it has applied every earlier entry."""
         return _ok()
 
+    # -- offline replicas ----------------------------------------------------------------------
+
+    def _cmd_report_offline_replicas(
+        self, node_id: int, broker_epoch: int, replicas: list[list[Any]]
+    ) -> Result:
+        """A broker reports the full set of its replicas whose logs are offline (each
+        [topic, partition, reason]); it replaces the broker's previous report, and an empty
+        set clears it. Entries for partitions that do not exist or are not the broker's are
+        dropped (a topic deleted meanwhile). Leadership does not move because of it (yet)."""
+        self._check_epoch(node_id, broker_epoch)
+        for e in replicas:
+            if type(e) not in _SEQUENCE_TYPES or len(e) != 3 or type(e[0]) is not str:
+                raise InvalidRequestError(
+                    f"broker {node_id}: offline replica {e!r:.200} must be [topic, partition, "
+                    "reason]"
+                )
+        kept: list[list[Any]] = []
+        for topic, partition, reason in replicas:
+            t = self.topics.get(topic)
+            if t is None or not isinstance(partition, int):
+                continue
+            if not 0 <= partition < len(t["partitions"]):
+                continue
+            if node_id in t["partitions"][partition]["replicas"]:
+                kept.append([str(topic), partition, str(reason)])
+        kept.sort(key=lambda e: (e[0], e[1]))
+        # A snapshot from before this field existed has no attribute: create it here.
+        reports: dict[int, dict[str, Any]] = self.__dict__.setdefault("offline_replicas", {})
+        if kept:
+            reports[node_id] = {"broker_epoch": broker_epoch, "replicas": kept}
+        else:
+            reports.pop(node_id, None)
+        return _ok(len(kept))
+
     # -- producer ids --------------------------------------------------------------------------
 
     def _cmd_allocate_producer_ids(self, count: int = PRODUCER_ID_BLOCK) -> Result:
+        if count < 1 or self.next_producer_id + count > PRODUCER_ID_MAX:
+            raise InvalidRequestError(
+                f"producer id block: count must be 1..{PRODUCER_ID_MAX - self.next_producer_id}"
+                f" (ids are int64 and {self.next_producer_id} are taken), got {count}"
+            )
         start = self.next_producer_id
         self.next_producer_id += count
         return _ok(start)
@@ -541,3 +787,142 @@ class MetadataState:
             topic, _, partition = key.rpartition(":")
             out[(topic, int(partition))] = (offset, metadata, ts)
         return out
+
+
+# -- argument checks ---------------------------------------------------------------------------
+
+# How many unknown partitions a refusal lists before it says "and N more".
+_UNKNOWN_SHOWN_MAX = 8
+
+
+def _is_int(value: object) -> bool:
+    return type(value) is int  # not bool, and not an int subclass with its own pickling
+
+
+def _check_entries(group_id: str, entries: list[Any], width: int) -> None:
+    """`[topic, partition, offset(, metadata)]` entries: str, int >= 0, int >= 0(, str).
+
+    On the hot path (every commit of every batch): one pass of `type()` comparisons, and a
+    second, slower one only to name the bad entry."""
+    for e in entries:
+        if (
+            type(e) not in _SEQUENCE_TYPES
+            or len(e) != width
+            or type(e[0]) is not str
+            or type(e[1]) is not int
+            or type(e[2]) is not int
+            or e[1] < 0
+            or e[2] < 0
+            or (width == 4 and type(e[3]) is not str)
+        ):
+            _refuse_entry(group_id, e, width)
+
+
+def _refuse_entry(group_id: str, e: object, width: int) -> NoReturn:
+    if (
+        isinstance(e, list | tuple)
+        and len(e) == width
+        and _is_int(e[1])
+        and _is_int(e[2])
+        and (e[1] < 0 or e[2] < 0)
+    ):
+        raise InvalidRequestError(
+            f"group {group_id!r}: {e[0]}-{e[1]} offset {e[2]}: partition and offset must be >= 0"
+        )
+    raise InvalidRequestError(
+        f"group {group_id!r}: offset entry {e!r:.200} must be [topic (str), partition (int), "
+        f"offset (int){', metadata (str)' if width == 4 else ''}]"
+    )
+
+
+_SEQUENCE_TYPES = (list, tuple)
+
+
+def _checker(tp: Any) -> Callable[[Any], bool]:
+    """A predicate for values of the annotation `tp` (the few types commands use)."""
+    if tp is Any:
+        return lambda v: True
+    if tp is int:
+        return _is_int
+    if tp in (str, bool):
+        return lambda v: type(v) is tp
+    if tp is type(None):
+        return lambda v: v is None
+    origin, targs = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (types.UnionType, typing.Union):
+        options = [_checker(a) for a in targs]
+        return lambda v: any(c(v) for c in options)
+    if origin is list:
+        item = _checker(targs[0])
+        if targs[0] is Any:
+            return lambda v: type(v) in _SEQUENCE_TYPES
+        return lambda v: type(v) in _SEQUENCE_TYPES and all(item(x) for x in v)
+    if origin is dict:
+        key, value = _checker(targs[0]), _checker(targs[1])
+        return lambda v: type(v) is dict and all(key(k) and value(x) for k, x in v.items())
+    raise TypeError(f"metadata command arguments cannot be annotated {tp!r}")
+
+
+class _Signature:
+    """The argument names and types of one `_cmd_*` handler, from its annotations."""
+
+    def __init__(self, name: str, handler: Callable[..., Result]):
+        self.name = name
+        hints = typing.get_type_hints(handler)
+        defaults = handler.__defaults__ or ()
+        code = handler.__code__
+        params = code.co_varnames[1 : code.co_argcount]  # without self
+        self.required = frozenset(params[: len(params) - len(defaults)])
+        self.params = {p: (_checker(hints[p]), str(hints[p])) for p in params}
+        # The fast path (every argument given, as proposers do): plain types are compared with
+        # type() in the loop; only containers and unions need a call.
+        self._all = frozenset(params)
+        self._fast = tuple(
+            (p, hints[p] if hints[p] in (int, str, bool) else None, self.params[p][0])
+            for p in params
+        )
+
+    def check(self, args: object) -> None:
+        if type(args) is not dict:
+            raise InvalidRequestError(
+                f"malformed metadata command {self.name}: arguments must be a dict, got "
+                f"{args!r:.200}"
+            )
+        if args.keys() == self._all:
+            for arg, plain, ok in self._fast:
+                value = args[arg]
+                if (type(value) is not plain) if plain is not None else not ok(value):
+                    self._refuse(args)
+            return
+        params = self.params
+        for arg, value in args.items():
+            check = params.get(arg)
+            if check is None or not check[0](value):
+                self._refuse(args)
+        if not self.required <= args.keys():
+            self._refuse(args)
+
+    def _refuse(self, args: dict[Any, Any]) -> NoReturn:
+        """Raise the refusal that names what is wrong with `args` (the slow path)."""
+        missing = sorted(self.required - args.keys())
+        extra = sorted(str(a) for a in args.keys() - self.params.keys())
+        if missing or extra:
+            raise InvalidRequestError(
+                f"malformed metadata command {self.name}: missing arguments {missing}, "
+                f"unexpected arguments {extra}"
+            )
+        for arg, value in args.items():
+            ok, type_name = self.params[arg]
+            if not ok(value):
+                raise InvalidRequestError(
+                    f"malformed metadata command {self.name}: {arg} must be {type_name}, got "
+                    f"{value!r:.200}"
+                )
+        raise AssertionError(f"{self.name}: refusing arguments that pass every check: {args!r}")
+
+
+_SIGNATURES = {
+    name[len("_cmd_") :]: _Signature(name[len("_cmd_") :], getattr(MetadataState, name))
+    for name in sorted(vars(MetadataState))
+    if name.startswith("_cmd_")
+}

@@ -1,18 +1,33 @@
 """`LogConfig`: a partition log's settings, snake_case mirrors of Kafka's topic configs.
 
-`LogConfig.from_topic_config({"segment.bytes": "1048576", ...})` accepts Kafka's dotted names,
-so that a topic's config map (the metadata issue stores them) turns into a LogConfig in one place.
-Every value is validated on construction; an invalid one raises InvalidConfigError naming it.
+`LogConfig.from_topic_config({"segment.bytes": "1048576", ...})` takes a topic's config map
+(Kafka's dotted names, as the metadata stores them) and turns it into a LogConfig in one place.
+
+Rules:
+- A topic config key must be one of `TOPIC_CONFIG_KEYS`: the log's settings plus the topic
+  settings other layers read (`unclean.leader.election.enable`, `min.insync.replicas`,
+  `durability.policy`) and `cleanup.policy` (only `delete`: nothing implements compaction).
+  Anything else, a typo like `retention.msx` or a snake_case `retention_ms`, raises
+  InvalidConfigError naming the key; creating a topic, `validate_only` and the broker's
+  `[log]` defaults all go through here.
+- Every value is validated; an invalid one raises InvalidConfigError naming it by its dotted
+  name and value (`retention.ms=-5: must be >= -1 ...`), also when a LogConfig is built directly.
+- `strict=False` (opening the logs of existing topics) ignores unknown keys with a warning, so
+  that a topic created before they were refused still opens; values are still checked.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from raftlog.errors import InvalidConfigError
+
+log = logging.getLogger(__name__)
 
 INT32_MAX = 2**31 - 1
 DAY_MS = 24 * 60 * 60 * 1000
@@ -42,7 +57,9 @@ class LogConfig:
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, rule: str) -> None:
             if not ok:
-                raise InvalidConfigError(f"{name}={getattr(self, name)!r}: must be {rule}")
+                raise InvalidConfigError(
+                    f"{config_key(name)}={getattr(self, name)!r}: must be {rule}"
+                )
 
         need(
             100 <= self.segment_bytes <= INT32_MAX, "segment_bytes", f"between 100 and {INT32_MAX}"
@@ -65,19 +82,92 @@ class LogConfig:
         need(self.recovery_point_checkpoint_ms >= 0, "recovery_point_checkpoint_ms", ">= 0")
 
     @classmethod
-    def from_topic_config(cls, config: Mapping[str, Any]) -> LogConfig:
-        """Build from Kafka-style dotted keys ("segment.bytes") or our snake_case keys."""
+    def from_topic_config(cls, config: Mapping[str, Any], strict: bool = True) -> LogConfig:
+        """Build from a topic's config map (Kafka's dotted keys: "segment.bytes").
+
+        Checks every key (see the module rules) and value; the keys that are not the log's
+        (`cleanup.policy`, `min.insync.replicas`, ...) are checked and left out.
+        """
         defaults = {f.name: f.default for f in dataclasses.fields(cls)}
         kwargs: dict[str, Any] = {}
         for key, value in config.items():
-            name = key.replace(".", "_")
-            if name not in defaults:
-                continue  # a topic config that is not the log's (e.g. cleanup.policy)
+            key = str(key)
+            if key not in TOPIC_CONFIG_KEYS:
+                if strict:
+                    raise InvalidConfigError(unknown_key_message(key))
+                log.warning("ignoring %s", unknown_key_message(key))
+                continue
+            check = _OTHER_KEYS.get(key)
+            if check is not None:
+                check(key, value)
+                continue
+            name = field_name(key)
             if (value is None or value == "") and defaults[name] is None:
-                kwargs[name] = None  # unset: only the optional settings (flush_*) may be
+                kwargs[name] = None  # unset: only the optional settings (flush.*) may be
                 continue
             try:
                 kwargs[name] = int(value)
             except (TypeError, ValueError):
                 raise InvalidConfigError(f"{key}={value!r}: must be an integer") from None
         return cls(**kwargs)
+
+
+def config_key(field: str) -> str:
+    """A LogConfig field's topic config name: retention_ms -> retention.ms."""
+    return field.replace("_", ".")
+
+
+def field_name(key: str) -> str:
+    return key.replace(".", "_")
+
+
+def _check_cleanup_policy(key: str, value: Any) -> None:
+    if value != "delete":
+        raise InvalidConfigError(
+            f"{key}={value!r}: only 'delete' is supported (log compaction is not implemented)"
+        )
+
+
+def _check_bool(key: str, value: Any) -> None:
+    # Exactly these two: the metadata state compares the stored string with "true".
+    if value not in ("true", "false"):
+        raise InvalidConfigError(f"{key}={value!r}: must be true or false (lower case)")
+
+
+def _check_durability_policy(key: str, value: Any) -> None:
+    if value not in ("replication", "fsync"):
+        raise InvalidConfigError(
+            f"{key}={value!r}: must be 'replication' (committed = in every ISR member's log, "
+            "Kafka's default) or 'fsync' (committed = fsynced on every ISR member)"
+        )
+
+
+def _check_min_insync(key: str, value: Any) -> None:
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        raise InvalidConfigError(f"{key}={value!r}: must be an integer") from None
+    if n < 1:
+        raise InvalidConfigError(f"{key}={n}: must be >= 1")
+
+
+# Topic configs that are not the log's: their checks. Replication and the metadata's
+# elections read the last three.
+_OTHER_KEYS = {
+    "cleanup.policy": _check_cleanup_policy,
+    "unclean.leader.election.enable": _check_bool,
+    "min.insync.replicas": _check_min_insync,
+    "durability.policy": _check_durability_policy,
+}
+# Every topic config key raftlog knows (Kafka's names; recovery.point.checkpoint.ms is ours).
+TOPIC_CONFIG_KEYS = frozenset(
+    [config_key(f.name) for f in dataclasses.fields(LogConfig)] + list(_OTHER_KEYS)
+)
+
+
+def unknown_key_message(key: str) -> str:
+    close = difflib.get_close_matches(field_name(key).replace("_", "."), TOPIC_CONFIG_KEYS, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"unknown topic config {key!r}{hint}; the known ones are " + ", ".join(
+        sorted(TOPIC_CONFIG_KEYS)
+    )

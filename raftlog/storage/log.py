@@ -18,15 +18,28 @@ Durability rules:
 - Data is fsynced on `flush()` (by `flush_messages` / `flush_ms`), on every roll and on close.
   The recovery point is the offset below which everything is known fsynced; its checkpoint file
   may lag it (written at most every `recovery_point_checkpoint_ms`, and on roll and close).
-- On open, segments wholly below the recovery point are trusted (indices sanity-checked); the
-  rest are checked batch by batch and cut at the first invalid byte, with a log line naming the
-  file, position and bytes removed; later segments are deleted; indices are rebuilt.
+- `close()` writes a clean-shutdown marker (the log end offset) after everything is fsynced;
+  `open()` deletes it. A log opened with its marker is not recovered at all (Kafka's
+  `.kafka_cleanshutdown`): every byte up to the marker's log end is trusted.
+- On open, segments wholly below the recovery point are trusted: their indices are
+  sanity-checked (rebuilt if they disagree: derived data) and the headers after the last index
+  entry are walked. The segment holding the recovery point and those after it are checked batch
+  by batch. Damage ABOVE the recovery point is a torn or unflushed tail: the segment is cut at
+  the first invalid byte, with a log line naming the file, position and bytes removed, and later
+  segments are deleted. Damage BELOW it (fsynced bytes: a disk or operator fault, not a crash)
+  is never cut: the open raises LogCorruptedError naming the file, byte and offsets and touches
+  no file. The same holds for a gap between segments, or a log that ends, below it.
+- A read that finds damaged batches (in trusted data, which the open does not scan) raises
+  LogCorruptedError and takes the log offline; `open(check_segments=...)` then checks the
+  named segments batch by batch.
 - A failed write is rolled back (ftruncate to the old size) and raised as StorageError; if even
-  the rollback fails the log goes offline (LogOfflineError) until reopened, which recovers it.
+  the rollback fails, or an fsync fails, the log goes offline (LogOfflineError: reads and writes
+  refused) until reopened, which recovers it.
 - The log start offset is checkpointed before segments below it are deleted, so a crash in
   between leaves only files that the next open deletes.
-- Truncation below the recovery point rewrites the recovery point checkpoint at once, so
-  recovery can never trust bytes that were rewritten after it.
+- Truncation below the recovery point rewrites the recovery point checkpoint first, so
+  recovery can never trust bytes that were rewritten after it, nor find the log ending below
+  its recovery point after a crash in between.
 
 One writer per log; reads and writes from one thread (the broker's event loop) or under a lock.
 """
@@ -39,7 +52,7 @@ import logging
 import os
 import time
 from bisect import bisect_right
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import NamedTuple, NoReturn
@@ -48,6 +61,7 @@ from raftlog.errors import (
     CorruptRecordError,
     FencedLeaderEpochError,
     InvalidOffsetError,
+    LogCorruptedError,
     LogOfflineError,
     OffsetOutOfRangeError,
     RaftlogError,
@@ -55,6 +69,8 @@ from raftlog.errors import (
     StorageError,
 )
 from raftlog.records import (
+    HEADER,
+    HEADER_SIZE,
     LOG_OVERHEAD,
     NO_PARTITION_LEADER_EPOCH,
     STAMP,
@@ -71,6 +87,7 @@ from raftlog.storage.segment import (
     LOG_SUFFIX,
     TIMEINDEX_SUFFIX,
     LogSegment,
+    SegmentDamage,
     parse_segment_name,
 )
 
@@ -79,6 +96,8 @@ log = logging.getLogger(__name__)
 RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
 LOG_START_FILE = "log-start-offset-checkpoint"
 EPOCH_CACHE_FILE = "leader-epoch-checkpoint"
+# Written by close() once everything is fsynced (holds the log end offset), deleted by open().
+CLEAN_SHUTDOWN_FILE = "clean-shutdown"
 IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 # fsyncs of rolled segments run on this thread (fsync releases the GIL), so that an append
 # that rolls does not wait for a whole segment (up to 1 GiB) to reach the disk. One thread:
@@ -88,6 +107,14 @@ _ROLL_FLUSHER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raftlog-ro
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def os_error_text(e: OSError) -> str:
+    """ "ENOSPC: No space left on device": the errno's name, so that an operator can grep it."""
+    name = errno.errorcode.get(e.errno) if e.errno is not None else None
+    if name and e.strerror:
+        return f"{name}: {e.strerror}"
+    return str(e)
 
 
 class AppendInfo(NamedTuple):
@@ -149,12 +176,17 @@ class PartitionLog:
         self._next_offset = 0
         self._recovery_point = 0
         self._rp_checkpoint = OffsetCheckpoint(os.path.join(path, RECOVERY_POINT_FILE))
+        self._clean_checkpoint = OffsetCheckpoint(os.path.join(path, CLEAN_SHUTDOWN_FILE))
         self._start_checkpoint = OffsetCheckpoint(os.path.join(path, LOG_START_FILE))
         self.epoch_cache = LeaderEpochCache(os.path.join(path, EPOCH_CACHE_FILE))
         self._unflushed_messages = 0
+        # Bumped by every truncation: an fsync started before one cannot vouch for what
+        # was written after it (flush_begin / flush_end).
+        self._truncations = 0
         self._last_flush_ms = clock_ms()
         self._last_rp_checkpoint_ms = 0
-        self._offline: str | None = None
+        # Set when the log goes offline (or is closed): every later call raises a copy.
+        self._offline: LogOfflineError | None = None
         # The fsync of the segment rolled last, running on _ROLL_FLUSHER, and the recovery
         # point it establishes when it completes.
         self._roll_flush: Future[None] | None = None
@@ -164,35 +196,73 @@ class PartitionLog:
 
     @classmethod
     def open(
-        cls, path: str, config: LogConfig | None = None, clock_ms: Callable[[], int] = wall_clock_ms
+        cls,
+        path: str,
+        config: LogConfig | None = None,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+        check_segments: Collection[int] = (),
     ) -> PartitionLog:
-        """Open (creating if needed) the log in directory `path`, recovering after a crash."""
+        """Open (creating if needed) the log in directory `path`, recovering after a crash.
+
+        Raises LogCorruptedError, having changed no file, if data below the recovery point is
+        damaged, and StorageError if the files cannot be read or written (a full disk).
+        `check_segments`: base offsets of segments to check batch by batch even if they are
+        trusted (the segment where a read found damage).
+        """
         self = cls(path, config or LogConfig(), clock_ms)
         try:
             os.makedirs(path, exist_ok=True)
-            self._recover()
+            self._recover(frozenset(check_segments))
         except OSError as e:
             # E.g. a full disk: recovery rewrites indices and checkpoints. Close what was opened.
             _close_all(self._segments)
-            raise StorageError(f"{self.name}: opening {path} failed ({e.strerror or e})") from e
+            raise StorageError(f"{self.name}: opening {path} failed ({os_error_text(e)})") from e
+        except SegmentDamage as e:
+            # Found in trusted data after the segments were loaded (the epoch cache rebuild
+            # walks every header): below the recovery point by construction.
+            _close_all(self._segments)
+            raise self._corrupted(e) from None
+        except LogCorruptedError:
+            _close_all(self._segments)
+            raise
         return self
 
-    def _recover(self) -> None:
+    def _corrupted(self, damage: SegmentDamage, later_segments: int = -1) -> LogCorruptedError:
+        """The error for damage below the recovery point: what, where, and what was kept."""
+        later = f"; {later_segments} later segment files follow it" if later_segments > 0 else ""
+        offset = (
+            f"; the batch there should start at offset {damage.offset}"
+            if damage.offset >= 0
+            else ""
+        )
+        return LogCorruptedError(
+            f"{self.name}: damaged data below the recovery point {self._recovery_point}: "
+            f"{damage}{offset}{later}. Nothing was truncated or deleted: the partition stays "
+            f"offline on this broker until the damage is repaired (`raftlog storage verify "
+            f"{self.path}` names it)",
+            damage.log_path,
+            damage.position,
+            damage.offset,
+        )
+
+    def _read_clean_shutdown(self) -> int | None:
+        """The log end offset the clean-shutdown marker holds, or None (no marker, unreadable)."""
+        try:
+            return self._clean_checkpoint.read()
+        except CheckpointError as e:
+            log.warning("%s: ignoring %s; recovering as after a crash", self.name, e)
+            return None
+
+    def _recover(self, check_segments: frozenset[int]) -> None:
         path = self.path
-        bases = []
-        for entry in sorted(os.listdir(path)):
-            full = os.path.join(path, entry)
-            if entry.endswith(".tmp"):
-                os.unlink(full)  # a checkpoint write that never got renamed
-            elif (base := parse_segment_name(entry)) is not None:
-                bases.append(base)
-        for entry in os.listdir(path):
-            stem, _, suffix = entry.partition(".")
-            if "." + suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX) and not os.path.exists(
-                os.path.join(path, stem + LOG_SUFFIX)
-            ):
-                os.unlink(os.path.join(path, entry))
+        bases = sorted(b for e in os.listdir(path) if (b := parse_segment_name(e)) is not None)
         recovery_point = self._read_checkpoint(self._rp_checkpoint, default=0)
+        clean_end = self._read_clean_shutdown()
+        if clean_end is not None:
+            # Closed cleanly: everything up to the log end the marker holds was fsynced. Take
+            # the larger of the two, so that a lost checkpoint cannot turn damage into a cut.
+            recovery_point = max(recovery_point, clean_end)
+        self._recovery_point = recovery_point
         log_start = self._read_checkpoint(self._start_checkpoint, default=0)
         try:
             self.epoch_cache = LeaderEpochCache.load(self.epoch_cache.path)
@@ -209,40 +279,80 @@ class PartitionLog:
             seg = LogSegment.open(path, base)
             seg.index_interval = self.config.index_interval_bytes
             if segments and base != segments[-1].next_offset:
+                end = segments[-1].next_offset
+                if min(end, base) < recovery_point:
+                    seg.close()
+                    raise self._corrupted(
+                        SegmentDamage(
+                            seg.log_path,
+                            0,
+                            end,
+                            f"the segment starts at offset {base} but the log before it ends "
+                            f"at {end} (a segment file is missing, cut or duplicated)",
+                        ),
+                        len(bases) - i - 1,
+                    )
                 log.error(
-                    "%s: segment %s starts at %d but the log before it ends at %d; "
-                    "deleting it and every later segment",
+                    "%s: segment %s starts at %d but the log before it ends at %d, above the "
+                    "recovery point %d; deleting it and every later segment",
                     self.name,
                     seg.log_path,
                     base,
-                    segments[-1].next_offset,
+                    end,
+                    recovery_point,
                 )
-                self._delete_files_from(bases[i:])
                 seg.close()
+                self._delete_files_from(bases[i:])
                 break
             segments.append(seg)
-            next_base = bases[i + 1] if i + 1 < len(bases) else None
+            last = i + 1 == len(bases)
+            next_base = None if last else bases[i + 1]
+            # Trusted: every byte of it lies below the recovery point (a cleanly closed log's
+            # last segment included). Checked: it holds unflushed bytes, or a read found damage.
             trusted = next_base is not None and next_base <= recovery_point
-            needs_check = not trusted
-            if trusted or base < recovery_point:
+            needs_check = base in check_segments or base >= recovery_point
+            if not needs_check:
                 try:
                     seg.load()
-                    needs_check = seg.next_offset > recovery_point
-                except CorruptRecordError as e:
-                    log.warning("%s: %s; checking every batch", self.name, e)
+                except SegmentDamage as e:
+                    # The header walk saw where the chain breaks, which may be after the damaged
+                    # batch (a wrong but plausible length): check every batch to find the first
+                    # invalid byte, then decide below whether it may be cut.
+                    log.warning("%s: %s; checking every batch of the segment", self.name, e)
                     needs_check = True
+                else:
+                    if last and seg.next_offset < recovery_point:
+                        raise self._corrupted(
+                            SegmentDamage(
+                                seg.log_path,
+                                seg.size,
+                                seg.next_offset,
+                                f"the log ends at offset {seg.next_offset}: records "
+                                f"[{seg.next_offset}, {recovery_point}) are missing",
+                            )
+                        )
+                    needs_check = not trusted and seg.next_offset > recovery_point
             if needs_check:
-                size_before = os.fstat(seg.fd).st_size
-                truncated, reason = seg.recover()
-                if truncated:
+                valid, reason = seg.check()
+                if reason and (trusted or seg.next_offset < recovery_point):
+                    raise self._corrupted(
+                        SegmentDamage(seg.log_path, valid, seg.next_offset, reason),
+                        len(bases) - i - 1,
+                    )
+                removed = seg.cut(valid)
+                if removed:
                     log.warning(
-                        "%s: recovery truncated %s at byte %d, removing %d bytes: %s",
+                        "%s: recovery truncated %s at byte %d, removing %d bytes (from offset "
+                        "%d, at or above the recovery point %d): %s",
                         self.name,
                         seg.log_path,
-                        size_before - truncated,
-                        truncated,
+                        valid,
+                        removed,
+                        seg.next_offset,
+                        recovery_point,
                         reason,
                     )
+                if reason:
                     later = bases[i + 1 :]
                     if later:
                         log.warning(
@@ -253,6 +363,15 @@ class PartitionLog:
                         )
                         self._delete_files_from(later)
                     break
+        # The log is sound: from here on files may change. Tidy leftovers first.
+        for entry in os.listdir(path):
+            stem, _, suffix = entry.partition(".")
+            if entry.endswith(".tmp") or (
+                "." + suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX)
+                and not os.path.exists(os.path.join(path, stem + LOG_SUFFIX))
+            ):
+                # A checkpoint write that never got renamed; the indices of a missing segment.
+                os.unlink(os.path.join(path, entry))
         if not segments:
             seg = LogSegment.create(path, log_start)
             seg.index_interval = self.config.index_interval_bytes
@@ -274,16 +393,20 @@ class PartitionLog:
         for seg in self._segments:
             os.fdatasync(seg.fd)
             seg.index.persist(fsync=True)
-        fsync_dir(path)
         self._recovery_point = self._next_offset
         self._rp_checkpoint.write(self._recovery_point)
         self._start_checkpoint.write(self._log_start)
+        # From here on, a crash is not a clean shutdown: the marker goes before any write.
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._clean_checkpoint.path)
+        fsync_dir(path)
         log.info(
-            "%s: opened %d segments, log start %d, log end %d",
+            "%s: opened %d segments, log start %d, log end %d%s",
             self.name,
             len(self._segments),
             self._log_start,
             self._next_offset,
+            " (clean shutdown: not recovered)" if clean_end is not None else "",
         )
 
     def _read_checkpoint(self, checkpoint: OffsetCheckpoint, default: int) -> int:
@@ -320,6 +443,11 @@ class PartitionLog:
     @property
     def recovery_point(self) -> int:
         return self._recovery_point
+
+    @property
+    def offline_error(self) -> LogOfflineError | None:
+        """Why the log is offline (or "closed"); None while it serves."""
+        return self._offline
 
     @property
     def size_bytes(self) -> int:
@@ -460,6 +588,14 @@ class PartitionLog:
             self._assign_epoch(epoch, start)
         return self._write([mv], n, batches, expected, records, max_ts)
 
+    def assign_epoch(self, epoch: int) -> None:
+        """A new leader: record that `epoch` starts at the log end, before any batch of it
+        (Kafka does this at become-leader, so a follower asking where the previous epoch ends
+        gets the right answer even before the first append)."""
+        self._check_writable()
+        if epoch > self.epoch_cache.latest_epoch:
+            self._assign_epoch(epoch, self._next_offset)
+
     def _assign_epoch(self, epoch: int, start_offset: int) -> None:
         """Persist a new epoch before any batch of it is written (epoch_cache.py's rule)."""
         try:
@@ -467,7 +603,7 @@ class PartitionLog:
         except OSError as e:
             raise StorageError(
                 f"{self.name}: writing {self.epoch_cache.path} for epoch {epoch} failed "
-                f"({e.strerror or e}); nothing appended"
+                f"({os_error_text(e)}); nothing appended"
             ) from e
 
     def _write(
@@ -604,14 +740,14 @@ class PartitionLog:
     def _undo_write(self, seg: LogSegment, start: int, nbytes: int, error: OSError) -> None:
         what = (
             f"{self.name}: writing {nbytes} bytes at byte {start} of {seg.log_path} failed "
-            f"({error.strerror or error})"
+            f"({os_error_text(error)})"
         )
         try:
             os.ftruncate(seg.fd, start)
         except OSError as e2:
-            self._offline = f"{what}, and undoing it failed ({e2.strerror or e2})"
-            log.error("%s; the log is offline until reopened", self._offline)
-            raise LogOfflineError(self._offline) from error
+            self._set_offline(
+                LogOfflineError(f"{what}, and undoing it failed ({os_error_text(e2)})"), error
+            )
         try:
             self.epoch_cache.truncate_from_end(self._next_offset)
         except OSError as e2:
@@ -621,7 +757,7 @@ class PartitionLog:
                 "%s: could not drop the unused epoch from %s (%s)",
                 self.name,
                 self.epoch_cache.path,
-                e2.strerror or e2,
+                os_error_text(e2),
             )
         log.warning("%s; rolled back, the log is unchanged", what)
         raise StorageError(f"{what}; nothing appended") from error
@@ -637,7 +773,7 @@ class PartitionLog:
             )
             fsync_dir(self.path)
         except OSError as e:
-            self._go_offline(f"rolling {old.log_path} failed ({e.strerror or e})", e)
+            self._go_offline(f"rolling {old.log_path} failed ({os_error_text(e)})", e)
         new.index_interval = self.config.index_interval_bytes
         self._segments.append(new)
         self._bases.append(new.base_offset)
@@ -654,23 +790,46 @@ class PartitionLog:
         try:
             future.result()
         except OSError as e:
-            self._go_offline(f"fsync of a rolled segment failed ({e.strerror or e})", e)
+            self._go_offline(f"fsync of a rolled segment failed ({os_error_text(e)})", e)
         if self._roll_flush_offset > self._recovery_point:
             self._recovery_point = self._roll_flush_offset
             try:
                 self._rp_checkpoint.write(self._recovery_point)
             except OSError as e:
-                self._go_offline(f"writing the recovery point failed ({e.strerror or e})", e)
+                self._go_offline(f"writing the recovery point failed ({os_error_text(e)})", e)
             self._last_rp_checkpoint_ms = self._clock_ms()
 
     def _go_offline(self, why: str, error: BaseException) -> NoReturn:
-        self._offline = f"{self.name}: {why}"
-        log.error("%s; the log is offline until reopened", self._offline)
-        raise LogOfflineError(self._offline) from error
+        self._set_offline(LogOfflineError(f"{self.name}: {why}"), error)
+
+    def _set_offline(self, offline: LogOfflineError, cause: BaseException | None) -> NoReturn:
+        self._offline = offline
+        log.error("%s; the log is offline until reopened", offline)
+        raise offline from cause
+
+    def _repair_index(self, seg: LogSegment, damage: SegmentDamage) -> None:
+        """A read found no batch where it expected one. The sparse index may be wrong (derived
+        data, only sanity-checked at open): rebuild it from the batch headers. If they do not
+        chain either, the batches are damaged, and the log goes offline."""
+        log.warning("%s: %s; rebuilding the index of %s", self.name, damage, seg.log_path)
+        try:
+            seg.rebuild_index()
+        except SegmentDamage as e:
+            self._damaged(e)
+        except OSError as e:
+            self._go_offline(
+                f"rewriting the index of {seg.log_path} failed ({os_error_text(e)})", e
+            )
+
+    def _damaged(self, damage: SegmentDamage) -> NoReturn:
+        """A read found damaged batches: they lie below the recovery point (recovery checked
+        the rest), so the log goes offline as the open would have taken it."""
+        self._set_offline(self._corrupted(damage), None)
 
     def _check_writable(self) -> None:
         if self._offline is not None:
-            raise LogOfflineError(self._offline)
+            # A new exception each time: re-raising one object would grow its traceback.
+            raise LogOfflineError(str(self._offline))
 
     # -- flushing ------------------------------------------------------------------------------
 
@@ -687,7 +846,7 @@ class PartitionLog:
         except OSError as e:
             # After a failed fsync the page cache state is unknown (Linux may drop the dirty
             # pages): only recovery can tell what is on disk.
-            self._go_offline(f"fsync failed ({e.strerror or e})", e)
+            self._go_offline(f"fsync failed ({os_error_text(e)})", e)
         now = self._clock_ms()
         self._recovery_point = self._next_offset
         self._unflushed_messages = 0
@@ -699,9 +858,44 @@ class PartitionLog:
                 # The data is fsynced; only the checkpoint lags, which recovery tolerates.
                 raise StorageError(
                     f"{self.name}: writing {self._rp_checkpoint.path} failed "
-                    f"({e.strerror or e}); the data is flushed"
+                    f"({os_error_text(e)}); the data is flushed"
                 ) from e
             self._last_rp_checkpoint_ms = now
+
+    def flush_begin(self) -> tuple[list[int], int, int]:
+        """Start an fsync on another thread (the fsync durability policy): returns duplicated
+        fds of every segment with unflushed bytes (the caller fdatasyncs and closes them), the
+        log end offset they cover, and a token for `flush_end`. Appends made meanwhile mark
+        their segment unflushed again, for the next round."""
+        self._check_writable()
+        fds: list[int] = []
+        try:
+            for seg in self._segments:
+                if seg.unflushed:
+                    fds.append(os.dup(seg.fd))
+                    seg.unflushed = False
+        except OSError as e:
+            for fd in fds:
+                os.close(fd)
+            for seg in self._segments:
+                seg.unflushed = True
+            raise StorageError(f"{self.name}: starting an fsync failed ({os_error_text(e)})") from e
+        return fds, self._next_offset, self._truncations
+
+    def flush_end(self, offset: int, token: int) -> int:
+        """The fsync from `flush_begin` succeeded: everything below `offset` is on disk, unless
+        the log was truncated since (then only what is below the truncation is known to be).
+        Returns the recovery point (what is durable). The recovery point checkpoint is
+        written later (maybe_flush, roll, close): recovery tolerates it lagging."""
+        if token == self._truncations and offset > self._recovery_point:
+            self._recovery_point = min(offset, self._next_offset)
+            self._unflushed_messages = 0
+            self._last_flush_ms = self._clock_ms()
+        return self._recovery_point
+
+    def flush_failed(self, error: OSError) -> NoReturn:
+        """The fsync from `flush_begin` failed: only recovery can tell what is on disk."""
+        self._go_offline(f"fsync failed ({os_error_text(error)})", error)
 
     def maybe_flush(self) -> bool:
         """Flush if `flush_ms` has passed since the last flush; the broker calls it on a timer."""
@@ -729,19 +923,20 @@ class PartitionLog:
 
     def read_slice(self, offset: int, max_bytes: int, max_offset: int | None = None) -> FileSlice:
         """Where the whole batches to return for a read at `offset` lie (see `read`)."""
+        if self._offline is not None:
+            self._check_writable()
         self._check_offset(offset)
         if offset == self._next_offset or (max_offset is not None and max_offset <= offset):
             return EMPTY_SLICE
         seg = self._segment_for(offset)
-        start = seg.position_of(offset)
-        limit = seg.size
-        if max_offset is not None and max_offset < seg.next_offset:
-            limit = seg.position_of(max_offset)
-            if limit <= start:
-                return EMPTY_SLICE
-        want = start + max(max_bytes, 1)
-        end = limit if want >= limit else min(seg.boundary_at_or_before(start, want), limit)
-        return FileSlice(seg.fd, seg.log_path, start, end - start)
+        try:
+            return _slice_of(seg, offset, max_bytes, max_offset)
+        except SegmentDamage as e:
+            self._repair_index(seg, e)
+        try:
+            return _slice_of(seg, offset, max_bytes, max_offset)
+        except SegmentDamage as e:
+            self._damaged(e)
 
     def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
         """Bytes of whole batches from the batch containing `offset`.
@@ -769,22 +964,40 @@ class PartitionLog:
     def iter_batches(self) -> Iterator[tuple[LogSegment, int, tuple[int, ...]]]:
         """(segment, position, raw header) for every batch, headers only."""
         for seg in self._segments:
-            for pos, h in seg.iter_headers(0, seg.size):
-                yield seg, pos, h
+            try:
+                for pos, h in seg.iter_headers(0, seg.size):
+                    yield seg, pos, h
+            except SegmentDamage as e:
+                self._damaged(e)
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= `timestamp`, or None."""
+        if self._offline is not None:
+            self._check_writable()
         for seg in self._segments:
             if seg.max_timestamp < timestamp or seg.next_offset <= self._log_start:
                 continue
-            _, pos = seg.index.floor_by_timestamp(timestamp)
-            for p, h in seg.iter_headers(pos, seg.size):
-                if h[8] < timestamp or h[0] + h[6] < self._log_start:
-                    continue
-                data = seg.read_at(p, h[1] + LOG_OVERHEAD)
-                for r in decode_records(data, 0):
-                    if r.timestamp >= timestamp and r.offset >= self._log_start:
-                        return r.offset, r.timestamp
+            try:
+                found = self._first_at_or_after(seg, timestamp)
+            except SegmentDamage as e:
+                self._repair_index(seg, e)
+                try:
+                    found = self._first_at_or_after(seg, timestamp)
+                except SegmentDamage as e2:
+                    self._damaged(e2)
+            if found is not None:
+                return found
+        return None
+
+    def _first_at_or_after(self, seg: LogSegment, timestamp: int) -> tuple[int, int] | None:
+        _, pos = seg.index.floor_by_timestamp(timestamp)
+        for p, h in seg.iter_headers(pos, seg.size):
+            if h[8] < timestamp or h[0] + h[6] < self._log_start:
+                continue
+            data = seg.read_at(p, h[1] + LOG_OVERHEAD)
+            for r in decode_records(data, 0):
+                if r.timestamp >= timestamp and r.offset >= self._log_start:
+                    return r.offset, r.timestamp
         return None
 
     # -- removing ------------------------------------------------------------------------------
@@ -793,37 +1006,76 @@ class PartitionLog:
         """Remove records at `offset` and after (the whole batch holding `offset`).
 
         For a follower whose log diverged from its leader's. Returns the new log end offset,
-        which is <= `offset`.
+        which is <= `offset`. Epochs starting at or after `offset` leave the epoch cache even
+        when no record goes (an epoch a former leader assigned but never wrote in must not
+        make its next fetch look divergent forever).
         """
         self._check_writable()
         if offset >= self._next_offset:
+            try:
+                self.epoch_cache.truncate_from_end(max(offset, self._next_offset))
+            except OSError as e:
+                raise StorageError(
+                    f"{self.name}: writing {self.epoch_cache.path} failed ({os_error_text(e)})"
+                ) from e
             return self._next_offset
+        self._truncations += 1
         self._finish_roll_flush()
         try:
             if offset <= self._segments[0].base_offset or offset < self._log_start:
                 self._truncate_fully(offset)
             else:
                 i = bisect_right(self._bases, offset) - 1
-                for seg in self._segments[i + 1 :]:
-                    seg.delete()
+                seg = self._segments[i]
+                pos = seg.position_of(offset)
+                new_end = (
+                    seg.next_offset
+                    if pos >= seg.size
+                    else int(HEADER.unpack_from(seg.read_at(pos, HEADER_SIZE))[0])
+                )
+                self._lower_recovery_point(new_end)  # before any byte goes
+                for later in self._segments[i + 1 :]:
+                    later.delete()
                 del self._segments[i + 1 :]
                 del self._bases[i + 1 :]
-                self._next_offset = self._segments[i].truncate_to(offset)
+                self._next_offset = seg.truncate_to(offset)
                 if self._next_offset < self._log_start:
                     # The batch holding `offset` began below the log start: the log is now
                     # empty, and must start where it ends (invariant log_start <= next_offset).
                     self._log_start = self._next_offset
                     self._start_checkpoint.write(self._log_start)
             self.epoch_cache.truncate_from_end(self._next_offset)
-            if self._recovery_point > self._next_offset:
-                self._recovery_point = self._next_offset
-                self._rp_checkpoint.write(self._recovery_point)
+            self._lower_recovery_point(self._next_offset)
         except OSError as e:
-            self._go_offline(f"truncating to offset {offset} failed ({e.strerror or e})", e)
+            self._go_offline(f"truncating to offset {offset} failed ({os_error_text(e)})", e)
+        except SegmentDamage as e:
+            self._damaged(e)
         log.info("%s: truncated to offset %d, log end now %d", self.name, offset, self._next_offset)
         return self._next_offset
 
+    def _lower_recovery_point(self, offset: int) -> None:
+        """Checkpoint a recovery point of at most `offset` before bytes above it are removed:
+        after a crash in between, recovery must neither trust rewritten bytes nor find the log
+        ending below its recovery point (which it reports as damage)."""
+        if self._recovery_point > offset:
+            self._recovery_point = offset
+            self._rp_checkpoint.write(offset)
+
+    def truncate_fully(self, offset: int) -> None:
+        """Empty the log and restart it at `offset` (a follower whose position the leader no
+        longer has: its log start moved past it)."""
+        self._check_writable()
+        self._truncations += 1
+        self._finish_roll_flush()
+        try:
+            self._truncate_fully(offset)
+        except OSError as e:
+            why = f"restarting the log at offset {offset} failed ({os_error_text(e)})"
+            self._go_offline(why, e)
+        log.info("%s: emptied, log restarts at offset %d", self.name, offset)
+
     def _truncate_fully(self, offset: int) -> None:
+        self._lower_recovery_point(offset)
         for seg in self._segments:
             seg.delete()
         seg = LogSegment.create(self.path, offset)
@@ -854,12 +1106,14 @@ class PartitionLog:
         self._advance_log_start(offset)
         return self._log_start
 
-    def enforce_retention(self, now_ms: int | None = None) -> int:
+    def enforce_retention(self, now_ms: int | None = None, max_offset: int | None = None) -> int:
         """Delete the oldest closed segments beyond `retention_ms` / `retention_bytes`.
 
         Closed segments wholly below the log start offset go too (one that was active when
         `delete_records_before` passed it, and rolled since). Only a prefix of closed segments
-        goes, never the active one. Returns how many went.
+        goes, never the active one, and never a segment holding offsets at or past
+        `max_offset` (the high watermark: uncommitted records are not retention's to delete).
+        Returns how many went.
         """
         self._check_writable()
         now = self._clock_ms() if now_ms is None else now_ms
@@ -867,6 +1121,8 @@ class PartitionLog:
         total = self.size_bytes
         count = 0
         for seg in self._segments[:-1]:
+            if max_offset is not None and seg.next_offset > max_offset:
+                break
             below_start = seg.next_offset <= self._log_start
             expired = retention_ms >= 0 and now - seg.max_timestamp > retention_ms
             oversize = retention_bytes >= 0 and total - seg.size >= retention_bytes
@@ -894,7 +1150,7 @@ class PartitionLog:
             self._delete_segments_below(offset)
             self.epoch_cache.truncate_from_start(offset)
         except OSError as e:
-            self._go_offline(f"advancing the log start to {offset} failed ({e.strerror or e})", e)
+            self._go_offline(f"advancing the log start to {offset} failed ({os_error_text(e)})", e)
 
     def _delete_segments_below(self, offset: int) -> None:
         while len(self._segments) > 1 and self._segments[0].next_offset <= offset:
@@ -908,7 +1164,9 @@ class PartitionLog:
         """Flush everything, checkpoint, and close the files. The log is unusable after.
 
         Every file is closed even if flushing fails (a full disk, an I/O error); the failure is
-        then raised as StorageError. The next open recovers whatever was not checkpointed.
+        then raised as StorageError. The next open recovers whatever was not checkpointed. Only
+        a close that flushed everything writes the clean-shutdown marker; an offline log's
+        close just closes its files.
         """
         failure: OSError | StorageError | None = None
         if self._offline is None:
@@ -922,16 +1180,18 @@ class PartitionLog:
                 self._recovery_point = self._next_offset
                 self._rp_checkpoint.write(self._recovery_point)
                 self._start_checkpoint.write(self._log_start)
+                # Last: it promises that every byte up to the log end is on disk.
+                self._clean_checkpoint.write(self._next_offset)
             except (OSError, StorageError) as e:
                 failure = e
         closing_failure = _close_all(self._segments)
         failure = failure or closing_failure
-        self._offline = f"{self.name} is closed"
+        self._offline = LogOfflineError(f"{self.name} is closed")
         if isinstance(failure, StorageError):
             raise failure
         if failure is not None:
             raise StorageError(
-                f"{self.name}: closing failed ({failure.strerror or failure}); the next open "
+                f"{self.name}: closing failed ({os_error_text(failure)}); the next open "
                 "recovers the log"
             ) from failure
 
@@ -940,6 +1200,18 @@ class PartitionLog:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _slice_of(seg: LogSegment, offset: int, max_bytes: int, max_offset: int | None) -> FileSlice:
+    start = seg.position_of(offset)
+    limit = seg.size
+    if max_offset is not None and max_offset < seg.next_offset:
+        limit = seg.position_of(max_offset)
+        if limit <= start:
+            return EMPTY_SLICE
+    want = start + max(max_bytes, 1)
+    end = limit if want >= limit else min(seg.boundary_at_or_before(start, want), limit)
+    return FileSlice(seg.fd, seg.log_path, start, end - start)
 
 
 def _close_all(segments: list[LogSegment]) -> OSError | None:

@@ -11,9 +11,12 @@ Rules this module keeps:
   ends and its base offset is batch n's last offset + 1.
 - `size` is the byte length of the valid prefix, which is the whole file except during an
   append; readers never look past `size`.
-- The indices are derived: `recover()` checks every batch (length, magic, count, checksum,
+- The indices are derived: `check()` checks every batch (length, magic, count, checksum,
   offsets) and rebuilds them; `load()` trusts a segment below the recovery point but rebuilds
   its indices if they break their rules.
+- Damage found in the batches is raised as `SegmentDamage` (file, byte, offset) or, by
+  `check()`, returned; this module never truncates on its own: the owning log decides whether
+  the damage may be cut (a torn tail above the recovery point, `cut()`) or not.
 - One writer (the owning PartitionLog). No sockets, no asyncio.
 """
 
@@ -36,6 +39,24 @@ TIMEINDEX_SUFFIX = ".timeindex"
 SCAN_WINDOW_BYTES = 16 * 1024
 RECOVERY_CHUNK_BYTES = 1024 * 1024
 NO_TIMESTAMP = -1
+
+
+class SegmentDamage(Exception):
+    """The batches of a segment file are damaged at `position`.
+
+    `offset` is the offset the batch there should start with (-1 where the reader does not
+    know it); `reason` says what is wrong, without the file and byte. Internal to the storage
+    layer: PartitionLog turns it into LogCorruptedError (or cuts a torn tail), so it is not a
+    RaftlogError with a wire code of its own.
+    """
+
+    def __init__(self, log_path: str, position: int, offset: int, reason: str):
+        where = f"byte {position}" + (f" (offset {offset})" if offset >= 0 else "")
+        super().__init__(f"{log_path}: {where}: {reason}")
+        self.log_path = log_path
+        self.position = position
+        self.offset = offset
+        self.reason = reason
 
 
 def segment_name(base_offset: int) -> str:
@@ -106,8 +127,8 @@ class LogSegment:
         """Open a segment that was flushed before the crash (below the recovery point).
 
         Loads the indices (rebuilding them if torn or inconsistent) and walks the batch headers
-        after the last index entry to learn next_offset and max_timestamp. Raises
-        CorruptRecordError if the headers do not chain (the caller then recovers the segment).
+        after the last index entry to learn next_offset and max_timestamp. Raises SegmentDamage
+        if the headers do not chain; the files are then left as they were.
         """
         try:
             self.index.load(self.size)
@@ -115,15 +136,28 @@ class LogSegment:
                 (self.index.rels[-1], self.index.positions[-1]) if len(self.index) else (0, 0)
             )
             self._check_index_entry(rel, pos)
-        except (IndexFormatError, CorruptRecordError) as e:
+        except (IndexFormatError, SegmentDamage) as e:
+            # The index is derived data: if it disagrees with the batches, rebuild it from
+            # them. If the batches themselves do not chain, the rebuild raises SegmentDamage.
             log.warning("rebuilding index of %s: %s", self.log_path, e)
-            self.index.clear()
-            self._walk(0, rebuild_index=True)
-            self.index.rewrite()
+            self.rebuild_index()
             return
         max_ts = self.index.timestamps[-1] if len(self.index) else NO_TIMESTAMP
         self.max_timestamp = max_ts
         self._walk(pos, rebuild_index=False, expected_offset=self.base_offset + rel)
+
+    def rebuild_index(self) -> None:
+        """Rebuild both indices from the batch headers, and write them; raises SegmentDamage
+        (leaving the index files as they were) if the headers do not chain."""
+        saved = (self.max_timestamp, self.first_batch_timestamp)
+        self.index.clear()
+        self.max_timestamp = self.first_batch_timestamp = NO_TIMESTAMP
+        try:
+            self._walk(0, rebuild_index=True)
+        except SegmentDamage:
+            self.max_timestamp, self.first_batch_timestamp = saved
+            raise
+        self.index.rewrite()
 
     def _check_index_entry(self, rel: int, pos: int) -> None:
         if pos == 0:
@@ -136,22 +170,30 @@ class LogSegment:
             )
 
     def _walk(self, start: int, rebuild_index: bool, expected_offset: int | None = None) -> None:
-        """Walk headers from `start` to the end of file, setting next_offset and max_timestamp."""
+        """Walk headers from `start` to the end of file, setting next_offset and max_timestamp.
+
+        Raises SegmentDamage naming the byte and the offset expected there if they do not chain.
+        """
         expected = self.base_offset if expected_offset is None else expected_offset
         if start == 0:
             self.bytes_since_index = 0
-        for pos, h in self.iter_headers(start, self.size):
+        pos = start
+        headers = self.iter_headers(start, self.size)
+        while True:
+            try:
+                pos, h = next(headers)
+            except StopIteration:
+                break
+            except SegmentDamage as e:
+                raise SegmentDamage(self.log_path, e.position, expected, e.reason) from None
             base_offset, size, last_delta, max_ts = h[0], h[1] + LOG_OVERHEAD, h[6], h[8]
             if base_offset != expected:
-                raise CorruptRecordError(
-                    f"{self.log_path}: batch at byte {pos} has offset {base_offset}, "
-                    f"expected {expected}"
-                )
+                raise SegmentDamage(self.log_path, pos, expected, f"batch has offset {base_offset}")
             if last_delta < 0:
                 # Offsets never go backwards; without this check a bit flip here could make a
                 # damaged segment look as if it ended below the recovery point, and be trusted.
-                raise CorruptRecordError(
-                    f"{self.log_path}: batch at byte {pos} has last offset delta {last_delta}"
+                raise SegmentDamage(
+                    self.log_path, pos, expected, f"batch has last offset delta {last_delta}"
                 )
             if rebuild_index or pos > start:
                 self.note_batch(pos, base_offset, size, max_ts, index=rebuild_index)
@@ -166,11 +208,15 @@ class LogSegment:
         if self.first_batch_timestamp == NO_TIMESTAMP and self.size:
             self.first_batch_timestamp = HEADER.unpack_from(os.pread(self.fd, HEADER_SIZE, 0))[8]
 
-    def recover(self) -> tuple[int, str]:
-        """Check every batch; cut the file at the first invalid byte and rebuild the indices.
+    def check(self) -> tuple[int, str]:
+        """Check every batch and rebuild the indices in memory; change no file.
 
-        Returns (bytes truncated, why). The checks: the length fits the file, magic, record
-        count against the lengths table, checksum, and that offsets continue without a gap.
+        Returns (bytes of the valid prefix, why the byte after it is invalid, or "" if the whole
+        file is valid). Afterwards `next_offset` is the offset the first invalid batch should
+        start with, and `size` the file size: `cut()` then removes the invalid rest, or the
+        caller refuses to (damage below the recovery point). The checks: the length fits the
+        file, magic, record count against the lengths table, checksum, and that offsets
+        continue without a gap.
         """
         self.index.clear()
         self.max_timestamp = NO_TIMESTAMP
@@ -209,14 +255,22 @@ class LogSegment:
                 self.first_batch_timestamp = h.max_timestamp
             pos += total
             expected = h.next_offset
-        truncated = file_size - pos
-        if truncated:
-            os.ftruncate(self.fd, pos)
-            os.fsync(self.fd)
-        self.size = pos
+        self.size = file_size
         self.next_offset = expected
+        return pos, reason
+
+    def cut(self, valid_bytes: int) -> int:
+        """After `check()`: truncate the file to its valid prefix, write the rebuilt indices.
+
+        Returns the bytes removed.
+        """
+        removed = self.size - valid_bytes
+        if removed:
+            os.ftruncate(self.fd, valid_bytes)
+            os.fsync(self.fd)
+        self.size = valid_bytes
         self.index.rewrite()
-        return truncated, reason
+        return removed
 
     # -- appending (called by PartitionLog) ----------------------------------------------------
 
@@ -236,7 +290,7 @@ class LogSegment:
     def iter_headers(self, start: int, end: int) -> Iterator[tuple[int, tuple[int, ...]]]:
         """Yield (position, raw header tuple) for each batch in [start, end), headers only.
 
-        Raises CorruptRecordError if a header is torn or a length runs past `end`.
+        Raises SegmentDamage if a header is torn or a length runs past `end`.
         """
         pos, buf, buf_at = start, b"", start
         last_size = 0
@@ -247,12 +301,17 @@ class LogSegment:
                 want = HEADER_SIZE if last_size > SCAN_WINDOW_BYTES else SCAN_WINDOW_BYTES
                 buf, buf_at, rel = os.pread(self.fd, min(want, end - pos), pos), pos, 0
                 if len(buf) < HEADER_SIZE:
-                    raise CorruptRecordError(f"{self.log_path}: torn batch header at byte {pos}")
+                    raise SegmentDamage(
+                        self.log_path, pos, -1, f"torn batch header ({len(buf)} bytes)"
+                    )
             h = HEADER.unpack_from(buf, rel)
             size = h[1] + LOG_OVERHEAD
             if size < HEADER_SIZE or pos + size > end:
-                raise CorruptRecordError(
-                    f"{self.log_path}: impossible batch length {h[1]} at byte {pos}"
+                raise SegmentDamage(
+                    self.log_path,
+                    pos,
+                    -1,
+                    f"impossible batch length {h[1]} ({end - pos} bytes left in the segment)",
                 )
             yield pos, h
             pos += size
@@ -292,8 +351,11 @@ class LogSegment:
     def read_at(self, position: int, size: int) -> bytes:
         data = os.pread(self.fd, size, position)
         if len(data) != size:
-            raise CorruptRecordError(
-                f"{self.log_path}: read {len(data)} of {size} bytes at byte {position}"
+            raise SegmentDamage(
+                self.log_path,
+                position,
+                -1,
+                f"read {len(data)} of {size} bytes: the file is shorter than the log knows",
             )
         return data
 

@@ -3,6 +3,13 @@
 Neither opens the log for writing nor runs recovery: they show the files exactly as they are,
 so an operator can look at a crashed partition before a broker recovers it. `verify` returns the
 list of problems; each names the file and the byte position or index entry concerned.
+
+One fault, one problem: after a damaged batch the rest of its segment cannot be read, so the
+index entries past it and the next segment's expected start are unknown; `verify` does not
+report them (they would name the same damage again as an index mismatch and a gap). For a
+partition directory, each damaged batch or gap also says what the broker's recovery does with
+it: below the recovery point the partition stays offline and nothing is deleted; at or above it
+the segment is cut there and later segments are deleted (log.py).
 """
 
 from __future__ import annotations
@@ -15,7 +22,9 @@ from typing import TextIO
 
 from raftlog.errors import CorruptRecordError
 from raftlog.records import HEADER, HEADER_SIZE, INT32, LOG_OVERHEAD, decode_records, validate_batch
+from raftlog.storage.checkpoint import CheckpointError, OffsetCheckpoint
 from raftlog.storage.index import OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE
+from raftlog.storage.log import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_FILE
 from raftlog.storage.segment import INDEX_SUFFIX, TIMEINDEX_SUFFIX, parse_segment_name
 
 CHUNK_BYTES = 1024 * 1024
@@ -84,35 +93,92 @@ def scan_segment(log_path: str) -> Iterator[ScannedBatch]:
             pos += total
 
 
+def recovery_point_of(path: str) -> int | None:
+    """The recovery point a broker's open would use for the partition directory `path`: the
+    larger of its checkpoint and a clean-shutdown marker, 0 if neither is readable (log.py).
+    None for a single segment file."""
+    if not os.path.isdir(path):
+        return None
+    found = [0]
+    for name in (RECOVERY_POINT_FILE, CLEAN_SHUTDOWN_FILE):
+        try:
+            value = OffsetCheckpoint(os.path.join(path, name)).read()
+        except CheckpointError:
+            value = None
+        if value is not None:
+            found.append(value)
+    return max(found)
+
+
+def _consequence(offset: int, recovery_point: int | None, later_segments: int, gap: bool) -> str:
+    """What the broker's open does with damage at `offset` (see log.py's recovery rules)."""
+    if recovery_point is None:
+        return ""
+    if offset < recovery_point:
+        return (
+            f" [offset {offset} is below the recovery point {recovery_point}: the broker keeps "
+            "this partition offline and deletes nothing]"
+        )
+    if gap:
+        action = f"deletes this segment file and the {later_segments} after it"
+    else:
+        action = "cuts the segment here" + (
+            f" and deletes the {later_segments} segment files after it" if later_segments else ""
+        )
+    return (
+        f" [offset {offset} is at or above the recovery point {recovery_point}: the broker's "
+        f"recovery {action}]"
+    )
+
+
 def verify(path: str) -> list[str]:
     """Every problem found in the partition (or segment) at `path`; empty when all is well."""
     problems: list[str] = []
-    expected: int | None = None
-    for base, log_path in segment_files(path):
+    recovery_point = recovery_point_of(path)
+    segments = segment_files(path)
+    expected: int | None = None  # None: unknown (the start, or after a damaged segment)
+    for i, (base, log_path) in enumerate(segments):
+        later = len(segments) - i - 1
         if expected is not None and base != expected:
-            problems.append(f"{log_path}: segment starts at offset {base}, expected {expected}")
+            problems.append(
+                f"{log_path}: segment starts at offset {base}, expected {expected}"
+                + _consequence(min(base, expected), recovery_point, later, gap=True)
+            )
         expected = base
         starts: dict[int, tuple[int, int]] = {}  # position -> (base offset, max ts before)
+        damaged_at: int | None = None
         running_max_ts = -1
         for b in scan_segment(log_path):
             if b.error:
-                problems.append(f"{log_path}: byte {b.position}: {b.error}")
+                problems.append(
+                    f"{log_path}: byte {b.position}: {b.error}"
+                    + _consequence(expected, recovery_point, later, gap=False)
+                )
+                damaged_at = b.position
                 break
             base_offset, last_delta, max_ts = b.header[0], b.header[6], b.header[8]
             if base_offset != expected:
                 problems.append(
                     f"{log_path}: byte {b.position}: batch has offset {base_offset}, "
                     f"expected {expected}"
+                    + _consequence(expected, recovery_point, later, gap=False)
                 )
+                damaged_at = b.position
                 break
             starts[b.position] = (base_offset, running_max_ts)
             running_max_ts = max(running_max_ts, max_ts)
             expected = base_offset + last_delta + 1
-        problems.extend(_verify_index(log_path, base, starts))
+        problems.extend(_verify_index(log_path, base, starts, damaged_at))
+        if damaged_at is not None:
+            expected = None
     return problems
 
 
-def _verify_index(log_path: str, base: int, starts: dict[int, tuple[int, int]]) -> list[str]:
+def _verify_index(
+    log_path: str, base: int, starts: dict[int, tuple[int, int]], damaged_at: int | None
+) -> list[str]:
+    """Problems of the segment's indices; entries at or past `damaged_at` (the first damaged
+    batch, whose rest of segment is unreadable) are not checked."""
     stem = log_path[: -len(".log")]
     problems = []
     index_path, time_path = stem + INDEX_SUFFIX, stem + TIMEINDEX_SUFFIX
@@ -130,6 +196,8 @@ def _verify_index(log_path: str, base: int, starts: dict[int, tuple[int, int]]) 
     if len(offsets) != len(times):
         problems.append(f"{index_path}: {len(offsets)} entries but {time_path} has {len(times)}")
     for i, (rel, position) in enumerate(offsets):
+        if damaged_at is not None and position >= damaged_at:
+            break
         found = starts.get(position)
         if found is None or found[0] != base + rel:
             problems.append(

@@ -17,6 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 EXPECTED_ROWS = [
     "dd write bs=1M, page cache",
     "dd write bs=1M conv=fdatasync",
+    "dd write bs=1M conv=fdatasync, sustained",
     "dd read bs=1M, page cache",
     "dd write bs=290 oflag=dsync",
     "dd write bs=11315 oflag=dsync",
@@ -27,6 +28,7 @@ EXPECTED_ROWS = [
     "append b=1, page cache",
     "append b=50, page cache",
     "append b=1000, page cache",
+    "append b=1000, sustained, until on disk",
     "append b=1, fsync per append",
     "append b=50, fsync per append",
     "append b=1000, fsync per append",
@@ -51,6 +53,8 @@ def run_quick(
         "0.02",
         "--max-bytes",
         str(4 << 20),
+        "--sustained-bytes",
+        str(4 << 20),
         "--dir",
         str(tmp_path / "work"),
         "--results-dir",
@@ -71,6 +75,7 @@ def check_report(tmp_path: Path, proc: subprocess.CompletedProcess[str]) -> None
     assert proc.returncode == 0, proc.stderr
     rows = table_rows(proc.stdout)
     assert rows[0] == "case"
+    assert "| data per run |" in proc.stdout and "| waited for CPU |" in proc.stdout
     assert rows[1:] == EXPECTED_ROWS
     assert "failed" not in proc.stdout, proc.stdout
     # The same table in the --out file and in the results directory, with the JSON beside it.
@@ -81,6 +86,18 @@ def check_report(tmp_path: Path, proc: subprocess.CompletedProcess[str]) -> None
     data = json.loads(js.read_text())
     assert [c["label"] for c in data["cases"]] == EXPECTED_ROWS
     assert all(len(c["runs"]) == 1 and not c["errors"] for c in data["cases"])
+    # Data size, CPU time and CPU wait are recorded, so that a reader can tell a busy machine
+    # from slow code; the ratio to dd is taken within the sweep.
+    by_key = {c["key"]: c for c in data["cases"]}
+    sustained = by_key["append-b1000-sustained"]
+    assert sustained["runs"][0]["bytes"] >= (4 << 20) - 300_000
+    assert sustained["baseline"] == "dd-fdatasync-sustained"
+    assert len(sustained["vs_dd_same_sweep"]) == 1
+    for key in ("append-b1000-pagecache", "read-b1000", "dd-write"):
+        run = by_key[key]["runs"][0]
+        assert run["cpu_seconds"] is not None and run["cpu_seconds"] >= 0, (key, run)
+    assert by_key["append-b1000-pagecache"]["runs"][0]["cpu_wait_seconds"] is not None
+    assert "dirty_background_ratio=" in data["machine"]["dirty_pages"]
     # Every temporary log was deleted.
     assert list((tmp_path / "work").iterdir()) == []
 

@@ -10,11 +10,14 @@ died unexpectedly, did not exit 0 on SIGTERM, or logged a Python traceback.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from raftlog.cli.dev_cmd import free_ports, write_node_config
 from raftlog.client import Admin
@@ -243,7 +246,7 @@ class Cluster:
             return (
                 d["quorum"]["this_node_leads"]
                 and len(d["brokers"]) == n
-                and not any(b[5] for b in d["brokers"])
+                and not any(b["fenced"] for b in d["brokers"])
             )
 
         return self.wait_view(settled, timeout_s, f"{n} registered, unfenced brokers")
@@ -285,3 +288,21 @@ class Cluster:
         if problems:
             problems.extend(node.log_tail() for node in self.nodes.values())
         return problems
+
+
+@contextlib.contextmanager
+def started_cluster(
+    root: Path, n: int = 3, session_timeout_ms: int = 1500, settle_s: float = 30.0, **settings: Any
+) -> Iterator[Cluster]:
+    """A fixture's body: n nodes started and settled (all registered and unfenced); at the
+    end every node is stopped and the test fails on any problem shutdown_and_check finds.
+    `settings` are other node settings (e.g. connection_idle_ms_max=1000)."""
+    c = Cluster(root, n=n, session_timeout_ms=session_timeout_ms, **settings)
+    try:
+        c.start()
+        c.wait_brokers_settled(settle_s)
+        yield c
+    finally:
+        problems = c.shutdown_and_check()
+        if problems:
+            pytest.fail("\n".join(problems), pytrace=False)

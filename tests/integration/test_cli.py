@@ -88,7 +88,7 @@ def test_produce_consume_and_offsets(broker: BrokerProcess) -> None:
         assert [r["value"] for r in mine] == [f"click {i}" for i in range(k, 40, 4)]
         assert len({r["partition"] for r in mine}) == 1
     [nokey] = [r for r in records if r["key"] is None]
-    assert nokey["value"] == "no-separator-here" and nokey["headers"] == {}
+    assert nokey["value"] == "no-separator-here" and nokey["headers"] == []
 
     # --max-messages stops early; plain format prints values.
     out = ok("consume", "lines", "--from-beginning", "--partition", "0", "--max-messages", "2", *b)

@@ -30,7 +30,7 @@ import pytest
 
 from raftlog.client import Admin, Producer
 from raftlog.readiness import read_ready_file
-from tests.integration._cluster import Cluster, Describe, NodeProcess
+from tests.integration._cluster import Cluster, Describe, NodeProcess, started_cluster
 from tests.integration._support import (
     _child_env,
     cli_command,
@@ -50,15 +50,8 @@ SETTLE_DEADLINE_S = 30.0
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path, n=3, session_timeout_ms=SESSION_TIMEOUT_MS)
-    try:
-        c.start()
-        c.wait_brokers_settled(SETTLE_DEADLINE_S)
+    with started_cluster(tmp_path, 3, SESSION_TIMEOUT_MS, SETTLE_DEADLINE_S) as c:
         yield c
-    finally:
-        problems = c.shutdown_and_check()
-        if problems:
-            pytest.fail("\n".join(problems), pytrace=False)
 
 
 # -- reading describe_cluster -----------------------------------------------------------------
@@ -66,8 +59,13 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
 
 def partition_map(d: Describe) -> dict[tuple[str, int], dict[str, Any]]:
     return {
-        (t, p): {"leader": leader, "epoch": epoch, "replicas": replicas, "isr": isr}
-        for t, p, leader, epoch, replicas, isr in d["partitions"]
+        (p["topic"], p["partition"]): {
+            "leader": p["leader"],
+            "epoch": p["leader_epoch"],
+            "replicas": p["replicas"],
+            "isr": p["isr"],
+        }
+        for p in d["partitions"]
     }
 
 
@@ -78,8 +76,12 @@ def layout(d: Describe) -> dict[tuple[str, int], list[int]]:
 
 def brokers(d: Describe) -> dict[int, dict[str, Any]]:
     return {
-        node: {"address": f"{host}:{port}", "epoch": epoch, "fenced": fenced}
-        for node, host, port, _rack, epoch, fenced in d["brokers"]
+        b["node_id"]: {
+            "address": f"{b['host']}:{b['port']}",
+            "epoch": b["broker_epoch"],
+            "fenced": b["fenced"],
+        }
+        for b in d["brokers"]
     }
 
 
@@ -92,7 +94,7 @@ def create_topic(c: Cluster, name: str, partitions: int, replication_factor: int
         admin.create_topic(name, partitions, replication_factor)
     # Committed on the quorum; the followers' copies (which clients may ask) apply it soon after.
     c.wait_every_view(
-        lambda d: sum(1 for t, *_ in d["partitions"] if t == name) == partitions,
+        lambda d: sum(1 for p in d["partitions"] if p["topic"] == name) == partitions,
         SETTLE_DEADLINE_S,
         f"topic {name} in every live node's metadata",
     )
@@ -490,12 +492,27 @@ def test_cluster_status_cli(cluster: Cluster) -> None:
     assert len(re.findall(r"^  shown-\d  leader \d", text, re.M)) == 3, text
 
     assert st["controller_id"] == controller
-    assert st["voters"] == [[i, n.raft_address] for i, n in sorted(cluster.nodes.items())]
+    assert st["voters"] == [
+        {"node_id": i, "address": n.raft_address} for i, n in sorted(cluster.nodes.items())
+    ]
     assert st["quorum"]["ready"] is True and st["quorum"]["term"] >= 1
-    assert [(b[0], f"{b[1]}:{b[2]}", b[5]) for b in st["brokers"]] == [
+    assert [(b["node_id"], f"{b['host']}:{b['port']}", b["fenced"]) for b in st["brokers"]] == [
         (i, n.bootstrap, False) for i, n in sorted(cluster.nodes.items())
     ]
-    assert sorted((t, p) for t, p, *_ in st["partitions"]) == [("shown", p) for p in range(3)]
+    assert all(
+        set(b) == {"node_id", "host", "port", "rack", "broker_epoch", "fenced"}
+        for b in st["brokers"]
+    )
+    assert sorted((p["topic"], p["partition"]) for p in st["partitions"]) == [
+        ("shown", p) for p in range(3)
+    ]
+    assert all(
+        set(p)
+        == {"topic", "partition", "leader", "leader_epoch", "replicas", "isr", "offline_replicas"}
+        and p["offline_replicas"] == []
+        for p in st["partitions"]
+    )
+    assert st["offline_logs"] == []
 
     victim = next(n for n in sorted(cluster.nodes) if n != controller)
     cluster.kill9(victim)
@@ -508,8 +525,10 @@ def test_cluster_status_cli(cluster: Cluster) -> None:
     assert states == {n: "FENCED" if n == victim else "alive" for n in cluster.nodes}, text
     assert "Partitions: 3, offline: 1" in text, text
     assert len(re.findall(r"^  shown-\d  OFFLINE ", text, re.M)) == 1, text
-    assert [b[0] for b in st["brokers"] if b[5]] == [victim]
-    assert [(t, leader) for t, _p, leader, *_ in st["partitions"] if leader < 0] == [("shown", -1)]
+    assert [b["node_id"] for b in st["brokers"] if b["fenced"]] == [victim]
+    assert [(p["topic"], p["leader"]) for p in st["partitions"] if p["leader"] < 0] == [
+        ("shown", -1)
+    ]
 
 
 def _parent_pid(pid: int) -> int | None:
@@ -637,8 +656,8 @@ def test_dev_three_nodes_ctrl_c_and_restart(tmp_path: Path) -> None:
                 lambda: (
                     (s := admin.describe_cluster())["controller_id"] > 0
                     and len(s["brokers"]) == 3
-                    and not any(b[5] for b in s["brokers"])
-                    and all(p[2] >= 0 for p in s["partitions"])
+                    and not any(b["fenced"] for b in s["brokers"])
+                    and all(p["leader"] >= 0 for p in s["partitions"])
                     and s
                 ),
                 SETTLE_DEADLINE_S,
@@ -648,7 +667,7 @@ def test_dev_three_nodes_ctrl_c_and_restart(tmp_path: Path) -> None:
             topics = admin.list_topics()
         assert sorted(topics) == ["kept", "kept3"]
         assert [len(topics[t].partitions) for t in ("kept", "kept3")] == [3, 1]
-        assert sorted((t, p) for t, p, *_ in st["partitions"]) == [
+        assert sorted((p["topic"], p["partition"]) for p in st["partitions"]) == [
             ("kept", 0),
             ("kept", 1),
             ("kept", 2),

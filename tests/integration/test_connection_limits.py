@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import select
 import socket
 import struct
@@ -29,7 +30,7 @@ from raftlog import protocol
 from raftlog.broker.server import BrokerConfig
 from raftlog.client import Admin
 from raftlog.errors import PolicyViolationError
-from tests.integration._cluster import Cluster, NodeProcess
+from tests.integration._cluster import NodeProcess, started_cluster
 from tests.integration._support import HOST, RawClient, wait_for
 
 MIB = 1024 * 1024
@@ -44,20 +45,14 @@ MakeNode = Callable[..., NodeProcess]
 @pytest.fixture
 def make_node(tmp_path: Path) -> Iterator[MakeNode]:
     """A one-node cluster (controller + broker) with the given node settings."""
-    clusters: list[Cluster] = []
+    made = itertools.count()
+    with contextlib.ExitStack() as stack:
 
-    def make(**settings: Any) -> NodeProcess:
-        c = Cluster(tmp_path / f"c{len(clusters)}", n=1, **settings)
-        clusters.append(c)
-        c.start()
-        return c.nodes[1]
+        def make(**settings: Any) -> NodeProcess:
+            root = tmp_path / f"c{next(made)}"
+            return stack.enter_context(started_cluster(root, n=1, **settings)).nodes[1]
 
-    try:
         yield make
-    finally:
-        problems = [p for c in clusters for p in c.shutdown_and_check()]
-        if problems:
-            pytest.fail("\n".join(problems), pytrace=False)
 
 
 def vm_rss_bytes(pid: int) -> int:

@@ -26,7 +26,7 @@ from raftlog.broker.connection import MAX_PENDING_RESPONSE_FDS
 from raftlog.client import Admin, Producer
 from raftlog.records import iter_records
 from raftlog.topics import TopicPartition
-from tests.integration._cluster import Cluster
+from tests.integration._cluster import Cluster, started_cluster
 from tests.integration._support import HOST, fetch_body, list_offsets_body, wait_for
 
 TOPIC = "churn"
@@ -41,14 +41,8 @@ FETCHES = MAX_PENDING_RESPONSE_FDS - 6
 
 @pytest.fixture
 def node(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path, n=1, retention_check_interval_ms=100)
-    try:
-        c.start()
+    with started_cluster(tmp_path, n=1, retention_check_interval_ms=100) as c:
         yield c
-    finally:
-        problems = c.shutdown_and_check()
-        if problems:
-            pytest.fail("\n".join(problems), pytrace=False)
 
 
 def value(offset: int) -> bytes:

@@ -1,20 +1,24 @@
 """The metadata quorum on real pysyncobj members over loopback TCP (in one process).
 
 Leader election, forwarding from followers and observers, failover, catch-up of a restarted
-voter from its journal, and snapshots/journals that survive a full restart.
+voter from its journal, snapshots/journals that survive a full restart, and commands as large
+as the limit allows (pysyncobj used to truncate large entries on their way to followers).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import time
 from collections.abc import Callable, Iterator
 
 import pytest
 
-from raftlog.errors import TopicAlreadyExistsError
-from raftlog.metadata.quorum import MetadataQuorum
+from raftlog.errors import PolicyViolationError, RaftlogError, TopicAlreadyExistsError
+from raftlog.metadata.coordinator import GroupCoordinator
+from raftlog.metadata.quorum import COMMAND_BYTES_MAX, MetadataQuorum, command_bytes
+from raftlog.metadata.state import MetadataState
 
 
 def free_ports(n: int) -> list[int]:
@@ -173,3 +177,76 @@ def test_full_restart_keeps_state_and_observer_follows(voters, tmp_path) -> None
         lambda: all(q.read(lambda s: s.snapshot()) == before for q in nodes.values()),
         what="the same state on every voter after a full restart",
     )
+
+
+# -- command sizes (issue 9) -------------------------------------------------------------------
+
+
+def wait_everywhere(
+    nodes: dict[int, MetadataQuorum], fn: Callable[[MetadataState], bool], what: str
+) -> None:
+    wait_until(lambda: all(q.read(fn) for q in nodes.values()), timeout_s=30, what=what)
+
+
+def check_raft_threads(nodes: dict[int, MetadataQuorum]) -> None:
+    for i, q in nodes.items():
+        assert q.status().failure is None, f"voter {i}: {q.status().failure}"
+        assert q._thread is not None and q._thread.is_alive(), f"voter {i}'s Raft thread ended"
+
+
+def test_a_commit_of_20000_partitions_reaches_every_voter(voters) -> None:  # type: ignore[no-untyped-def]
+    """The issue's request: one OffsetCommit of 20,000 partitions used to make pysyncobj on
+    both followers fail with "pickle data was truncated" and end their Raft threads; every
+    later metadata command then timed out."""
+    _addrs, start, nodes = voters
+    for i in range(3):
+        start(i)
+    wait_until(lambda: leader_of(nodes) >= 0, what="a leader")
+    leader = nodes[leader_of(nodes)]
+    register(leader, 1)
+    for name in ("wide-a", "wide-b"):
+        propose(
+            leader, "create_topic", name=name, topic_id=name, partitions=10_000,
+            replication_factor=1, config={},
+        )  # fmt: skip
+    entries = [
+        [("wide-a", "wide-b")[i // 10_000], i % 10_000, 1_000 + i, ""] for i in range(20_000)
+    ]
+
+    async def commit() -> None:
+        coordinator = GroupCoordinator(leader.propose, leader.read)
+        coordinator.become_active()
+        try:
+            await asyncio.wait_for(coordinator.commit("g", "", -1, entries), 30)
+        finally:
+            await coordinator.close()
+
+    asyncio.run(commit())
+    wait_everywhere(nodes, lambda s: len(s.committed("g")) == 20_000, "20,000 offsets everywhere")
+    check_raft_threads(nodes)
+    propose(nodes[(leader_of(nodes) + 1) % 3], "delete_group", group_id="g")  # still writable
+    wait_everywhere(nodes, lambda s: "g" not in s.groups, "the group deleted everywhere")
+
+
+def test_commands_up_to_the_limit_replicate_and_larger_ones_are_refused(voters) -> None:  # type: ignore[no-untyped-def]
+    _addrs, start, nodes = voters
+    for i in range(3):
+        start(i)
+    wait_until(lambda: leader_of(nodes) >= 0, what="a leader")
+    follower = nodes[(leader_of(nodes) + 1) % 3]
+    register(follower, 1)
+    # Just under the limit, and made of bytes >= 0x80, which pickle protocol 2 doubles in a
+    # journal entry: the entry is ~2 MiB, the shape that pysyncobj's chunking truncated.
+    value = "é" * ((COMMAND_BYTES_MAX - 1024) // 2)
+    args = {"name": "big", "topic_id": "b", "partitions": 1, "replication_factor": 1}
+    size = command_bytes(("create_topic", {**args, "config": {"big.value": value}}))
+    assert COMMAND_BYTES_MAX - 2048 < size <= COMMAND_BYTES_MAX
+    with contextlib.suppress(RaftlogError):  # refused or not: it must replicate
+        propose(follower, "create_topic", **args, config={"big.value": value})
+    propose(follower, "create_topic", **{**args, "name": "after"}, config={})
+    wait_everywhere(nodes, lambda s: "after" in s.topics, "the next command on every voter")
+    with pytest.raises(
+        PolicyViolationError, match=rf"is \d+ bytes serialized; the limit is {COMMAND_BYTES_MAX}"
+    ):
+        propose(follower, "create_topic", **args, config={"big.value": value + "é" * 1024})
+    check_raft_threads(nodes)

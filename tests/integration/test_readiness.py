@@ -10,16 +10,13 @@ every line a node writes to a shared stream is one write.
 from __future__ import annotations
 
 import os
-import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 from raftlog import protocol
-from raftlog.cli.dev_cmd import PICKED_PORT_MIN, RAFT_PORT_OFFSET, _port_free
 from raftlog.readiness import READY_FILE, read_ready_file
 from tests.integration._support import (
     START_TIMEOUT_S,
@@ -111,35 +108,3 @@ def test_dev_cluster_nodes_write_ready_files_and_remove_them_on_stop(tmp_path: P
             os.killpg(dev.pid, signal.SIGKILL)
             dev.wait()
     assert "Traceback" not in out_path.read_text()
-
-
-def _free_base_port(n: int) -> int:
-    """A client port P with P..P+n-1 and their Raft ports (P+100...) all free."""
-    rng = random.Random()
-    for _ in range(1000):
-        base = rng.randrange(PICKED_PORT_MIN, 32768 - RAFT_PORT_OFFSET - n)
-        wanted = [base + i for i in range(n)] + [base + RAFT_PORT_OFFSET + i for i in range(n)]
-        if all(_port_free("127.0.0.1", p) for p in wanted):
-            return base
-    raise AssertionError("no free block of ports found")
-
-
-def test_dev_stops_when_a_node_cannot_start(tmp_path: Path) -> None:
-    """Node 2's client port is taken: it exits at once, and raftlog dev stops the cluster and
-    says why, instead of running on with a node missing and never printing its ready line."""
-    base = _free_base_port(3)
-    with socket.create_server(("127.0.0.1", base + 1)):
-        proc = subprocess.run(
-            cli_command(
-                "dev", "--nodes", "3", "--port", str(base), "--data-dir", str(tmp_path / "dev")
-            ),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            env=_child_env(),
-            timeout=START_TIMEOUT_S + STOP_TIMEOUT_S,
-        )
-    assert proc.returncode == 1, proc
-    assert "node 2 exited with status 1 before the cluster was ready" in proc.stderr, proc.stderr
-    assert f"{base + 1}" in proc.stderr and "address already in use" in proc.stderr, proc.stderr
-    assert "Traceback" not in proc.stderr

@@ -367,6 +367,20 @@ async def read_until_closed(sock: socket.socket) -> tuple[list[bytes], int]:
             return payloads, decoder.buffered_bytes
 
 
+async def read_responses(client: socket.socket, n: int, payload: bytes) -> list[int]:
+    """Read `n` response frames from `client`, each carrying `payload`; their correlation ids."""
+    loop = asyncio.get_running_loop()
+    client.setblocking(False)
+    decoder = protocol.FrameDecoder()
+    got: list[int] = []
+    while len(got) < n:
+        decoder.feed(await loop.sock_recv(client, 1 << 20))
+        while (frame := decoder.next_frame()) is not None:
+            got.append(protocol.parse_response_header(frame[0])[0])
+            assert bytes(frame[1]) == payload
+    return got
+
+
 def segment(tmp_path: Path, data: bytes) -> tuple[int, str]:
     path = str(tmp_path / "00000000000000000000.log")
     with open(path, "wb") as f:
@@ -489,19 +503,7 @@ async def test_pipelined_fetches_hold_a_bounded_number_of_fds(
     assert conn._response_fds <= limit
     assert len(os.listdir("/proc/self/fd")) - fds_before <= limit
 
-    loop = asyncio.get_running_loop()
-    client.setblocking(False)
-    decoder = protocol.FrameDecoder()
-    got: list[int] = []
-
-    async def read_all() -> None:
-        while len(got) < n:
-            decoder.feed(await loop.sock_recv(client, 1 << 20))
-            while (frame := decoder.next_frame()) is not None:
-                got.append(protocol.parse_response_header(frame[0])[0])
-                assert bytes(frame[1]) == data
-
-    await asyncio.wait_for(read_all(), 60)
+    got = await asyncio.wait_for(read_responses(client, n, data), 60)
     assert got == list(range(n))
 
     async def released() -> None:  # the last send's task ends after its bytes left
@@ -548,19 +550,7 @@ async def test_pipelined_buffered_fetches_hold_a_bounded_number_of_bytes(
     # mark), so nothing more is dispatched until the client reads.
     assert len(handled) == 8, len(handled)
 
-    loop = asyncio.get_running_loop()
-    client.setblocking(False)
-    decoder = protocol.FrameDecoder()
-    got: list[int] = []
-
-    async def read_all() -> None:
-        while len(got) < n:
-            decoder.feed(await loop.sock_recv(client, 1 << 20))
-            while (frame := decoder.next_frame()) is not None:
-                got.append(protocol.parse_response_header(frame[0])[0])
-                assert bytes(frame[1]) == chunk
-
-    await asyncio.wait_for(read_all(), 60)
+    got = await asyncio.wait_for(read_responses(client, n, chunk), 60)
     assert got == list(range(n))
     assert conn._response_bytes == 0
     assert conn.transport is not None

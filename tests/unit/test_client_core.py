@@ -311,3 +311,62 @@ def test_a_blocked_send_resumes_once_the_buffer_drains_to_seven_eighths() -> Non
     assert done.wait(10)
     t.join(10)
     assert core.acc.space_waiters == 0
+
+
+def test_the_first_completion_wins_and_a_raising_callback_stops_nothing() -> None:
+    """A batch expired at its delivery timeout keeps that outcome when a late answer comes;
+    an application callback that raises is logged, and the other callbacks still run (it
+    runs on the sender, which must not die of it)."""
+    result = BatchResult(TP0)
+    seen: list[str] = []
+
+    def bad(f: RecordFuture) -> None:
+        raise ValueError("application bug")
+
+    RecordFuture(result, 0, 0).add_done_callback(bad)
+    RecordFuture(result, 1, 0).add_done_callback(lambda f: seen.append("ran"))
+    assert result.expire(RaftlogTimeoutError("expired")) is True
+    assert seen == ["ran"]
+    assert result.complete(7) is False  # the late answer
+    with pytest.raises(RaftlogTimeoutError, match="expired"):
+        RecordFuture(result, 0, 0).result(0)
+
+
+def test_a_wait_without_timeout_ends_at_the_deadline_plus_the_grace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Nobody completes the batch (a stuck sender): result() and exception() without a
+    timeout still return, EXPIRY_GRACE_S after its deadline, and expire it for everyone."""
+    import raftlog.client.producer as producer_module
+
+    monkeypatch.setattr(producer_module, "EXPIRY_GRACE_S", 0.05)
+    core, _ = _core(linger_ms=0, delivery_timeout_ms=100)
+    fut = _send(core, TP0, None, b"x")
+    started = time.monotonic()
+    with pytest.raises(RaftlogTimeoutError, match=r"delivery_timeout_ms=100 \+ 0.05 s"):
+        fut.result()
+    assert 0.15 <= time.monotonic() - started < 2
+    assert isinstance(fut.exception(), RaftlogTimeoutError) and fut.done()
+    # A wait with a timeout shorter than that bound is only a wait.
+    other = _send(core, TP1, None, b"y")
+    with pytest.raises(RaftlogTimeoutError, match=r"within 0\.01 s"):
+        other.result(0.01)
+    assert not other.done()
+
+
+def test_an_expired_batch_names_its_attempts_and_last_error() -> None:
+    from raftlog.errors import StorageError
+
+    core, _ = _core(linger_ms=0, delivery_timeout_ms=1000)
+    batch = _send(core, TP0, None, b"x")._batch
+    core.client.invalidate = lambda topic=None: None  # type: ignore[method-assign]
+    core._schedule_refresh = lambda topic: None  # type: ignore[method-assign]
+    core._kick = lambda: None  # type: ignore[method-assign]
+    for _ in range(3):
+        core._retry_or_fail(batch, StorageError("t-0: no space left on device (ENOSPC)"))
+    error = batch.expiry_error("not sent")
+    assert str(error) == (
+        "record batch for t-0 expired after 3 attempt(s): not sent within "
+        "delivery_timeout_ms=1000; last error: StorageError: t-0: no space left on device "
+        "(ENOSPC)"
+    )

@@ -16,31 +16,41 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from raftlog.errors import (
     CommitFailedError,
     GroupIdNotFoundError,
     GroupNotEmptyError,
+    InvalidConfigError,
     InvalidRequestError,
+    InvalidTopicError,
     NotControllerError,
     NotCoordinatorError,
+    PolicyViolationError,
     RaftlogError,
     RaftlogTimeoutError,
     UnknownMemberIdError,
+    UnknownTopicOrPartitionError,
     error_from_code,
 )
-from raftlog.metadata.coordinator import GroupCoordinator
+from raftlog.metadata import coordinator as coordinator_module
+from raftlog.metadata.coordinator import CoordinatorConfig, GroupCoordinator
+from raftlog.metadata.quorum import COMMAND_BYTES_MAX, command_bytes
 from raftlog.metadata.state import MetadataState
 
 SESSION_MS = 10_000
 
 
 class FakeQuorum:
-    """MetadataQuorum's propose/read over a local MetadataState."""
+    """MetadataQuorum's propose/read over a local MetadataState; like the real one, it refuses
+    a command over COMMAND_BYTES_MAX, and it records every command's serialized size."""
 
     def __init__(self) -> None:
         self.state = MetadataState()
         self.calls: list[str] = []
+        self.sizes: list[int] = []
         # name -> errors the next proposals of that name raise, in order
         self.failures: dict[str, list[RaftlogError]] = {}
         # while set and not released, commit_batch proposals wait (a slow Raft round trip)
@@ -48,6 +58,10 @@ class FakeQuorum:
 
     async def propose(self, name: str, /, **args: Any) -> Any:
         self.calls.append(name)
+        size = command_bytes((name, args))
+        self.sizes.append(size)
+        if size > COMMAND_BYTES_MAX:
+            raise PolicyViolationError(f"{name} is {size} bytes")
         await asyncio.sleep(0)  # the round trip: other tasks run meanwhile
         if name == "commit_batch" and self.commit_gate is not None:
             await self.commit_gate.wait()
@@ -273,10 +287,12 @@ async def test_failed_expiry_is_logged_and_retried_on_the_next_sweep(
 ) -> None:
     await join(coord)
     clock.advance(SESSION_MS + 1)
-    quorum.failures["leave_group"] = [RaftlogTimeoutError("no quorum leader")]
+    quorum.failures["leave_group"] = [RaftlogTimeoutError("no quorum leader")] * 3
     with caplog.at_level(logging.WARNING, logger="raftlog.metadata.coordinator"):
-        assert await coord.sweep() == 0
-    assert "retrying on the next sweep" in caplog.text
+        for _ in range(3):  # a full disk fails every sweep: one warning per interval
+            assert await coord.sweep() == 0
+            clock.advance(100)
+    assert caplog.text.count("retrying every sweep") == 1
     assert members(quorum) == ["c-0"]
     assert await coord.sweep() == 1
     assert members(quorum) == []
@@ -578,3 +594,155 @@ async def test_describe_and_list_groups(
     assert view["offsets"] == [["t", 2, 11, "meta", clock.now_ms]]
     with pytest.raises(GroupIdNotFoundError):
         coord.describe_group("nope")
+
+
+# -- sizes: every command fits one Raft entry (issue 9) ----------------------------------------
+
+BIG = 25_000  # more partitions than one Raft command holds with these names
+
+
+@pytest.fixture
+def wide(quorum: FakeQuorum) -> FakeQuorum:
+    """Three topics of 10,000 partitions (the most a topic may have)."""
+    for name in ("wide-a", "wide-b", "wide-c"):
+        quorum.apply(
+            "create_topic", name=name, topic_id=name, partitions=10_000, replication_factor=1,
+            config={},
+        )  # fmt: skip
+    return quorum
+
+
+def wide_entries(n: int, width: int = 4) -> list[list[Any]]:
+    topics = ("wide-a", "wide-b", "wide-c")
+    return [[topics[i // 10_000], i % 10_000, i, "m"][:width] for i in range(n)]
+
+
+async def test_a_commit_too_large_for_one_command_is_split_and_applied_in_full(
+    coord: GroupCoordinator, wide: FakeQuorum
+) -> None:
+    """One OffsetCommit of 25,000 partitions (the issue's size): several commands, each within
+    the limit, every offset stored, one answer to the caller."""
+    await coord.commit("g", "", -1, wide_entries(BIG))
+    assert len(wide.calls) > 1 and all(name == "commit_batch" for name in wide.calls)
+    assert max(wide.sizes) <= COMMAND_BYTES_MAX
+    committed = wide.state.committed("g")
+    assert len(committed) == BIG and committed[("wide-c", 4_999)][0] == 24_999
+
+
+async def test_a_batch_of_commits_stays_within_one_command(
+    coord: GroupCoordinator, wide: FakeQuorum
+) -> None:
+    """Many concurrent mid-sized commits: batches are cut by bytes, not only by count."""
+    entries = wide_entries(BIG)
+    chunks = [entries[i : i + 2_500] for i in range(0, BIG, 2_500)]
+    await asyncio.gather(*(coord.commit(f"g{i}", "", -1, c) for i, c in enumerate(chunks)))
+    assert 1 < len(wide.calls) < len(chunks)
+    assert max(wide.sizes) <= COMMAND_BYTES_MAX
+    assert sum(len(wide.state.committed(f"g{i}")) for i in range(len(chunks))) == BIG
+
+
+async def test_a_refused_piece_refuses_the_commit(
+    coord: GroupCoordinator, wide: FakeQuorum
+) -> None:
+    entries = wide_entries(BIG)
+    entries[-1] = ["no-such-topic", 0, 1, ""]  # in the last piece
+    with pytest.raises(UnknownTopicOrPartitionError, match="no-such-topic-0"):
+        await coord.commit("g", "", -1, entries)
+    # The pieces before it were checked on their own and applied.
+    assert 0 < len(wide.state.committed("g")) < BIG
+
+
+async def test_a_large_reset_is_split_and_a_refusal_says_how_far_it_got(
+    coord: GroupCoordinator, wide: FakeQuorum
+) -> None:
+    assert await coord.reset_offsets("g", wide_entries(BIG, width=3)) == BIG
+    assert len(wide.calls) > 1 and max(wide.sizes) <= COMMAND_BYTES_MAX
+    assert len(wide.state.committed("g")) == BIG
+    entries = wide_entries(BIG, width=3)
+    entries[-1] = ["no-such-topic", 0, 1]
+    with pytest.raises(UnknownTopicOrPartitionError, match=r"\d+ of the 25000 offsets were"):
+        await coord.reset_offsets("h", entries)
+
+
+async def test_expiry_of_a_large_group_is_proposed_in_pieces(
+    make: Callable[..., GroupCoordinator], quorum: FakeQuorum, clock: FakeClock
+) -> None:
+    # A small command budget stands for a group too large for one leave_group command.
+    budget = CoordinatorConfig().commit_batch_bytes_max // 50
+    coord = make(commit_batch_bytes_max=budget)
+    for _ in range(60):
+        await join(coord, client_id="c" * 1000)
+    quorum.calls.clear()
+    quorum.sizes.clear()
+    clock.advance(SESSION_MS + 1)
+    assert await coord.sweep() == 60
+    assert quorum.calls.count("leave_group") > 1 and max(quorum.sizes) <= budget
+    assert quorum.state.groups["g"]["members"] == {}
+
+
+async def test_ids_and_commit_metadata_are_bounded(
+    coord: GroupCoordinator, quorum: FakeQuorum
+) -> None:
+    limits = CoordinatorConfig()
+    with pytest.raises(PolicyViolationError, match="offset_metadata_bytes_max=4096"):
+        await coord.commit("g", "", -1, [["t", 0, 1, "x" * (limits.offset_metadata_bytes_max + 1)]])
+    await coord.commit("g", "", -1, [["t", 0, 1, "é" * (limits.offset_metadata_bytes_max // 2)]])
+    with pytest.raises(PolicyViolationError, match="id_bytes_max=1024"):
+        await join(coord, client_id="c" * (limits.id_bytes_max + 1))
+    with pytest.raises(PolicyViolationError, match="id_bytes_max=1024"):
+        await coord.commit("g" * (limits.id_bytes_max + 1), "", -1, [])
+    with pytest.raises(InvalidRequestError, match=r"offset 0\.\.9223372036854775807"):
+        await coord.commit("g", "", -1, [["t", 0, 2**63, ""]])
+    with pytest.raises(InvalidRequestError, match="generation"):
+        await coord.commit("g", "", 2**31, [])
+    with pytest.raises(InvalidTopicError):
+        await join(coord, topics=("not a topic",))
+    assert quorum.calls == ["commit_batch"]
+
+
+def test_a_config_that_cannot_hold_one_commit_is_refused() -> None:
+    with pytest.raises(InvalidConfigError, match="commit_batch_bytes_max"):
+        CoordinatorConfig(commit_batch_bytes_max=1000)
+    with pytest.raises(InvalidConfigError, match="commit_batch_bytes_max"):
+        CoordinatorConfig(commit_batch_bytes_max=COMMAND_BYTES_MAX)
+
+
+names = st.text(min_size=0, max_size=300)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    group=names,
+    member=names,
+    generation=st.integers(-1, 2**31 - 1),
+    entries=st.lists(
+        st.tuples(names, st.integers(0, 2**31 - 1), st.integers(0, 2**63 - 1), names),
+        max_size=20,
+    ),
+    now_ms=st.integers(0, 2**63 - 1),
+)
+def test_size_bounds_are_upper_bounds_of_the_real_pickles(
+    group: str, member: str, generation: int, entries: list[Any], now_ms: int
+) -> None:
+    """The coordinator's byte estimates never undercount what pysyncobj serializes."""
+    config = CoordinatorConfig(offset_metadata_bytes_max=10_000)
+    checked, sizes = coordinator_module._offset_entries(group, entries, 4, config)
+    commit = {
+        "group_id": group, "member_id": member, "generation": generation, "offsets": checked,
+        "now_ms": now_ms,
+    }  # fmt: skip
+    estimate = coordinator_module._COMMIT_BYTES
+    estimate += coordinator_module._str_bytes(group) + coordinator_module._str_bytes(member)
+    estimate += sum(sizes)
+    batch = ("commit_batch", {"commits": [commit]})
+    assert command_bytes(batch) <= estimate + coordinator_module._BATCH_ENVELOPE_BYTES_MAX
+    reset_entries, reset_sizes = coordinator_module._offset_entries(
+        group, [e[:3] for e in checked], 3, config
+    )
+    reset = ("reset_offsets", {"group_id": group, "offsets": reset_entries, "now_ms": now_ms})
+    reset_estimate = coordinator_module._RESET_BYTES + coordinator_module._str_bytes(group)
+    assert command_bytes(reset) <= reset_estimate + sum(reset_sizes)
+    leave = ("leave_group", {"group_id": group, "member_ids": [member, group]})
+    leave_estimate = coordinator_module._LEAVE_BYTES + coordinator_module._str_bytes(group)
+    leave_estimate += sum(coordinator_module._str_bytes(m) + 10 for m in (member, group))
+    assert command_bytes(leave) <= leave_estimate

@@ -3,20 +3,30 @@ groups and the offset registry's rules."""
 
 from __future__ import annotations
 
+import copy
 import pickle
 import random
+import typing
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raftlog.errors import (
     CommitFailedError,
+    FencedLeaderEpochError,
     GroupNotEmptyError,
+    InconsistentGroupProtocolError,
     InvalidReplicationFactorError,
+    InvalidRequestError,
+    InvalidUpdateVersionError,
     StaleBrokerEpochError,
     TopicAlreadyExistsError,
+    UnknownMemberIdError,
+    UnknownTopicOrPartitionError,
 )
+from raftlog.metadata import assignors
 from raftlog.metadata.state import NO_LEADER, MetadataState
 
 
@@ -159,7 +169,7 @@ def test_alter_isr_needs_current_epochs() -> None:
     err(
         s,
         "alter_isr",
-        StaleBrokerEpochError,
+        InvalidUpdateVersionError,
         topic="t",
         partition=0,
         leader_id=leader,
@@ -170,7 +180,7 @@ def test_alter_isr_needs_current_epochs() -> None:
     err(
         s,
         "alter_isr",
-        StaleBrokerEpochError,
+        FencedLeaderEpochError,
         topic="t",
         partition=0,
         leader_id=leader,
@@ -180,6 +190,25 @@ def test_alter_isr_needs_current_epochs() -> None:
     )
 
 
+def join_args(
+    member: str = "",
+    instance: str | None = None,
+    topics: tuple[str, ...] = ("t",),
+    proto: str = "range",
+) -> dict[str, Any]:
+    return {
+        "group_id": "g",
+        "member_id": member,
+        "client_id": "c",
+        "instance_id": instance,
+        "session_timeout_ms": 10_000,
+        "rebalance_timeout_ms": 10_000,
+        "topics": list(topics),
+        "protocols": [proto],
+        "now_ms": 0,
+    }
+
+
 def join(
     s: MetadataState,
     member: str = "",
@@ -187,19 +216,7 @@ def join(
     topics: tuple[str, ...] = ("t",),
     proto: str = "range",
 ) -> dict:
-    return ok(
-        s,
-        "join_group",
-        group_id="g",
-        member_id=member,
-        client_id="c",
-        instance_id=instance,
-        session_timeout_ms=10_000,
-        rebalance_timeout_ms=10_000,
-        topics=list(topics),
-        protocols=[proto],
-        now_ms=0,
-    )
+    return ok(s, "join_group", **join_args(member, instance, topics, proto))
 
 
 def test_group_generations_and_commit_rules() -> None:
@@ -285,99 +302,135 @@ def test_topic_creation_rebalances_subscribed_groups() -> None:
     assert len(s.groups["g"]["assignment"][m["member_id"]]) == 2
 
 
+def random_command(rng: random.Random, i: int) -> tuple[str, dict[str, Any]]:
+    """One command like a controller's, or (one in ten) a malformed or hostile one."""
+    kind = rng.choice(
+        [
+            "register", "fence", "unfence", "create", "delete", "join", "leave", "commit",
+            "batch", "reset", "delete_group", "producer_ids", "isr", "offline", "malformed",
+        ]
+    )  # fmt: skip
+    node = rng.randint(1, 4)
+    if kind == "register":
+        return (
+            "register_broker",
+            {
+                "node_id": node,
+                "host": "h",
+                "port": node,
+                "rack": rng.choice([None, "a", "b"]),
+                "incarnation": f"i{i}",
+                "now_ms": i,
+            },
+        )
+    if kind in ("fence", "unfence"):
+        return (f"{kind}_broker", {"node_id": node, "broker_epoch": rng.randint(1, i + 1)})
+    if kind == "create":
+        return (
+            "create_topic",
+            {
+                "name": f"t{rng.randint(0, 3)}",
+                "topic_id": str(i),
+                "partitions": rng.randint(1, 6),
+                "replication_factor": rng.randint(1, 3),
+                "config": rng.choice([{}, {"retention.ms": "1000"}, {"retention.ms": "-5x"}]),
+            },
+        )
+    if kind == "delete":
+        return ("delete_topic", {"name": f"t{rng.randint(0, 3)}"})
+    if kind == "join":
+        return (
+            "join_group",
+            {
+                "group_id": f"g{rng.randint(0, 1)}",
+                "member_id": rng.choice(["", "", "c-1", "ghost"]),
+                "client_id": "c",
+                "instance_id": rng.choice([None, "x", "y"]),
+                "session_timeout_ms": 1000,
+                "rebalance_timeout_ms": 1000,
+                "topics": rng.sample(["t0", "t1", "t2", "t3"], rng.randint(1, 3)),
+                "protocols": rng.sample(["range", "roundrobin", "sticky"], rng.randint(1, 2)),
+                "now_ms": i,
+            },
+        )
+    if kind == "leave":
+        return (
+            "leave_group",
+            {"group_id": f"g{rng.randint(0, 1)}", "member_ids": [f"c-{rng.randint(0, 5)}"]},
+        )
+    if kind in ("commit", "batch"):
+        commits = [
+            {
+                "group_id": f"g{rng.randint(0, 1)}",
+                "member_id": rng.choice(["", f"c-{rng.randint(0, 5)}"]),
+                "generation": rng.randint(-1, 5),
+                "offsets": [
+                    [f"t{rng.randint(0, 4)}", rng.randint(0, 6), rng.randint(0, 99), "m"]
+                    for _ in range(rng.randint(0, 3))
+                ],
+                "now_ms": i,
+            }
+            for _ in range(rng.randint(1, 4))
+        ]
+        if kind == "commit":
+            return ("commit_offsets", commits[0])
+        return ("commit_batch", {"commits": commits})
+    if kind == "reset":
+        return (
+            "reset_offsets",
+            {
+                "group_id": f"g{rng.randint(0, 2)}",
+                "offsets": [[f"t{rng.randint(0, 4)}", rng.randint(0, 6), rng.randint(0, 9)]],
+                "now_ms": i,
+            },
+        )
+    if kind == "delete_group":
+        return ("delete_group", {"group_id": f"g{rng.randint(0, 2)}"})
+    if kind == "producer_ids":
+        return ("allocate_producer_ids", {"count": rng.randint(-1, 3)})
+    if kind == "isr":
+        args: dict[str, Any] = {
+            "topic": f"t{rng.randint(0, 3)}",
+            "partition": 0,
+            "leader_id": node,
+            "leader_epoch": rng.randint(0, 2),
+            "partition_epoch": rng.randint(0, 2),
+            "isr": rng.sample([1, 2, 3, 4], rng.randint(1, 3)),
+        }
+        if rng.random() < 0.5:
+            args["broker_epochs"] = [[n, rng.randint(1, i + 1)] for n in args["isr"]]
+        return ("alter_isr", args)
+    if kind == "offline":
+        return (
+            "report_offline_replicas",
+            {
+                "node_id": node,
+                "broker_epoch": rng.randint(1, i + 1),
+                "replicas": [[f"t{rng.randint(0, 3)}", rng.randint(0, 3), "EIO"]],
+            },
+        )
+    # A well-formed command with one argument broken: wrong type, missing, or extra.
+    name, args = random_command(rng, i)
+    while name == "noop" or not args:
+        name, args = random_command(rng, i)
+    args = dict(args)
+    key = rng.choice(sorted(args))
+    how = rng.choice(["type", "missing", "extra", "entry"])
+    if how == "type":
+        args[key] = rng.choice(["1", 1.5, None, True, [1], {"a": 1}, -(2**70)])
+    elif how == "missing":
+        del args[key]
+    elif how == "extra":
+        args["surplus"] = 1
+    else:
+        args[key] = [rng.choice([["t0"], ["t0", "0", 1, ""], ("t0", 0, -1, ""), "t0-0", None])]
+    return (name, args)
+
+
 def random_commands(seed: int, n: int) -> list[tuple[str, dict[str, Any]]]:
     """A command stream like a controller's, from a seeded RNG (printed on failure)."""
     rng = random.Random(seed)
-    cmds: list[tuple[str, dict[str, Any]]] = []
-    for i in range(n):
-        kind = rng.choice(
-            ["register", "fence", "unfence", "create", "delete", "join", "leave", "commit", "isr"]
-        )
-        node = rng.randint(1, 4)
-        if kind == "register":
-            cmds.append(
-                (
-                    "register_broker",
-                    {
-                        "node_id": node,
-                        "host": "h",
-                        "port": node,
-                        "rack": rng.choice([None, "a", "b"]),
-                        "incarnation": f"i{i}",
-                        "now_ms": i,
-                    },
-                )
-            )
-        elif kind in ("fence", "unfence"):
-            epoch = rng.randint(1, i + 1)
-            cmds.append((f"{kind}_broker", {"node_id": node, "broker_epoch": epoch}))
-        elif kind == "create":
-            cmds.append(
-                (
-                    "create_topic",
-                    {
-                        "name": f"t{rng.randint(0, 3)}",
-                        "topic_id": str(i),
-                        "partitions": rng.randint(1, 6),
-                        "replication_factor": rng.randint(1, 3),
-                        "config": {},
-                    },
-                )
-            )
-        elif kind == "delete":
-            cmds.append(("delete_topic", {"name": f"t{rng.randint(0, 3)}"}))
-        elif kind == "join":
-            cmds.append(
-                (
-                    "join_group",
-                    {
-                        "group_id": f"g{rng.randint(0, 1)}",
-                        "member_id": "",
-                        "client_id": "c",
-                        "instance_id": rng.choice([None, "x", "y"]),
-                        "session_timeout_ms": 1000,
-                        "rebalance_timeout_ms": 1000,
-                        "topics": rng.sample(["t0", "t1", "t2", "t3"], rng.randint(1, 3)),
-                        "protocols": [rng.choice(["range", "roundrobin", "sticky"])],
-                        "now_ms": i,
-                    },
-                )
-            )
-        elif kind == "leave":
-            cmds.append(
-                (
-                    "leave_group",
-                    {"group_id": f"g{rng.randint(0, 1)}", "member_ids": [f"c-{rng.randint(0, 5)}"]},
-                )
-            )
-        elif kind == "commit":
-            cmds.append(
-                (
-                    "commit_offsets",
-                    {
-                        "group_id": f"g{rng.randint(0, 1)}",
-                        "member_id": f"c-{rng.randint(0, 5)}",
-                        "generation": rng.randint(-1, 5),
-                        "offsets": [["t0", 0, rng.randint(0, 99), ""]],
-                        "now_ms": i,
-                    },
-                )
-            )
-        else:
-            cmds.append(
-                (
-                    "alter_isr",
-                    {
-                        "topic": f"t{rng.randint(0, 3)}",
-                        "partition": 0,
-                        "leader_id": node,
-                        "leader_epoch": rng.randint(0, 2),
-                        "partition_epoch": rng.randint(0, 2),
-                        "isr": [node],
-                    },
-                )
-            )
-    return cmds
+    return [random_command(rng, i) for i in range(n)]
 
 
 def check_invariants(s: MetadataState) -> None:
@@ -410,9 +463,17 @@ def test_same_commands_same_state_and_invariants_hold(seed: int, n: int) -> None
     cmds = random_commands(seed, n)
     a, b = MetadataState(), MetadataState()
     for cmd in cmds:
+        before = copy.deepcopy(a)
         ra = a.apply(cmd)
         check_invariants(a)
         assert ra == b.apply(pickle.loads(pickle.dumps(cmd))), f"seed {seed}"
+        if ra[0] == "err":
+            assert a == before, f"seed {seed}: refused {cmd} changed the state"
+        elif cmd[0] == "commit_batch":
+            # A batch is its commits applied one by one: refused ones leave nothing behind.
+            one_by_one = [before.apply(("commit_offsets", c)) for c in cmd[1]["commits"]]
+            before.version = a.version
+            assert (ra[1], a) == (one_by_one, before), f"seed {seed}"
     assert a == b, f"seed {seed}"
     # A snapshot (pickle, as pysyncobj makes) restores an equal state that evolves equally.
     c = pickle.loads(pickle.dumps(a))
@@ -421,3 +482,253 @@ def test_same_commands_same_state_and_invariants_hold(seed: int, n: int) -> None
     for cmd in more:
         assert a.apply(cmd) == c.apply(cmd)
     assert a == c
+
+
+# -- refusals leave nothing behind (issue 9) ---------------------------------------------------
+
+
+def refused(state: MetadataState, name: str, error: type, /, **args: Any) -> str:
+    """Apply a command that must be refused with `error`; check it changed nothing."""
+    before = copy.deepcopy(state)
+    message = err(state, name, error, **args)
+    assert state == before, f"refused {name} changed the state"
+    return message
+
+
+def test_refused_join_leaves_no_group_and_uses_no_member_number() -> None:
+    s, _ = cluster(1)
+    # An unknown member id on a group that does not exist: refused, and no empty group appears.
+    refused(s, "join_group", UnknownMemberIdError, **join_args(member="ghost"))
+    assert "g" not in s.groups
+    join(s)
+    # A member that shares no assignor with the group: refused before a member number is used.
+    refused(s, "join_group", InconsistentGroupProtocolError, **join_args(proto="sticky"))
+    assert join(s)["member_id"] == "c-1"
+
+
+def test_commits_and_resets_for_partitions_that_do_not_exist_are_refused() -> None:
+    s, _ = cluster(1)
+    ok(s, "create_topic", name="t", topic_id="id", partitions=2, replication_factor=1, config={})
+    for topic, partition in (("nope", 0), ("t", 2)):
+        message = refused(
+            s,
+            "commit_offsets",
+            UnknownTopicOrPartitionError,
+            group_id="g",
+            member_id="",
+            generation=-1,
+            offsets=[["t", 0, 5, ""], [topic, partition, 5, ""]],
+            now_ms=1,
+        )
+        assert f"{topic}-{partition}" in message and "t-0" not in message
+        refused(
+            s,
+            "reset_offsets",
+            UnknownTopicOrPartitionError,
+            group_id="g",
+            offsets=[["t", 1, 0], [topic, partition, 0]],
+            now_ms=1,
+        )
+    assert "g" not in s.groups and "g" not in s.offsets
+    # In a batch, the refused commit leaves nothing and the others go in.
+    results = ok(
+        s,
+        "commit_batch",
+        commits=[
+            {
+                "group_id": "g",
+                "member_id": "",
+                "generation": -1,
+                "offsets": [["t", 0, 7, ""], ["gone", 0, 1, ""]],
+                "now_ms": 2,
+            },
+            {
+                "group_id": "h",
+                "member_id": "",
+                "generation": -1,
+                "offsets": [["t", 1, 3, ""]],
+                "now_ms": 2,
+            },
+        ],
+    )
+    assert [r[0] for r in results] == ["err", "ok"]
+    assert results[0][1] == UnknownTopicOrPartitionError.code
+    assert "g" not in s.offsets and s.committed("h") == {("t", 1): (3, "", 2)}
+
+
+def test_offsets_of_a_deleted_topic_disappear_with_it() -> None:
+    s, _ = cluster(1)
+    for name in ("t", "u"):
+        ok(
+            s,
+            "create_topic",
+            name=name,
+            topic_id=name,
+            partitions=1,
+            replication_factor=1,
+            config={},
+        )
+    ok(
+        s,
+        "commit_offsets",
+        group_id="g",
+        member_id="",
+        generation=-1,
+        offsets=[["t", 0, 5, ""], ["u", 0, 6, ""]],
+        now_ms=1,
+    )
+    ok(s, "delete_topic", name="t")
+    assert s.committed("g") == {("u", 0): (6, "", 1)}
+    # Re-created under the same name, the topic starts without the old group's offsets.
+    ok(s, "create_topic", name="t", topic_id="t2", partitions=1, replication_factor=1, config={})
+    assert ("t", 0) not in s.committed("g")
+
+
+def test_producer_id_blocks_must_be_positive() -> None:
+    s = MetadataState()
+    for count in (0, -5):
+        assert "count" in refused(s, "allocate_producer_ids", InvalidRequestError, count=count)
+    assert ok(s, "allocate_producer_ids", count=10) == 0
+    assert ok(s, "allocate_producer_ids") == 10
+
+
+def test_malformed_commands_are_refused_naming_the_argument() -> None:
+    s, _ = cluster(1)
+    topic = {"name": "t", "topic_id": "i", "partitions": 1, "replication_factor": 1, "config": {}}
+    cases: list[tuple[str, dict[str, Any], str]] = [
+        ("create_topic", {**topic, "partitions": "3"}, "partitions"),
+        ("create_topic", {**topic, "partitions": True}, "partitions"),
+        ("create_topic", {**topic, "config": {"a": 1}}, "config"),
+        ("create_topic", {"name": "t", "topic_id": "i", "partitions": 1}, "replication_factor"),
+        ("delete_topic", {"name": "t", "extra": 1}, "extra"),
+        ("leave_group", {"group_id": "g", "member_ids": "c-0"}, "member_ids"),
+        (
+            "commit_offsets",
+            {
+                "group_id": "g",
+                "member_id": "",
+                "generation": -1,
+                "offsets": [["t", 0, 5]],
+                "now_ms": 1,
+            },
+            "offset entry",
+        ),
+        (
+            "commit_offsets",
+            {
+                "group_id": "g",
+                "member_id": "",
+                "generation": -1,
+                "offsets": [["t", "0", 5, ""]],
+                "now_ms": 1,
+            },
+            "offset entry",
+        ),
+        ("commit_batch", {"commits": [{"group_id": "g"}]}, "member_id"),
+        ("reset_offsets", {"group_id": "g", "offsets": [["t", 0, -1]], "now_ms": 1}, ">= 0"),
+        (
+            "alter_isr",
+            {
+                "topic": "t",
+                "partition": 0,
+                "leader_id": 1,
+                "leader_epoch": 0,
+                "partition_epoch": 0,
+                "isr": ["1"],
+            },
+            "isr",
+        ),
+        ("no_such_command", {}, "no_such_command"),
+    ]
+    for name, args, named in cases:
+        before = copy.deepcopy(s)
+        result = s.apply((name, args))
+        if name == "commit_batch":
+            assert result[0] == "ok", result
+            result = result[1][0]
+            before.version += 1  # the batch itself was applied; its one commit was refused
+        assert result[0] == "err" and result[1] == InvalidRequestError.code, (name, args, result)
+        assert named in result[2], (named, result)
+        assert s == before
+    for command in (None, ("create_topic",), (5, {}), ("noop", [])):
+        before = copy.deepcopy(s)
+        result = s.apply(command)  # type: ignore[arg-type]
+        assert result[0] == "err" and result[1] == InvalidRequestError.code, (command, result)
+        assert s == before
+
+
+def test_a_bug_in_a_command_is_not_disguised_as_a_malformed_command(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Only refusals (RaftlogError) become results; anything else is our bug and propagates,
+    so tests see it (and the Raft thread stops the node loudly instead of hiding it)."""
+    s, _ = cluster(1)
+    ok(s, "create_topic", name="t", topic_id="id", partitions=2, replication_factor=1, config={})
+
+    def broken(*args: Any) -> dict:
+        raise KeyError("a bug")
+
+    monkeypatch.setitem(assignors.ASSIGNORS, "range", broken)
+    with pytest.raises(KeyError, match="a bug"):
+        join(s)
+
+
+def test_a_leave_naming_a_member_twice_removes_it_once() -> None:
+    """Found by the fuzz test below: the second `del` raised KeyError after the first had
+    removed the member, on every replica (the old catch-all hid it as "malformed")."""
+    s, _ = cluster(1)
+    ok(s, "create_topic", name="t", topic_id="id", partitions=2, replication_factor=1, config={})
+    a, b = join(s)["member_id"], join(s)["member_id"]
+    assert ok(s, "leave_group", group_id="g", member_ids=[a, a, "ghost", a]) == 1
+    assert sorted(s.groups["g"]["members"]) == [b]
+    assert s.groups["g"]["assignment"][b] == [["t", 0], ["t", 1]]
+
+
+FUZZ_INTS = [-2, -1, 0, 1, 2, 3, 4, 2**31, 2**63, -(2**63), 10**30]
+FUZZ_STRS = ["", "t0", "t1", "g0", "c-0", "c-1", "range", "sticky", "é", "true", "-1", "x" * 300]
+FUZZ_STRS += ["min.insync.replicas", "unclean.leader.election.enable", "retention.ms"]
+FUZZ_ENTRIES: list[Any] = [
+    ["t0", 0, 1, ""], ["t0", 1, 1, "m"], ["t1", 0, 5, ""], ["t0", -1, 1, ""], ["t0", 0, -1, ""],
+    ["t0", 0], ["t0", "0", 1, ""], [1, 0, 1, ""], ("t0", 0, 1), ["t0", 0, 1], ["t9", 0, 1, ""],
+    ["t0", 0, 1, None], ["t0", 0, "r"], [["t0"]], {"a": 1}, None, "t0", [1, 1], [2, 5],
+    {"group_id": "g0", "member_id": "", "generation": -1, "offsets": [["t0", 0, 1, ""]],
+     "now_ms": 1},
+    {"group_id": "g0", "member_id": "c-0", "generation": 1, "offsets": [], "now_ms": 1},
+]  # fmt: skip
+
+
+def fuzz_value(rng: random.Random, tp: Any) -> Any:
+    """A value of annotation `tp` (a command argument's type), with hostile contents."""
+    if tp is Any:
+        return rng.choice(FUZZ_ENTRIES)
+    if tp in (int, str, bool, type(None)):
+        pool = {int: FUZZ_INTS, str: FUZZ_STRS, bool: [True, False], type(None): [None]}[tp]
+        return rng.choice(pool)
+    origin, targs = typing.get_origin(tp), typing.get_args(tp)
+    if origin is list:
+        return [fuzz_value(rng, targs[0]) for _ in range(rng.randint(0, 4))]
+    if origin is dict:
+        return {fuzz_value(rng, targs[0]): fuzz_value(rng, targs[1]) for _ in range(3)}
+    return fuzz_value(rng, rng.choice(targs))  # a union
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_well_typed_hostile_arguments_never_raise_and_refusals_change_nothing(seed: int) -> None:
+    """Arguments of the right types (they pass the annotation check) with hostile contents:
+    duplicates, negatives, huge ints, unknown names, malformed entries. `apply` must answer
+    ok or err, never raise (a raise stops every replica's Raft thread), and an err must leave
+    the state as it was."""
+    rng = random.Random(seed)
+    s = MetadataState()
+    for cmd in random_commands(seed, 150):
+        s.apply(cmd)
+    names = sorted(n[len("_cmd_") :] for n in vars(MetadataState) if n.startswith("_cmd_"))
+    for _ in range(1_500):
+        name = rng.choice(names)
+        hints = typing.get_type_hints(getattr(MetadataState, "_cmd_" + name))
+        params = [p for p in hints if p != "return"]
+        args = {p: fuzz_value(rng, hints[p]) for p in params if rng.random() < 0.95}
+        before = copy.deepcopy(s)
+        result = s.apply((name, args))
+        assert result[0] in ("ok", "err"), result
+        if result[0] == "err":
+            assert s == before, f"seed {seed}: refused {name} {args!r:.300} changed the state"
+        check_invariants(s)

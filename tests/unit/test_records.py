@@ -198,3 +198,56 @@ def test_sealed_one_encodes_exactly_like_append_and_seal(
     assert one.seal() == reference.seal()
     assert (len(one), one.size_bytes) == (1, reference.size_bytes)
     validate_batch(b"".join(one.build_parts()))
+
+
+def test_a_negative_timestamp_is_refused_from_the_header_alone() -> None:
+    """The broker checks timestamps without decoding records: a batch whose first timestamp
+    is negative (its max timestamp is then checked against it) is refused, as Kafka refuses
+    negative timestamps."""
+    for ts in (-1, -5, -(2**63)):
+        raw = encode_batch([(None, b"x"), (None, b"y")], timestamp=ts)
+        with pytest.raises(CorruptRecordError, match=f"negative first timestamp {ts} "):
+            validate_batch(raw)
+    validate_batch(encode_batch([(None, b"x")], timestamp=0))
+    validate_batch(encode_batch([(None, b"x")], timestamp=2**63 - 1))
+
+
+def _one_record_batch(body: bytes) -> bytes:
+    """A batch of one record with this body, and header, length table and checksum right: what
+    a broker accepts without decoding records."""
+    import xxhash
+
+    tail = struct.pack("<hiqqqhii", 0, 0, 0, 0, -1, -1, -1, 1) + struct.pack("<i", len(body))
+    tail += body
+    head = struct.pack("<qiibQ", 0, 25 + len(tail) - 12, -1, 1, xxhash.xxh3_64_intdigest(tail))
+    return head + tail
+
+
+@pytest.mark.parametrize(
+    ("hcount", "headers", "match"),
+    [
+        # A count the record cannot hold (each header takes at least 8 bytes).
+        (2**31 - 1, struct.pack("<ii", 0, -1) * 4, "header count 2147483647"),
+        # Key lengths -4 then -8: the old decoder stepped back and forth between the two
+        # 2^31 times (a tuple each; still running after 60 s) instead of failing.
+        (2**31 - 1, struct.pack("<ii", -4, -8) + bytes(8000), "header count 2147483647"),
+        (1, struct.pack("<ii", -8, -1), "header key length -8"),
+        (-3, struct.pack("<ii", 0, -1), "header count -3"),
+    ],
+)
+def test_hostile_header_counts_fail_at_once_naming_the_record(
+    hcount: int, headers: bytes, match: str
+) -> None:
+    """Records are checked only by consumers: a record body with an impossible header count
+    or a negative header key length must fail fast with CorruptRecordError, not loop (up to
+    2^31 times, backwards) through bytes that are not its own."""
+    import time
+
+    body = struct.pack("<bqii", 0, 0, -1, -1) + struct.pack("<i", hcount) + headers
+    raw = _one_record_batch(body)
+    validate_batch(raw)  # the broker's checks pass: only a consumer can find this
+    started = time.monotonic()
+    for buf in (raw, bytearray(raw), memoryview(raw)):
+        with pytest.raises(CorruptRecordError, match=match):
+            decode_records(buf)
+    assert time.monotonic() - started < 1.0

@@ -17,6 +17,13 @@ Bodies (all maps):
 - ListGroups {} -> {groups: [...]}; DescribeGroups {group_id} -> the group;
   DeleteGroups {group_id} -> {}; ResetOffsets {group_id, offsets: [[topic, partition,
   offset]]} -> {reset}
+
+Refusals beyond the group protocol's own (the coordinator's rules, coordinator.py): ids over
+`id_bytes_max` (1 KiB) and commit metadata over `offset_metadata_bytes_max` (4 KiB, Kafka's
+offset.metadata.max.bytes) get PolicyViolationError; a commit or reset naming a partition that
+does not exist gets UnknownTopicOrPartitionError and stores nothing (Kafka's answer); a full disk
+under the metadata journal gets StorageError (retriable) at once. A commit or reset too large for
+one Raft command is split, not refused.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ many more examples (for a nightly or a pre-release run).
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import struct
@@ -89,6 +90,19 @@ def batch_positions(data: bytes) -> list[tuple[int, int]]:
         out.append((pos, h.batch_length + LOG_OVERHEAD))
         pos += h.batch_length + LOG_OVERHEAD
     return out
+
+
+def fill_until_enospc(path: str) -> None:
+    """Write zeros to the file at `path` until the file system is full (ENOSPC)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        while True:
+            os.write(fd, b"\0" * 4096)
+    except OSError as e:
+        if e.errno != errno.ENOSPC:
+            raise
+    finally:
+        os.close(fd)
 
 
 def open_fds() -> set[tuple[str, str]]:

@@ -542,7 +542,9 @@ def test_recovery_point_checkpoint_is_written_at_most_every_interval(tmp_path: s
     ],
 )
 def test_log_config_refuses_bad_values_naming_the_field(field: str, value: int) -> None:
-    with pytest.raises(InvalidConfigError, match=f"^{field}={value}: must be"):
+    """By its topic config name (Kafka's dotted one), the name a user typed."""
+    key = field.replace("_", ".")
+    with pytest.raises(InvalidConfigError, match=f"^{key}={value}: must be"):
         LogConfig(**{field: value})  # type: ignore[arg-type]
 
 
@@ -557,8 +559,12 @@ def test_log_config_from_topic_config_accepts_kafka_names() -> None:
             "flush.messages": "1",
             "flush.ms": None,
             "max.message.bytes": "2000000",
-            "recovery_point_checkpoint_ms": "10",
-            "cleanup.policy": "delete",  # not the log's: ignored
+            "recovery.point.checkpoint.ms": "10",
+            # Not the log's: checked, then left out.
+            "cleanup.policy": "delete",
+            "unclean.leader.election.enable": "false",
+            "min.insync.replicas": "2",
+            "durability.policy": "fsync",
         }
     )
     assert config == LogConfig(
@@ -581,7 +587,19 @@ def test_log_config_from_topic_config_accepts_kafka_names() -> None:
     [
         ({"segment.bytes": "big"}, "segment.bytes='big': must be an integer"),
         ({"retention.ms": "1.5"}, "retention.ms='1.5': must be an integer"),
-        ({"segment.bytes": "50"}, "segment_bytes=50: must be between 100"),
+        ({"segment.bytes": "50"}, "segment.bytes=50: must be between 100"),
+        ({"retention.ms": "-5"}, "retention.ms=-5: must be >= -1"),
+        ({"foo": "bar"}, "unknown topic config 'foo'; the known ones are cleanup.policy, "),
+        ({"retention.msx": "1"}, "unknown topic config 'retention.msx' (did you mean "),
+        ({"retention_ms": "1"}, "unknown topic config 'retention_ms' (did you mean 'retention"),
+        ({"cleanup.policy": "compact"}, "cleanup.policy='compact': only 'delete' is supported"),
+        ({"min.insync.replicas": "0"}, "min.insync.replicas=0: must be >= 1"),
+        ({"min.insync.replicas": "two"}, "min.insync.replicas='two': must be an integer"),
+        ({"durability.policy": "always"}, "durability.policy='always': must be 'replication'"),
+        (
+            {"unclean.leader.election.enable": "yes"},
+            "unclean.leader.election.enable='yes': must be true or false",
+        ),
         ({"segment.bytes": ""}, "segment.bytes='': must be an integer"),
         ({"retention.ms": None}, "retention.ms=None: must be an integer"),
     ],
@@ -592,3 +610,10 @@ def test_log_config_from_topic_config_refuses_bad_values(
     with pytest.raises(InvalidConfigError) as e:
         LogConfig.from_topic_config(config)
     assert str(e.value).startswith(message)
+
+
+def test_log_config_not_strict_ignores_unknown_keys_but_checks_values() -> None:
+    """Opening the log of a topic created before unknown keys were refused."""
+    assert LogConfig.from_topic_config({"foo": "bar"}, strict=False) == LogConfig()
+    with pytest.raises(InvalidConfigError, match=r"^retention\.ms=-5"):
+        LogConfig.from_topic_config({"foo": "bar", "retention.ms": "-5"}, strict=False)

@@ -1,0 +1,286 @@
+"""Disk faults: a full disk, a torn or garbled unsynced tail after kill -9, a flipped byte.
+
+- `SmallDisk(path, size_bytes)`: a tmpfs of `size_bytes` mounted over a replica's (empty) data
+  directory before its node starts; `disk_full(disk)` then fills it (a filler file) so the
+  node's next write fails with ENOSPC, and empties it again on exit. Needs root (mount).
+- `damage_tail(segment, keep_bytes, mode, rng)`: what a power loss does to a file whose last
+  bytes were written but not fsynced: the tail after a point chosen in [keep_bytes, size) is
+  cut off ("cut") or replaced by random bytes ("garble"). `keep_bytes` is what the replica had
+  fsynced; `position_after_offset` finds it from an offset (e.g. the acknowledged log end
+  offset under the fsync durability setting, which must then lose nothing acknowledged).
+  Apply it between a kill -9 and the restart (`torn_tail_crash` does the three steps).
+- `flipped_byte(segment, rng)`: one byte of a batch's checksummed bytes (from the checksum
+  field on) inverted, in an old segment of a follower: it must be detected, never served. On
+  exit the byte is restored if it is still there (recovery may have cut or deleted the file).
+
+Every damage is returned as data (file, byte position, before/after) for the history and the
+report. Nothing here runs while a node writes the same file, except the full disk (a mount).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import random
+import struct
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from chaos.faults import FaultError, ProcessControl
+from raftlog.storage.tools import scan_segment, segment_files
+
+log = logging.getLogger(__name__)
+
+FILLER_NAME = ".chaos-disk-filler"
+FILL_CHUNK_BYTES = 1 << 20
+# The first byte of a batch that its checksum covers: the checksum field itself, after
+# base_offset (8), batch_length (4), partition_leader_epoch (4) and magic (1); see records.py.
+CHECKED_FROM = struct.calcsize("<qiib")
+MOUNT_TIMEOUT_S = 10.0
+
+
+def _mount_cmd(*cmd: str) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=MOUNT_TIMEOUT_S, check=False)
+    if proc.returncode != 0:
+        raise FaultError(f"`{' '.join(cmd)}` exited {proc.returncode}: {proc.stderr.strip()}")
+
+
+def _is_mount_point(path: Path) -> bool:
+    return os.path.ismount(path)
+
+
+# -- a full disk -------------------------------------------------------------------------------
+
+
+class SmallDisk:
+    """A tmpfs of `size_bytes` over directory `path` (which must exist and be empty)."""
+
+    def __init__(self, path: str | Path, size_bytes: int):
+        if size_bytes < 4096:
+            raise FaultError(f"SmallDisk {path}: size_bytes={size_bytes}, must be >= 4096")
+        self.path = Path(path)
+        self.size_bytes = size_bytes
+        self.mounted = False
+
+    @property
+    def filler(self) -> Path:
+        return self.path / FILLER_NAME
+
+    def mount(self) -> None:
+        if os.geteuid() != 0:
+            raise FaultError(f"mounting a tmpfs on {self.path} needs root")
+        if not self.path.is_dir():
+            raise FaultError(f"{self.path}: not a directory")
+        if any(self.path.iterdir()):
+            # Mounting over files would hide them from the node: a silent loss, not a full disk.
+            raise FaultError(f"{self.path}: not empty; mount the small disk before the node starts")
+        _mount_cmd("mount", "-t", "tmpfs", "-o", f"size={self.size_bytes}", "tmpfs", str(self.path))
+        self.mounted = True
+
+    def unmount(self) -> None:
+        """Unmount (the data on it is gone); lazily if a process still holds files there."""
+        if not self.mounted:
+            return
+        try:
+            _mount_cmd("umount", str(self.path))
+        except FaultError as e:
+            log.warning("%s busy (%s): unmounting lazily", self.path, e)
+            _mount_cmd("umount", "-l", str(self.path))
+        self.mounted = False
+
+    def free_bytes(self) -> int:
+        st = os.statvfs(self.path)
+        return st.f_bavail * st.f_frsize
+
+    def fill(self, leave_bytes: int = 0) -> int:
+        """Write a filler file until at most `leave_bytes` are free; return the filler size."""
+        written = self.filler.stat().st_size if self.filler.exists() else 0
+        with open(self.filler, "ab") as f:
+            while (free := self.free_bytes()) > leave_bytes:
+                n = min(FILL_CHUNK_BYTES, free - leave_bytes)
+                try:
+                    f.write(b"\0" * n)
+                    f.flush()
+                except OSError as e:
+                    if e.errno != errno.ENOSPC:
+                        raise
+                    break
+                written += n
+        return written
+
+    def drain(self) -> None:
+        self.filler.unlink(missing_ok=True)
+
+    def __enter__(self) -> SmallDisk:
+        self.mount()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.unmount()
+
+
+@contextlib.contextmanager
+def disk_full(disk: SmallDisk, leave_bytes: int = 0) -> Iterator[SmallDisk]:
+    """The disk is full inside the block; the filler is removed on exit, whatever happened."""
+    try:
+        disk.fill(leave_bytes)
+        yield disk
+    finally:
+        disk.drain()
+
+
+# -- segments ----------------------------------------------------------------------------------
+
+
+def active_segment(partition_dir: str | Path) -> str:
+    segments = segment_files(str(partition_dir))
+    if not segments:
+        raise FaultError(f"{partition_dir}: no segment files")
+    return segments[-1][1]
+
+
+def old_segment(partition_dir: str | Path) -> str:
+    """The oldest segment that is not the active one (a follower's settled data)."""
+    segments = segment_files(str(partition_dir))
+    if len(segments) < 2:
+        raise FaultError(f"{partition_dir}: {len(segments)} segment(s), no old one to damage")
+    return segments[0][1]
+
+
+def position_after_offset(segment_path: str, offset: int) -> int:
+    """The byte position just past the batches holding offsets below `offset` (where a
+    replica's data ends if its log end offset is `offset`); the file size if all do."""
+    end = 0
+    for b in scan_segment(segment_path):
+        if b.error is not None:
+            break
+        base_offset, last_delta = b.header[0], b.header[6]
+        if base_offset >= offset:
+            break
+        end = b.position + b.size
+        if base_offset + last_delta + 1 >= offset:
+            break
+    return end
+
+
+# -- a torn or garbled tail --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TailDamage:
+    path: str
+    mode: str  # "cut" | "garble" | "none" (nothing past keep_bytes)
+    size_before: int
+    position: int  # the first byte cut or garbled
+
+    def to_json(self) -> dict[str, object]:
+        return {"path": self.path, "mode": self.mode, "size_before": self.size_before,
+                "position": self.position}  # fmt: skip
+
+
+def damage_tail(segment_path: str, keep_bytes: int, mode: str, rng: random.Random) -> TailDamage:
+    """Cut or garble the file from a random point at or after `keep_bytes`."""
+    if mode not in ("cut", "garble"):
+        raise FaultError(f"tail damage mode {mode!r}: must be cut or garble")
+    size = os.path.getsize(segment_path)
+    if keep_bytes < 0:
+        raise FaultError(f"{segment_path}: keep_bytes={keep_bytes} must be >= 0")
+    if keep_bytes >= size:
+        return TailDamage(segment_path, "none", size, size)
+    position = rng.randrange(keep_bytes, size)
+    with open(segment_path, "r+b") as f:
+        if mode == "cut":
+            f.truncate(position)
+        else:
+            f.seek(position)
+            f.write(rng.randbytes(size - position))
+        f.flush()
+        os.fsync(f.fileno())
+    log.info("%s: %s the tail from byte %d of %d", segment_path, mode, position, size)
+    return TailDamage(segment_path, mode, size, position)
+
+
+@contextlib.contextmanager
+def torn_tail_crash(
+    cluster: ProcessControl,
+    node_id: int,
+    partition_dir: str | Path,
+    keep_bytes: int,
+    mode: str,
+    rng: random.Random,
+) -> Iterator[TailDamage]:
+    """kill -9 the node, damage its active segment's unsynced tail; restart it on exit."""
+    cluster.kill9(node_id)
+    try:
+        yield damage_tail(active_segment(partition_dir), keep_bytes, mode, rng)
+    finally:
+        cluster.start(node_id)
+
+
+# -- a flipped byte ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ByteFlip:
+    path: str
+    position: int
+    before: int
+    after: int
+
+    def to_json(self) -> dict[str, object]:
+        return {"path": self.path, "position": self.position, "before": self.before,
+                "after": self.after}  # fmt: skip
+
+
+def flip_byte(segment_path: str, rng: random.Random, position: int | None = None) -> ByteFlip:
+    """Invert one byte: at `position`, or at a random checksummed byte of a random valid batch."""
+    if position is None:
+        batches = [b for b in scan_segment(segment_path) if b.error is None]
+        if not batches:
+            raise FaultError(f"{segment_path}: no valid batch to flip a byte in")
+        b = rng.choice(batches)
+        position = rng.randrange(b.position + CHECKED_FROM, b.position + b.size)
+    with open(segment_path, "r+b") as f:
+        f.seek(position)
+        old = f.read(1)
+        if len(old) != 1:
+            raise FaultError(f"{segment_path}: no byte at position {position}")
+        new = old[0] ^ 0xFF
+        f.seek(position)
+        f.write(bytes([new]))
+        f.flush()
+        os.fsync(f.fileno())
+    log.info("%s: flipped byte %d (%#04x -> %#04x)", segment_path, position, old[0], new)
+    return ByteFlip(segment_path, position, old[0], new)
+
+
+def unflip(flip: ByteFlip) -> bool:
+    """Restore the byte if the file still has the flipped value there; True if restored."""
+    try:
+        with open(flip.path, "r+b") as f:
+            f.seek(flip.position)
+            cur = f.read(1)
+            if len(cur) != 1 or cur[0] != flip.after:
+                return False
+            f.seek(flip.position)
+            f.write(bytes([flip.before]))
+            f.flush()
+            os.fsync(f.fileno())
+    except FileNotFoundError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def flipped_byte(
+    segment_path: str, rng: random.Random, position: int | None = None
+) -> Iterator[ByteFlip]:
+    flip = flip_byte(segment_path, rng, position)
+    try:
+        yield flip
+    finally:
+        unflip(flip)

@@ -1,0 +1,676 @@
+"""`ReplicaManager`: the asyncio driver of the replication cores of one broker.
+
+It owns one `Partition` (a PartitionLog plus its PartitionCore) per hosted partition, and:
+- follows the metadata: after every change of the partitions' state it calls `become_leader`,
+  `become_follower`, `go_offline` or `update_isr` on the cores whose partition changed;
+- performs the cores' actions on the logs (append, truncate, assign an epoch, move the log
+  start), sends their ISR proposals to the metadata quorum, answers waiting acks=all produce
+  requests through their callbacks, and wakes long-polling fetches: followers when a leader's
+  log grows, consumers when its high watermark moves;
+- runs one `ReplicaFetcher` per broker it follows: a loop that pulls the partitions it follows
+  from that leader with one Fetch request at a time (many partitions per request,
+  long-polling), like a consumer;
+- with the fsync policy, fsyncs appended data on a background thread (one fsync covers every
+  append made before it: group commit) and tells the cores what is durable;
+- ticks the cores (ISR shrink, expired produce requests) and checkpoints high watermarks.
+
+Rules: storage calls run on the event loop thread (one writer per log, as elsewhere in the
+broker); only fsyncs go to a thread, on duplicated file descriptors. Background loops run in a
+TaskGroup owned by the broker: a loop that crashes stops the node instead of leaving it half
+alive. Every action is performed before the next event reaches the core, so the core's view of
+the log is never stale.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from raftlog import protocol
+from raftlog.errors import (
+    CorruptRecordError,
+    InvalidOffsetError,
+    InvalidRequestError,
+    NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+    RaftlogError,
+    StaleBrokerEpochError,
+    StorageError,
+    error_from_code,
+)
+from raftlog.metadata.model import PartitionInfo, TopicInfo
+from raftlog.replication.core import (
+    AdvanceLogStart,
+    Append,
+    AssignEpoch,
+    CompleteProduce,
+    FetchAnswer,
+    FollowerFetch,
+    HighWatermarkChanged,
+    PartitionConfig,
+    PartitionCore,
+    ProposeIsr,
+    Role,
+    Truncate,
+    TruncateFully,
+)
+from raftlog.storage import PartitionLog
+from raftlog.storage.checkpoint import CheckpointError, OffsetCheckpoint
+from raftlog.topics import TopicPartition
+
+log = logging.getLogger(__name__)
+
+HIGH_WATERMARK_FILE = "high-watermark-checkpoint"
+# fsyncs for the fsync durability policy: one thread, since the disk serializes them anyway.
+_FSYNC_EXECUTOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raftlog-replica-fsync")
+
+# Called with None (committed) or the error of an acks=all produce.
+CommitCallback = Callable[[RaftlogError | None], None]
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationConfig:
+    """Broker-wide replication settings (Kafka's names, with the unit last)."""
+
+    # replica.lag.time.max.ms: a follower not caught up for this long leaves the ISR.
+    replica_lag_time_max_ms: int = 30_000
+    # replica.fetch.wait.max.ms: how long a follower's fetch long-polls the leader.
+    replica_fetch_wait_max_ms: int = 500
+    # replica.fetch.max.bytes (per partition) and replica.fetch.response.max.bytes.
+    replica_fetch_max_bytes: int = 1024 * 1024
+    replica_fetch_response_max_bytes: int = 10 * 1024 * 1024
+    # replica.fetch.backoff.ms: after a failed fetch (leader unreachable, an error).
+    replica_fetch_backoff_ms: int = 200
+    # replica.high.watermark.checkpoint.interval.ms
+    high_watermark_checkpoint_interval_ms: int = 5_000
+    # How often leaders look for lagging followers and expired produce requests.
+    tick_interval_ms: int = 50
+    # Request timeout of a follower's fetch (over the long-poll wait).
+    replica_socket_timeout_ms: int = 30_000
+
+
+class Partition:
+    """One hosted partition: its log, its replication core, and who waits on it."""
+
+    def __init__(
+        self,
+        tp: TopicPartition,
+        plog: PartitionLog,
+        node_id: int,
+        topic_config: dict[str, str],
+        config: ReplicationConfig,
+    ):
+        self.tp = tp
+        self.log = plog
+        self.topic_config = dict(topic_config)
+        self._hw_checkpoint = OffsetCheckpoint(os.path.join(plog.path, HIGH_WATERMARK_FILE))
+        try:
+            hw = self._hw_checkpoint.read() or 0
+        except CheckpointError as e:
+            log.warning("%s: %s; starting from high watermark 0", tp, e)
+            hw = 0
+        self.core = PartitionCore(node_id, str(tp), plog, high_watermark=hw)
+        self._checkpointed_hw = self.core.high_watermark
+        self.replication = config
+        self.info: PartitionInfo | None = None
+        # Long-polling fetches: followers wake on appends, consumers on HW moves.
+        self.follower_waiters: set[asyncio.Future[None]] = set()
+        self.consumer_waiters: set[asyncio.Future[None]] = set()
+        # fsync policy: a flush is running / another one is needed after it.
+        self.flushing = False
+        self.flush_again = False
+        self.flush_done: asyncio.Future[None] | None = None
+
+    def partition_config(self) -> PartitionConfig:
+        return PartitionConfig(
+            min_insync_replicas=int(self.topic_config.get("min.insync.replicas", "1")),
+            replica_lag_time_max_ms=self.replication.replica_lag_time_max_ms,
+            fsync_policy=self.topic_config.get("durability.policy") == "fsync",
+        )
+
+    @property
+    def high_watermark(self) -> int:
+        return self.core.high_watermark
+
+    @property
+    def fsync_policy(self) -> bool:
+        return self.core.config.fsync_policy
+
+    def checkpoint_high_watermark(self, force: bool = False) -> None:
+        hw = self.core.high_watermark
+        if hw == self._checkpointed_hw and not force:
+            return
+        try:
+            self._hw_checkpoint.write(hw)
+            self._checkpointed_hw = hw
+        except OSError as e:
+            # Only the checkpoint lags: after a restart the HW starts lower and catches up.
+            log.warning("%s: writing the high watermark checkpoint failed: %s", self.tp, e)
+
+    def wake(self, waiters: set[asyncio.Future[None]]) -> None:
+        if waiters:
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
+            waiters.clear()
+
+
+class ReplicaManager:
+    """All the partitions a broker hosts, as replicas: see the module docstring."""
+
+    def __init__(
+        self,
+        node_id: int,
+        config: ReplicationConfig,
+        propose_isr: Callable[[TopicPartition, ProposeIsr], Awaitable[Any]],
+        connect: Callable[[int], Awaitable[Any]],
+        broker_epoch: Callable[[], int | None],
+        clock_ms: Callable[[], int] = monotonic_ms,
+    ):
+        self.node_id = node_id
+        self.config = config
+        self._propose_isr = propose_isr
+        self._connect = connect
+        self._broker_epoch = broker_epoch
+        self.clock_ms = clock_ms
+        self.partitions: dict[TopicPartition, Partition] = {}
+        self._broker_epochs: dict[int, int] = {}
+        self._fetchers: dict[int, ReplicaFetcher] = {}
+        self._task_group: asyncio.TaskGroup | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.stopping = False
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """The background loops (ticks, checkpoints, fetchers); runs until cancelled."""
+        async with asyncio.TaskGroup() as tg:
+            self._task_group = tg
+            tg.create_task(self._tick_loop())
+            for fetcher in self._fetchers.values():
+                fetcher.start(tg)
+            await asyncio.Event().wait()
+
+    def close(self) -> None:
+        """Stop fetching, answer every waiting produce, checkpoint every high watermark."""
+        self.stopping = True
+        for fetcher in self._fetchers.values():
+            fetcher.stop()
+        self._fetchers.clear()
+        now = self.clock_ms()
+        for p in self.partitions.values():
+            self._perform(p, p.core.go_offline(p.core.leader_epoch, p.core.partition_epoch), now)
+            p.checkpoint_high_watermark(force=True)
+            p.wake(p.follower_waiters)
+            p.wake(p.consumer_waiters)
+
+    async def _tick_loop(self) -> None:
+        interval = self.config.tick_interval_ms / 1000
+        next_checkpoint = self.clock_ms() + self.config.high_watermark_checkpoint_interval_ms
+        while True:
+            await asyncio.sleep(interval)
+            now = self.clock_ms()
+            for p in list(self.partitions.values()):
+                if p.core.role is Role.LEADER:
+                    self._perform(p, p.core.tick(now), now)
+            if now >= next_checkpoint:
+                for p in self.partitions.values():
+                    p.checkpoint_high_watermark()
+                next_checkpoint = now + self.config.high_watermark_checkpoint_interval_ms
+
+    # -- hosting -------------------------------------------------------------------------------
+
+    def add(
+        self, tp: TopicPartition, plog: PartitionLog, topic_config: dict[str, str]
+    ) -> Partition:
+        p = Partition(tp, plog, self.node_id, topic_config, self.config)
+        self.partitions[tp] = p
+        return p
+
+    def remove(self, tp: TopicPartition) -> None:
+        """The partition is no longer hosted (deleted, moved): fail its waiters."""
+        p = self.partitions.pop(tp, None)
+        if p is None:
+            return
+        now = self.clock_ms()
+        self._perform(p, p.core.go_offline(p.core.leader_epoch, p.core.partition_epoch), now)
+        p.wake(p.follower_waiters)
+        p.wake(p.consumer_waiters)
+        self._update_fetchers()
+
+    def get(self, tp: TopicPartition) -> Partition | None:
+        return self.partitions.get(tp)
+
+    # -- metadata ------------------------------------------------------------------------------
+
+    def apply_metadata(self, topics: Iterable[TopicInfo], broker_epochs: dict[int, int]) -> None:
+        """Bring every hosted partition's role in line with the metadata."""
+        self._broker_epochs = dict(broker_epochs)
+        now = self.clock_ms()
+        for t in topics:
+            for info in t.partitions:
+                p = self.partitions.get(TopicPartition(t.name, info.partition))
+                if p is None or p.info == info:
+                    continue
+                p.topic_config = dict(t.config)
+                self._apply_partition(p, info, now)
+        self._update_fetchers()
+
+    def _apply_partition(self, p: Partition, info: PartitionInfo, now: int) -> None:
+        core = p.core
+        p.info = info
+        if info.leader_epoch > core.leader_epoch or (
+            info.leader_epoch == core.leader_epoch
+            and core.role is Role.OFFLINE
+            and info.leader >= 0
+        ):
+            if info.leader == self.node_id:
+                actions = core.become_leader(
+                    info.leader_epoch,
+                    info.partition_epoch,
+                    info.replicas,
+                    info.isr,
+                    self._broker_epochs,
+                    p.partition_config(),
+                    now,
+                )
+                log.info(
+                    "node %d leads %s at epoch %d (log end %d, high watermark %d, isr %s)",
+                    self.node_id,
+                    p.tp,
+                    info.leader_epoch,
+                    p.log.log_end_offset,
+                    core.high_watermark,
+                    list(info.isr),
+                )
+            elif info.leader >= 0:
+                actions = core.become_follower(
+                    info.leader, info.leader_epoch, info.partition_epoch, info.replicas
+                )
+                log.info(
+                    "node %d follows %d for %s at epoch %d (log end %d)",
+                    self.node_id,
+                    info.leader,
+                    p.tp,
+                    info.leader_epoch,
+                    p.log.log_end_offset,
+                )
+            else:
+                actions = core.go_offline(info.leader_epoch, info.partition_epoch)
+                log.info("%s has no leader (epoch %d)", p.tp, info.leader_epoch)
+            self._perform(p, actions, now)
+            p.wake(p.consumer_waiters)
+            p.wake(p.follower_waiters)
+        elif (
+            core.role is Role.LEADER
+            and info.leader_epoch == core.leader_epoch
+            and info.partition_epoch > core.partition_epoch
+        ):
+            self._perform(
+                p, core.update_isr(info.isr, info.partition_epoch, self._broker_epochs, now), now
+            )
+            log.info(
+                "%s: ISR now %s (epoch %d, partition epoch %d)",
+                p.tp,
+                list(info.isr),
+                info.leader_epoch,
+                info.partition_epoch,
+            )
+
+    def _update_fetchers(self) -> None:
+        wanted = {
+            p.core.leader_id for p in self.partitions.values() if p.core.role is Role.FOLLOWER
+        }
+        for leader_id in list(self._fetchers):
+            if leader_id not in wanted:
+                self._fetchers.pop(leader_id).stop()
+        for leader_id in wanted:
+            fetcher = self._fetchers.get(leader_id)
+            if fetcher is None:
+                fetcher = self._fetchers[leader_id] = ReplicaFetcher(self, leader_id)
+                if self._task_group is not None:
+                    fetcher.start(self._task_group)
+            fetcher.wake()
+
+    def following(self, leader_id: int) -> list[Partition]:
+        return [
+            p
+            for p in self.partitions.values()
+            if p.core.role is Role.FOLLOWER and p.core.leader_id == leader_id
+        ]
+
+    # -- actions ---------------------------------------------------------------------------------
+
+    def _perform(self, p: Partition, actions: list[Any], now: int) -> None:
+        for a in actions:
+            if isinstance(a, CompleteProduce):
+                a.token(a.error)
+            elif isinstance(a, HighWatermarkChanged):
+                p.wake(p.consumer_waiters)
+            elif isinstance(a, AssignEpoch):
+                p.log.assign_epoch(a.epoch)
+            elif isinstance(a, ProposeIsr):
+                self._spawn(self._propose(p, a))
+            elif isinstance(a, Truncate):
+                before = p.log.log_end_offset
+                p.log.truncate_to(a.offset)
+                log.info(
+                    "%s: follower truncated to %d (log end was %d, high watermark %d)",
+                    p.tp,
+                    p.log.log_end_offset,
+                    before,
+                    p.core.high_watermark,
+                )
+                p.core.after_truncation(now)
+            elif isinstance(a, TruncateFully):
+                p.log.truncate_fully(a.offset)
+                log.info("%s: follower restarted its log at the leader's start %d", p.tp, a.offset)
+                p.core.after_truncation(now)
+            elif isinstance(a, AdvanceLogStart):
+                p.log.delete_records_before(a.offset)
+            elif isinstance(a, Append):
+                p.log.append_as_follower(a.data)
+                if p.fsync_policy:
+                    self.schedule_flush(p)
+            else:
+                raise AssertionError(f"unknown replication action {a!r}")
+
+    def _spawn(self, coro: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _propose(self, p: Partition, proposal: ProposeIsr) -> None:
+        try:
+            await self._propose_isr(p.tp, proposal)
+            log.info("%s: proposed ISR %s", p.tp, list(proposal.isr))
+        except RaftlogError as e:
+            log.info("%s: ISR change to %s refused: %s", p.tp, list(proposal.isr), e)
+            # Refusals that prove the change was not applied; anything else (a stale
+            # partition epoch, a timeout, no controller) waits for the metadata to tell.
+            definitive = isinstance(e, InvalidRequestError | StaleBrokerEpochError)
+            if self.partitions.get(p.tp) is p:
+                p.core.on_isr_proposal_refused(proposal, definitive)
+
+    # -- leader: produce -----------------------------------------------------------------------
+
+    def leader(self, tp: TopicPartition) -> Partition:
+        """The partition, if this broker leads it; else the error a client should act on."""
+        p = self.partitions.get(tp)
+        if p is None:
+            raise NotLeaderOrFollowerError(f"broker {self.node_id} does not host {tp}")
+        if p.core.role is not Role.LEADER:
+            leader = p.core.leader_id
+            raise NotLeaderOrFollowerError(
+                f"broker {self.node_id} is not the leader of {tp} "
+                f"(the leader is {leader if leader >= 0 else 'none: the partition is offline'})"
+            )
+        return p
+
+    def after_leader_append(self, p: Partition) -> None:
+        """The leader's log grew: wake followers, maybe commit (a single-replica ISR)."""
+        now = self.clock_ms()
+        p.wake(p.follower_waiters)
+        if p.fsync_policy:
+            self.schedule_flush(p)
+        self._perform(p, p.core.on_leader_append(now), now)
+
+    def wait_for_commit(
+        self, p: Partition, last_offset: int, timeout_ms: int, done: CommitCallback
+    ) -> None:
+        now = self.clock_ms()
+        self._perform(p, p.core.wait_for_commit(last_offset, now + timeout_ms, done, now), now)
+
+    # -- leader: fetches -------------------------------------------------------------------------
+
+    def consumer_fetch(
+        self, tp: TopicPartition, current_leader_epoch: int
+    ) -> tuple[Partition, int]:
+        """(partition, the offset reads must stop at) for a consumer; raises what to answer."""
+        p = self.leader(tp)
+        answer = p.core.on_consumer_fetch(current_leader_epoch)
+        if answer.error is not None:
+            raise answer.error
+        return p, answer.max_offset
+
+    def follower_fetch(
+        self, tp: TopicPartition, replica_id: int, broker_epoch: int, fetch: FollowerFetch
+    ) -> tuple[Partition, FetchAnswer]:
+        p = self.leader(tp)
+        now = self.clock_ms()
+        answer, actions = p.core.on_follower_fetch(replica_id, broker_epoch, fetch, now)
+        self._perform(p, actions, now)
+        if answer.out_of_range:
+            raise OffsetOutOfRangeError(
+                f"{tp}: follower {replica_id} fetches at {fetch.fetch_offset}, outside "
+                f"[{p.log.log_start_offset}, {p.log.log_end_offset}]",
+                p.log.log_start_offset,
+                p.log.log_end_offset,
+            )
+        if answer.error is not None:
+            raise answer.error
+        return p, answer
+
+    # -- follower: fetch answers -----------------------------------------------------------------
+
+    def on_fetch_answer(
+        self,
+        p: Partition,
+        spec: FollowerFetch,
+        error: RaftlogError | None,
+        diverging: tuple[int, int] | None,
+        high_watermark: int,
+        log_start_offset: int,
+        data: memoryview | None,
+    ) -> bool:
+        """Apply one partition of a fetch answer; True if the log changed."""
+        now = self.clock_ms()
+        core = p.core
+        out_of_range = isinstance(error, OffsetOutOfRangeError)
+        end_before = p.log.log_end_offset
+        actions = core.on_fetch_response(
+            spec,
+            None if out_of_range else error,
+            diverging,
+            high_watermark,
+            log_start_offset,
+            data,
+            out_of_range,
+        )
+        try:
+            self._perform(p, actions, now)
+        except (CorruptRecordError, InvalidOffsetError) as e:
+            # The leader sent bytes that do not continue our log: drop them and fetch again.
+            log.warning("%s: fetched data rejected: %s", p.tp, e)
+            return False
+        except StorageError as e:
+            log.error("%s: appending fetched data failed: %s", p.tp, e)
+            return False
+        if core.role is Role.FOLLOWER and (error is None or out_of_range):
+            self._perform(p, core.after_follower_write(now), now)
+        return p.log.log_end_offset != end_before or bool(actions)
+
+    # -- durability (fsync policy) ---------------------------------------------------------------
+
+    def schedule_flush(self, p: Partition) -> None:
+        """fsync what was appended, on the fsync thread; again afterwards if more came."""
+        if p.flushing:
+            p.flush_again = True
+            return
+        p.flushing = True
+        p.flush_done = asyncio.get_running_loop().create_future()
+        self._spawn(self._flush(p))
+
+    async def _flush(self, p: Partition) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                p.flush_again = False
+                fds, offset, token = p.log.flush_begin()
+                try:
+                    await loop.run_in_executor(_FSYNC_EXECUTOR, _fdatasync_all, fds)
+                finally:
+                    for fd in fds:
+                        os.close(fd)
+                durable = p.log.flush_end(offset, token)
+                now = self.clock_ms()
+                if self.partitions.get(p.tp) is p:
+                    self._perform(p, p.core.on_durable(durable, now), now)
+                if not p.flush_again:
+                    return
+        except OSError as e:
+            with contextlib.suppress(RaftlogError):
+                p.log.flush_failed(e)
+        except RaftlogError as e:
+            log.error("%s: fsync for the fsync durability policy failed: %s", p.tp, e)
+        finally:
+            p.flushing = False
+            done, p.flush_done = p.flush_done, None
+            if done is not None and not done.done():
+                done.set_result(None)
+
+    async def wait_durable(self, p: Partition) -> None:
+        while p.flushing and p.flush_done is not None:
+            await asyncio.shield(p.flush_done)
+
+
+def _fdatasync_all(fds: list[int]) -> None:
+    for fd in fds:
+        os.fdatasync(fd)
+
+
+class ReplicaFetcher:
+    """Pulls every partition this broker follows from one leader, one Fetch at a time."""
+
+    def __init__(self, manager: ReplicaManager, leader_id: int):
+        self.manager = manager
+        self.leader_id = leader_id
+        self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._stopped = False
+
+    def start(self, tg: asyncio.TaskGroup) -> None:
+        if self._task is None and not self._stopped:
+            self._task = tg.create_task(self._run())
+
+    def stop(self) -> None:
+        self._stopped = True
+        if self._task is not None:
+            self._task.cancel()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def _run(self) -> None:
+        cfg = self.manager.config
+        backoff_s = cfg.replica_fetch_backoff_ms / 1000
+        while not self._stopped:
+            partitions = self.manager.following(self.leader_id)
+            if not partitions:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            try:
+                changed = await self._fetch_once(partitions)
+            except (RaftlogError, OSError) as e:
+                log.info("fetch from broker %d failed: %s; retrying", self.leader_id, e)
+                await asyncio.sleep(backoff_s)
+                continue
+            if not changed:
+                # Errors on every partition (e.g. the leader has not applied the new epoch
+                # yet): do not spin.
+                await asyncio.sleep(backoff_s)
+
+    async def _fetch_once(self, partitions: list[Partition]) -> bool:
+        manager = self.manager
+        cfg = manager.config
+        broker_epoch = manager._broker_epoch()
+        if broker_epoch is None:
+            raise NotLeaderOrFollowerError("this broker is not registered yet")
+        specs: dict[TopicPartition, tuple[Partition, FollowerFetch]] = {}
+        by_topic: dict[str, list[list[int]]] = {}
+        for p in partitions:
+            spec = p.core.fetch_spec()
+            specs[p.tp] = (p, spec)
+            by_topic.setdefault(p.tp.topic, []).append(
+                [
+                    p.tp.partition,
+                    spec.fetch_offset,
+                    cfg.replica_fetch_max_bytes,
+                    spec.current_leader_epoch,
+                    spec.last_fetched_epoch,
+                    spec.durable_offset,
+                ]
+            )
+        body = {
+            "replica_id": manager.node_id,
+            "replica_epoch": broker_epoch,
+            "max_wait_ms": cfg.replica_fetch_wait_max_ms,
+            "min_bytes": 1,
+            "max_bytes": cfg.replica_fetch_response_max_bytes,
+            "topics": [[t, ps] for t, ps in by_topic.items()],
+        }
+        conn = await manager._connect(self.leader_id)
+        resp, payload = await conn.request(
+            protocol.ApiKey.FETCH, body, (), cfg.replica_socket_timeout_ms / 1000
+        )
+        changed = False
+        pos = 0
+        flushes: list[Partition] = []
+        for topic, parts in resp["topics"]:
+            for entry in parts:
+                partition, code, hw, log_start, nbytes, message = entry[:6]
+                diverging = entry[6] if len(entry) > 6 else None
+                data = payload[pos : pos + nbytes] if nbytes else None
+                pos += nbytes
+                item = specs.get(TopicPartition(topic, partition))
+                if item is None:
+                    continue
+                p, spec = item
+                if manager.partitions.get(p.tp) is not p:
+                    continue  # removed meanwhile
+                error = None
+                if code:
+                    error = error_from_code(code, message or "")
+                    if isinstance(error, OffsetOutOfRangeError):
+                        error = OffsetOutOfRangeError(str(error), log_start, -1)
+                    elif not isinstance(error, OffsetOutOfRangeError):
+                        log.debug("%s: fetch from %d: %s", p.tp, self.leader_id, error)
+                if manager.on_fetch_answer(
+                    p,
+                    spec,
+                    error,
+                    tuple(diverging) if diverging else None,
+                    hw,
+                    log_start,
+                    data,
+                ):
+                    changed = True
+                    if p.fsync_policy:
+                        flushes.append(p)
+                elif error is None:
+                    changed = True  # an empty answer after the long-poll: just go again
+        # The fsync policy: the next fetch must report what is durable, so wait for it.
+        for p in flushes:
+            await manager.wait_durable(p)
+        return changed
+
+
+__all__ = [
+    "CommitCallback",
+    "Partition",
+    "ReplicaFetcher",
+    "ReplicaManager",
+    "ReplicationConfig",
+]
