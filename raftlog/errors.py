@@ -277,3 +277,13 @@ class NotControllerError(RaftlogError):
 
     code = 31
     retriable = True
+
+
+class NotABrokerError(RaftlogError):
+    """The peer at a bootstrap or broker address answered with bytes that are not raftlog
+    frames (an HTTP server, a database, ...): a wrong host or port, so not retriable.
+
+    Raised by the client only (a broker never sends it).
+    """
+
+    code = 33

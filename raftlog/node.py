@@ -11,6 +11,9 @@
     auto_create_topics = false
     fetch_zero_copy = true                       # false: pread + write instead of sendfile
     default_replication_factor = 1
+    queued_request_bytes_max = 268435456         # optional: client connection limits, see
+    connections_per_address_max = 250            #   BrokerConfig (broker/server.py) for
+    connection_idle_ms_max = 600000              #   each one's default and why
     [log]                                        # broker-wide topic config defaults
     "retention.ms" = "604800000"
 
@@ -26,6 +29,9 @@ the logs with the metadata, then heartbeat. SIGTERM/SIGINT stop it in reverse.
 
 If the quorum member's Raft thread fails (quorum.py), the node stops with an error naming it,
 so that the process exits non-zero and a restart rebuilds its Raft state.
+
+Readiness (raftlog/readiness.py): once started, a node writes `<data_dir>/node.ready` and
+prints its "ready on" line as one write; it removes the file first thing when it stops.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import time
 import tomllib
 import uuid
@@ -53,6 +60,7 @@ from raftlog.metadata.controller import (
 )
 from raftlog.metadata.coordinator import GroupCoordinator
 from raftlog.metadata.quorum import MetadataQuorum, check_port_free
+from raftlog.readiness import remove_ready_file, write_line, write_ready_file
 from raftlog.replication.manager import ReplicationConfig
 from raftlog.storage import LogConfig
 from raftlog.storage.checkpoint import atomic_write, fsync_dir
@@ -60,6 +68,16 @@ from raftlog.storage.checkpoint import atomic_write, fsync_dir
 log = logging.getLogger(__name__)
 
 READY_TIMEOUT_S = 60.0
+# NodeConfig settings passed to BrokerConfig as they are when set (None: BrokerConfig's
+# default, which is documented there with its reason).
+_BROKER_SETTINGS = (
+    "request_bytes_max",
+    "queued_request_bytes_max",
+    "connections_max",
+    "connections_per_address_max",
+    "connection_idle_ms_max",
+    "retention_check_interval_ms",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +101,13 @@ class NodeConfig:
     # Kafka's replica.fetch.wait.max.ms: how long a follower's fetch long-polls its leader.
     replica_fetch_wait_max_ms: int = 500
     log: dict[str, Any] = field(default_factory=dict)
+    # Broker limits (None: BrokerConfig's default; Kafka's names in parentheses):
+    request_bytes_max: int | None = None  # (socket.request.max.bytes)
+    queued_request_bytes_max: int | None = None  # (queued.max.request.bytes)
+    connections_max: int | None = None  # (max.connections)
+    connections_per_address_max: int | None = None  # (max.connections.per.ip)
+    connection_idle_ms_max: int | None = None  # (connections.max.idle.ms)
+    retention_check_interval_ms: int | None = None  # (log.retention.check.interval.ms)
 
     def __post_init__(self) -> None:
         bad = set(self.roles) - {"controller", "broker"}
@@ -105,6 +130,11 @@ class NodeConfig:
             LogConfig.from_topic_config(self.log)
         except InvalidConfigError as e:
             raise InvalidConfigError(f"[log]: {e}") from None
+        BrokerConfig(data_dir=self.data_dir, **self.broker_settings())  # checks them now
+
+    def broker_settings(self) -> dict[str, Any]:
+        """The BrokerConfig settings this config sets (the rest keep BrokerConfig's defaults)."""
+        return {n: getattr(self, n) for n in _BROKER_SETTINGS if getattr(self, n) is not None}
 
     @classmethod
     def load(cls, path: str) -> NodeConfig:
@@ -198,6 +228,7 @@ class Node:
     async def run(self, stop: asyncio.Event) -> None:
         self._loop = asyncio.get_running_loop()
         cfg = self.config
+        remove_ready_file(cfg.data_dir)  # a stale one from a start that was killed
         self._check_ports()
         self.quorum.start()
         try:
@@ -223,19 +254,15 @@ class Node:
                     tg.create_task(coordinator.run())
                 await self._wait_ready(stop)
                 if cfg.is_broker and not stop.is_set():
-                    await self._start_broker(tg)
-                if self.broker is not None:
-                    print(
-                        f"raftlog broker {cfg.node_id} ready on {self._client_address()}",
-                        flush=True,
-                    )
-                else:
-                    print(f"raftlog controller {cfg.node_id} ready", flush=True)
+                    await self._start_broker(tg, stop)
+                if not stop.is_set():
+                    self._signal_ready()
                 await stop.wait()
                 raise _Stop
         except* _Stop:
             pass
         finally:
+            remove_ready_file(cfg.data_dir)
             if self.controller is not None:
                 await self.controller.close()
             if self.coordinator is not None:
@@ -251,6 +278,17 @@ class Node:
         assert self.broker is not None
         return f"{self.broker.config.host}:{self.broker.port}"
 
+    def _signal_ready(self) -> None:
+        cfg = self.config
+        address = self._client_address() if self.broker is not None else None
+        write_ready_file(
+            cfg.data_dir, {"node_id": cfg.node_id, "client_address": address, "pid": os.getpid()}
+        )
+        if address is not None:
+            write_line(sys.stdout, f"raftlog broker {cfg.node_id} ready on {address}")
+        else:
+            write_line(sys.stdout, f"raftlog controller {cfg.node_id} ready")
+
     async def _wait_ready(self, stop: asyncio.Event) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not self.quorum.status().ready:
@@ -264,7 +302,7 @@ class Node:
                 )
             await asyncio.sleep(0.05)
 
-    async def _start_broker(self, tg: asyncio.TaskGroup) -> None:
+    async def _start_broker(self, tg: asyncio.TaskGroup, stop: asyncio.Event) -> None:
         cfg = self.config
         host, _, port = cfg.client_listener.rpartition(":")
         self.broker = Broker(
@@ -282,6 +320,7 @@ class Node:
                     replica_lag_time_max_ms=cfg.replica_lag_time_max_ms,
                     replica_fetch_wait_max_ms=cfg.replica_fetch_wait_max_ms,
                 ),
+                **cfg.broker_settings(),
             ),
             self.metadata,
             self.coordinator,
@@ -303,6 +342,8 @@ class Node:
                 )
                 break
             except RaftlogError as e:
+                if stop.is_set():
+                    return  # stopping before the quorum came back: nothing to register for
                 log.warning(
                     "registering broker %d failed, retrying in %.1f s: %s",
                     cfg.node_id,

@@ -1,4 +1,4 @@
-"""One client connection: frames in, responses out in request order.
+"""Client connections: frames in, responses out in request order, within shared limits.
 
 Rules:
 - Requests are pipelined: the client may send many before reading a response. Each request gets
@@ -7,9 +7,36 @@ Rules:
 - Bad input never stops the broker: an unparseable frame (garbage, a header that is not
   msgpack, a frame over the size limit) gets an error response when its correlation id can be
   read and the connection is closed; a well-framed request with bad content (unknown API or
-  version, wrong field types) gets an error response and the connection stays open.
+  version, a body without its API's shape: protocol.REQUEST_BODIES) gets an
+  InvalidRequestError naming the field, and the connection stays open.
+- A handler that raises anything but a RaftlogError has a bug: the broker logs it at ERROR
+  with its traceback, answers that request with a generic internal error (code 1), and keeps
+  serving this connection and every other. Nothing the client sent is blamed for it.
 - Back-pressure: reading pauses while too many responses are queued or the socket's write
   buffer is full, so a client that never reads cannot make the broker buffer without limit.
+- Request memory (`RequestMemory`, Kafka's queued.max.request.bytes): before a connection
+  reads on into a frame whose length prefix has arrived, it reserves the whole frame from a
+  pool shared by every connection; when the pool cannot hold it, the connection stops reading
+  until other frames are handled or their connections close. A frame larger than the pool
+  could never fit and is refused like an oversized frame. Beyond the pool, memory is bounded by
+  one socket read (256 KiB) per connection that was reading when the pool filled.
+- Connection limits (`Connections`): at most `connections_max` in all and
+  `connections_per_address_max` from one address; a refused connection gets one error frame
+  (correlation id 0, PolicyViolationError naming the limit) and is closed, and refusals are
+  logged at most once per REFUSAL_LOG_INTERVAL_S with a count. A connection with no request in
+  flight and no bytes received for `connection_idle_ms_max` is closed (Kafka's
+  connections.max.idle.ms).
+- Fetch responses may carry file slices, sent with sendfile. A Response dups each segment fd
+  its slices name when it is built (in the same synchronous step as the read that took the
+  slices), so a segment deleted before the send is still read whole; a segment truncated under
+  us sends fewer bytes than the frame announced, and the connection is then aborted rather
+  than left desynced.
+- Queued responses are bounded per connection: MAX_PENDING_RESPONSES of them, their
+  MAX_PENDING_RESPONSE_FDS segment dups, MAX_PENDING_RESPONSE_BYTES of payload not yet handed
+  to the socket (fetches served with pread + write), and a full socket buffer. Dispatching
+  stops at the request that reaches a bound and reading pauses; the frames already read wait
+  in the decoder and are dispatched when the queue drains. So a client that pipelines fetches
+  and never reads exhausts neither the broker's fds nor its memory.
 - The responses completed while one read's frames are dispatched leave in one write at the
   end of that read: a client that pipelines many small requests costs one send per read, not
   one per request.
@@ -19,43 +46,108 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import io
 import logging
 import os
-from collections import deque
-from collections.abc import Awaitable
+from collections import Counter, deque
+from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from raftlog import protocol
-from raftlog.errors import InvalidRequestError, RaftlogError, UnsupportedVersionError
+from raftlog.errors import (
+    InvalidRequestError,
+    PolicyViolationError,
+    RaftlogError,
+    UnsupportedVersionError,
+)
 from raftlog.storage import FileSlice
 
 if TYPE_CHECKING:
     from raftlog.broker.handlers.produce import CommitWait, ProduceGroup
-    from raftlog.broker.server import Broker
+    from raftlog.broker.server import Broker, BrokerConfig
 
 log = logging.getLogger(__name__)
 
 # Responses queued (being computed or waiting for earlier ones) before reading pauses.
 MAX_PENDING_RESPONSES = 1000
+# Segment fds dup'd by a connection's queued fetch responses before reading pauses: each
+# response holds a dup per segment it reads from until it is sent, and a client that pipelines
+# fetches without reading must not make the broker run out of file descriptors.
+MAX_PENDING_RESPONSE_FDS = 256
+# Payload bytes of a connection's queued responses (fetches served with pread + write) before
+# dispatching pauses: one fetch at the consumer's default fetch_max_bytes (50 MiB) fits.
+MAX_PENDING_RESPONSE_BYTES = 64 * 1024 * 1024
 _PRODUCE = int(protocol.ApiKey.PRODUCE)
+_check_produce_body = protocol.REQUEST_BODIES[_PRODUCE].check
 # Produce requests appended together before their responses are written: enough to make the
 # write cost per request small, few enough that the client gets answers while we work.
 MAX_GROUPED_REQUESTS = 128
-# What a handler raises when a body has the wrong shape for its API (Overflow: int() of an
-# infinite float): the client's bug, answered with InvalidRequestError.
-_MALFORMED = (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError)
+# A flood of refused connections logs one line per interval (with a count), not one each.
+REFUSAL_LOG_INTERVAL_S = 10.0
+# The correlation id of the one frame a refused connection gets: clients start at 1.
+REFUSAL_CORRELATION_ID = 0
+
+
+class SendfileSlice:
+    """Bytes [position, position + size) of an open file of the response's own (a dup of the
+    segment's fd, taken when the Response was built), written with sendfile."""
+
+    __slots__ = ("file", "path", "position", "size")
+
+    def __init__(self, file: io.FileIO, sl: FileSlice):
+        self.file = file
+        self.path = sl.path
+        self.position = sl.position
+        self.size = sl.size
 
 
 class Response:
-    """A response body plus payload parts (bytes, or file slices written with sendfile)."""
+    """A response body plus payload parts (bytes, or file slices written with sendfile).
 
-    __slots__ = ("body", "parts")
+    FileSlice parts become SendfileSlices here: each segment fd the slices name is dup'd once
+    (slices of one segment share the dup), so the log may close or delete the segment
+    afterwards and the bytes stay readable until the response is sent or dropped (`close`).
+    Build the Response in the same synchronous step that took the slices, before anything
+    else can touch the log. `fds` counts the dups, which a connection bounds.
+    """
+
+    __slots__ = ("_files", "body", "nbytes", "parts")
 
     def __init__(
-        self, body: dict[str, Any], parts: list[bytes | memoryview | FileSlice] | None = None
+        self,
+        body: dict[str, Any],
+        parts: Sequence[bytes | memoryview | FileSlice | SendfileSlice] | None = None,
     ):
         self.body = body
-        self.parts = parts or []
+        self.parts: list[bytes | memoryview | SendfileSlice] = []
+        self.nbytes = 0  # payload held in memory
+        self._files: dict[int, io.FileIO] | None = None
+        if not parts:
+            return  # most responses: a body only
+        files: dict[int, io.FileIO] = {}
+        for p in parts:
+            if isinstance(p, FileSlice):
+                file = files.get(p.fd)
+                if file is None:
+                    file = files[p.fd] = os.fdopen(os.dup(p.fd), "rb", buffering=0)
+                self.parts.append(SendfileSlice(file, p))
+            else:
+                self.parts.append(p)
+                if not isinstance(p, SendfileSlice):
+                    self.nbytes += len(p)
+        if files:
+            self._files = files
+
+    @property
+    def fds(self) -> int:
+        return len(self._files) if self._files else 0
+
+    def close(self) -> None:
+        """Release the dup'd fds (the response was sent, or is being dropped)."""
+        if self._files:
+            for f in self._files.values():
+                f.close()
+            self._files = None
 
 
 class _Slot:
@@ -66,22 +158,169 @@ class _Slot:
         self.response: Response | None = None
 
 
+class RequestMemory:
+    """Kafka's queued.max.request.bytes: the request bytes all connections may hold at once.
+
+    Each connection counts what its decoder holds, or, once a frame's length prefix is in,
+    the whole frame: the frame's bytes are reserved before they are read, so every frame that
+    started reading can finish, and connections never deadlock each holding part of one. A
+    connection whose next frame does not fit stops reading and waits, in arrival order; each
+    release wakes the waiters that now fit.
+    """
+
+    def __init__(self, bytes_max: int):
+        self.bytes_max = bytes_max
+        self.used = 0
+        self._held: dict[Connection, int] = {}
+        self._waiting: dict[Connection, None] = {}  # insertion-ordered: first come, first fed
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    def update(self, conn: Connection, buffered: int, wanted: int) -> bool:
+        """Count `wanted` bytes for `conn` (it holds `buffered` now) if they fit; True if it
+        may read on. False: it holds `buffered`, waits, and is woken by `memory_available`."""
+        old = self._held.get(conn, 0)
+        if wanted > old and self.used - old + wanted > self.bytes_max:
+            self._set(conn, old, buffered)
+            self._waiting[conn] = None
+            return False
+        self._set(conn, old, wanted)
+        if wanted == buffered and self.used >= self.bytes_max:
+            # Nothing reserved ahead: its next read would come on top of a full pool.
+            self._waiting[conn] = None
+            return False
+        self._waiting.pop(conn, None)
+        return True
+
+    def release(self, conn: Connection) -> None:
+        self._waiting.pop(conn, None)
+        self._set(conn, self._held.get(conn, 0), 0)
+
+    def _set(self, conn: Connection, old: int, new: int) -> None:
+        if new:
+            self._held[conn] = new
+        else:
+            self._held.pop(conn, None)
+        self.used += new - old
+        if new < old and self._waiting:
+            for waiter in list(self._waiting):
+                if self.used >= self.bytes_max:
+                    break
+                if waiter in self._waiting:
+                    waiter.memory_available()
+
+
+class _RefusalLog:
+    """One WARNING for the first refused connection, then at most one line per interval with
+    the count of the others: a flood must not turn into a flood of log lines."""
+
+    def __init__(self, interval_s: float):
+        self.interval_s = interval_s
+        self.refused = 0  # since the broker started
+        self._suppressed = 0
+        self._last = ""
+        self._timer: asyncio.TimerHandle | None = None
+
+    def note(self, peer: str, reason: str) -> None:
+        self.refused += 1
+        if self._timer is None:
+            log.warning("refusing connection from %s: %s", peer, reason)
+            self._timer = asyncio.get_running_loop().call_later(self.interval_s, self._flush)
+        else:
+            self._suppressed += 1
+            self._last = f"{peer}: {reason}"
+
+    def _flush(self) -> None:
+        if not self._suppressed:
+            self._timer = None
+            return
+        log.warning(
+            "refused %d more connections in the last %.0f s (the last from %s)",
+            self._suppressed,
+            self.interval_s,
+            self._last,
+        )
+        self._suppressed = 0
+        self._timer = asyncio.get_running_loop().call_later(self.interval_s, self._flush)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
+class Connections:
+    """Every open client connection of a broker and the limits they share: how many in all,
+    how many per address, the request memory pool, the idle timeout."""
+
+    def __init__(self, config: BrokerConfig):
+        self.config = config
+        self.open: set[Connection] = set()
+        self._per_address: Counter[str] = Counter()
+        self.memory = RequestMemory(config.queued_request_bytes_max)
+        self.refusals = _RefusalLog(REFUSAL_LOG_INTERVAL_S)
+        self.idle_s = config.connection_idle_ms_max / 1000
+        # What one frame may be: both bounds apply, and the message names the one that bit.
+        self.frame_bytes_max = min(config.request_bytes_max, config.queued_request_bytes_max)
+
+    def admit(self, conn: Connection, address: str) -> str | None:
+        """Register `conn`, or return why it is refused."""
+        cfg = self.config
+        if len(self.open) >= cfg.connections_max:
+            return f"connections_max={cfg.connections_max} reached"
+        if self._per_address[address] >= cfg.connections_per_address_max:
+            return (
+                f"connections_per_address_max={cfg.connections_per_address_max} reached "
+                f"for {address}"
+            )
+        self.open.add(conn)
+        self._per_address[address] += 1
+        return None
+
+    def remove(self, conn: Connection, address: str) -> None:
+        if conn in self.open:
+            self.open.discard(conn)
+            self._per_address[address] -= 1
+            if not self._per_address[address]:
+                del self._per_address[address]
+        self.memory.release(conn)
+
+    def close(self) -> None:
+        self.refusals.close()
+
+
 class Connection(asyncio.Protocol):
     def __init__(self, broker: Broker):
         self.broker = broker
+        self.connections: Connections = broker.connections
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
-        self._decoder = protocol.FrameDecoder(broker.config.max_request_bytes)
+        self._address = "?"
+        self._decoder = protocol.FrameDecoder(self.connections.frame_bytes_max)
         self._slots: deque[_Slot] = deque()
         self._tasks: set[asyncio.Task[None]] = set()
         self._paused_reading = False
         self._write_paused = False
+        self._waiting_memory = False
         self._closing = False
         self._sending = False  # a sendfile writer is running
+        # Segment fds held by queued responses (Response.fds), bounded by reading less.
+        self._response_fds = 0
+        # Payload bytes of queued responses (Response.nbytes), and of those gathered in _out.
+        self._response_bytes = 0
+        self._gathered_bytes = 0
+        # _process is running; or is scheduled to dispatch frames left buffered.
+        self._processing = False
+        self._resume_handle: asyncio.Handle | None = None
         # While data_received dispatches a read's frames, responses gather here.
         self._out: list[Any] | None = None
         # Slots of the current produce group's requests, and their response topic lists.
         self._grouped: list[tuple[_Slot, list[Any], CommitWait | None]] = []
+        # Idle detection: when bytes last arrived (loop time), and the timer that checks.
+        self._received_at = 0.0
+        self._idle_timer: asyncio.TimerHandle | None = None
 
     @property
     def busy(self) -> bool:
@@ -91,25 +330,50 @@ class Connection(asyncio.Protocol):
     # -- asyncio callbacks ---------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        if not isinstance(transport, asyncio.Transport):
+            raise TypeError(f"a broker connection needs a stream transport, got {transport!r}")
         self.transport = transport
         peer = transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
-        if not self.broker.register_connection(self):
-            log.warning(
-                "refusing %s: max_connections=%d reached",
-                self.peer,
-                self.broker.config.max_connections,
+        if peer:
+            self._address = str(peer[0])
+            self.peer = f"{peer[0]}:{peer[1]}"
+        refused = self.connections.admit(self, self._address)
+        if refused is not None:
+            self._closing = True
+            self.connections.refusals.note(self.peer, refused)
+            # One frame saying why, so the client reports the limit rather than a reset.
+            transport.write(
+                protocol.encode_response_header(
+                    REFUSAL_CORRELATION_ID,
+                    {
+                        "error": PolicyViolationError.code,
+                        "message": f"connection refused: {refused}",
+                    },
+                    0,
+                )
             )
-            transport.abort()
+            transport.close()
             return
+        loop = asyncio.get_running_loop()
+        self._received_at = loop.time()
+        self._idle_timer = loop.call_at(
+            self._received_at + self.connections.idle_s, self._check_idle
+        )
         log.debug("connection from %s", self.peer)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
+        for handle in (self._idle_timer, self._resume_handle):
+            if handle is not None:
+                handle.cancel()
+        self._idle_timer = self._resume_handle = None
         for task in self._tasks:
             task.cancel()
-        self.broker.unregister_connection(self)
+        for slot in self._slots:
+            if slot.response is not None:
+                slot.response.close()
+        self._slots.clear()
+        self.connections.remove(self, self._address)
 
     def pause_writing(self) -> None:
         self._write_paused = True
@@ -123,20 +387,38 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
+        self._received_at = asyncio.get_running_loop().time()
         self._decoder.feed(data)
+        self._process()
+
+    def _process(self) -> None:
+        """Dispatch the whole frames buffered, until the queued responses reach a bound (the
+        rest wait in the decoder; `_update_reading` resumes them once the queue drains)."""
+        self._resume_handle = None
+        if self._processing or self._closing:
+            return
+        self._processing = True
         self._out = []
         # The Produce requests of this read are appended together (handlers/produce.py): a
         # pipelining producer costs one write per partition per read, not one per request.
         group: ProduceGroup | None = None
         try:
-            while not self._closing:
+            slots = self._slots
+            # _backlogged, inlined: this runs once per request on the produce hot path.
+            while (
+                len(slots) < MAX_PENDING_RESPONSES
+                and self._response_fds < MAX_PENDING_RESPONSE_FDS
+                and self._response_bytes < MAX_PENDING_RESPONSE_BYTES
+                and not self._write_paused
+                and not self._closing
+            ):
                 try:
                     frame = self._decoder.next_frame()
                 except protocol.RemoteProtocolError as e:
                     if group is not None:
                         self._finish_group(group)
                         group = None
-                    self._protocol_error(None, e)
+                    self._protocol_error(None, self._frame_error(e))
                     return
                 if frame is None:
                     break
@@ -167,7 +449,65 @@ class Connection(asyncio.Protocol):
             if group is not None:
                 self._finish_group(group)
             self._write_gathered()
+            self._processing = False
+        self._account_memory()
         self._update_reading()
+
+    def _frame_error(self, e: protocol.RemoteProtocolError) -> protocol.RemoteProtocolError:
+        """Name the bound a too-large frame broke: the request memory pool or the frame limit."""
+        cfg = self.broker.config
+        if isinstance(e, protocol.FrameTooLargeError) and (
+            cfg.queued_request_bytes_max < cfg.request_bytes_max
+        ):
+            return protocol.FrameTooLargeError(
+                f"{e}: queued_request_bytes_max={cfg.queued_request_bytes_max} (all "
+                "connections' request bytes) could never hold it"
+            )
+        return e
+
+    def _account_memory(self) -> None:
+        if self._closing:
+            return
+        dec = self._decoder
+        self._waiting_memory = not self.connections.memory.update(
+            self, dec.buffered_bytes, dec.pending_frame_bytes
+        )
+        if self._waiting_memory:
+            log.debug(
+                "%s: request memory full (%d of queued_request_bytes_max=%d used); reading "
+                "paused for a frame of %d bytes",
+                self.peer,
+                self.connections.memory.used,
+                self.connections.memory.bytes_max,
+                dec.pending_frame_bytes,
+            )
+
+    def memory_available(self) -> None:
+        """Called by RequestMemory when memory was released: try again, read on if granted."""
+        self._account_memory()
+        self._update_reading()
+
+    def _check_idle(self) -> None:
+        self._idle_timer = None
+        transport = self.transport
+        if self._closing or transport is None:
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        idle_s = self.connections.idle_s
+        if self.busy or self._waiting_memory:
+            # A request in flight, or we are the ones not reading: not idle. Count from now.
+            self._received_at = now
+        elif now - self._received_at >= idle_s:
+            log.debug(
+                "closing connection from %s: idle for connection_idle_ms_max=%d",
+                self.peer,
+                self.broker.config.connection_idle_ms_max,
+            )
+            self._closing = True
+            transport.close()
+            return
+        self._idle_timer = loop.call_at(self._received_at + idle_s, self._check_idle)
 
     def _add_produce(
         self, group: ProduceGroup, correlation_id: int, body: dict[str, Any], payload: memoryview
@@ -176,6 +516,7 @@ class Connection(asyncio.Protocol):
         path (it names a topic to auto-create, which waits for the quorum)."""
         broker = self.broker
         try:
+            _check_produce_body(body)
             acks = group.acks_of(body)
             topics = body["topics"]
             if broker.config.auto_create_topics and broker.topics_to_auto_create(
@@ -210,8 +551,28 @@ class Connection(asyncio.Protocol):
 
     def _write_gathered(self) -> None:
         out, self._out = self._out, None
+        self._response_bytes -= self._gathered_bytes
+        self._gathered_bytes = 0
         if out and self.transport is not None:
             self.transport.writelines(out)
+
+    @property
+    def _backlogged(self) -> bool:
+        """Too much queued for this client: dispatch no more of its requests for now."""
+        return (
+            len(self._slots) >= MAX_PENDING_RESPONSES
+            or self._response_fds >= MAX_PENDING_RESPONSE_FDS
+            or self._response_bytes >= MAX_PENDING_RESPONSE_BYTES
+            or self._write_paused
+        )
+
+    def _hold(self, resp: Response) -> None:
+        self._response_fds += resp.fds
+        self._response_bytes += resp.nbytes
+
+    def _release(self, resp: Response) -> None:
+        self._response_fds -= resp.fds
+        self._response_bytes -= resp.nbytes
 
     # -- dispatch ------------------------------------------------------------------------------
 
@@ -244,6 +605,7 @@ class Connection(asyncio.Protocol):
             )
             return
         try:
+            protocol.check_request_body(api_key, body)
             result = handler(body, payload, self)
         except Exception as e:
             self._request_failed(correlation_id, api_key, e)
@@ -254,6 +616,7 @@ class Connection(asyncio.Protocol):
         self._slots.append(slot)
         if isinstance(result, Response):
             slot.response = result
+            self._hold(result)
             self._flush()
         else:
             task = asyncio.ensure_future(self._complete(slot, result, api_key))
@@ -263,36 +626,49 @@ class Connection(asyncio.Protocol):
     async def _complete(self, slot: _Slot, pending: Awaitable[Response], api_key: int) -> None:
         try:
             slot.response = await pending
+            self._hold(slot.response)
         except RaftlogError as e:
             slot.response = error_response(e)
-        except _MALFORMED as e:
-            slot.response = error_response(
-                InvalidRequestError(
-                    f"malformed {protocol.ApiKey(api_key).name} request: {type(e).__name__}: {e}"
-                )
-            )
+        except Exception as e:
+            slot.response = self._internal_error(slot.correlation_id, _request_of(api_key), e)
         self._flush()
 
     def _request_failed(self, correlation_id: int, api_key: int, e: Exception) -> None:
-        """Answer a request whose handler raised; re-raise what is not the client's doing."""
+        """Answer a request whose handler (or body check) raised."""
         if isinstance(e, RaftlogError):
             self._respond_error(correlation_id, e)
+        elif isinstance(e, protocol.InvalidBodyError):
+            self._respond_error(correlation_id, InvalidRequestError(e.describe(api_key)))
         elif isinstance(e, protocol.RemoteProtocolError):
             # The body does not match the frame (e.g. payload sizes that do not add up).
             if e.fatal:
                 self._protocol_error(correlation_id, e)
             else:
                 self._respond_error(correlation_id, InvalidRequestError(str(e)))
-        elif isinstance(e, _MALFORMED):
-            # The body had the wrong shape for this API: the client's bug, not ours.
-            self._respond_error(
-                correlation_id,
-                InvalidRequestError(
-                    f"malformed {protocol.ApiKey(api_key).name} request: {type(e).__name__}: {e}"
-                ),
-            )
         else:
-            raise e
+            slot = _Slot(correlation_id)
+            slot.response = self._internal_error(correlation_id, _request_of(api_key), e)
+            self._slots.append(slot)
+            self._flush()
+
+    def _internal_error(self, correlation_id: int, what: str, e: Exception) -> Response:
+        """Our bug, not the client's: log it with its traceback, answer a generic error
+        (code 1, as Kafka's UNKNOWN_SERVER_ERROR) that blames nothing the client sent."""
+        log.error(
+            "internal error %s (correlation id %d) from %s: %s: %s",
+            what,
+            correlation_id,
+            self.peer,
+            type(e).__name__,
+            e,
+            exc_info=e,
+        )
+        return error_response(
+            RaftlogError(
+                f"internal error in broker {self.broker.config.node_id} {what} "
+                "(the broker's log has the details)"
+            )
+        )
 
     def _respond_error(self, correlation_id: int, error: RaftlogError) -> None:
         slot = _Slot(correlation_id)
@@ -320,72 +696,122 @@ class Connection(asyncio.Protocol):
             slot = self._slots.popleft()
             resp = slot.response
             assert resp is not None
-            header, resp = _encode_header(slot.correlation_id, resp)
+            header, resp = self._encode_header(slot.correlation_id, resp)
             parts = resp.parts
-            if parts and any(isinstance(p, FileSlice) for p in parts):
+            if parts and any(isinstance(p, SendfileSlice) for p in parts):
                 self._sending = True
                 task = asyncio.ensure_future(self._sendfile(header, resp))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
                 return
+            # No file slices here (they take the branch above): plain buffers only.
             out = self._out
             if out is not None:
                 out.append(header)
                 if parts:
                     out += parts
+                    self._gathered_bytes += resp.nbytes  # released by _write_gathered
             else:
-                transport.writelines([header, *parts])
+                transport.writelines([header, *parts])  # type: ignore[list-item]
+                self._release(resp)
         self._update_reading()
+
+    def _encode_header(self, correlation_id: int, resp: Response) -> tuple[bytes, Response]:
+        """The response's frame prefix and header. A body msgpack refuses is a handler's bug
+        (request bodies are checked before handlers run): logged, answered as an internal
+        error."""
+        parts = resp.parts
+        size = (
+            sum(p.size if isinstance(p, SendfileSlice) else len(p) for p in parts) if parts else 0
+        )
+        try:
+            return protocol.encode_response_header(correlation_id, resp.body, size), resp
+        except (TypeError, ValueError, OverflowError) as e:
+            self._release(resp)
+            resp.close()
+            err = self._internal_error(correlation_id, "encoding a response", e)
+            return protocol.encode_response_header(correlation_id, err.body, 0), err
 
     async def _sendfile(self, header: bytes, resp: Response) -> None:
         transport = self.transport
         assert transport is not None
         loop = asyncio.get_running_loop()
+        part: bytes | memoryview | SendfileSlice | None = None
         try:
             transport.write(header)
             for part in resp.parts:
-                if isinstance(part, FileSlice):
-                    if part.size:
-                        # A dup'ed fd: the segment may be deleted while we send; the open file
-                        # stays readable until closed.
-                        with os.fdopen(os.dup(part.fd), "rb", buffering=0) as f:
-                            await loop.sendfile(transport, f, part.position, part.size)
-                else:
+                if not isinstance(part, SendfileSlice):
                     transport.write(part)
-        except (ConnectionError, RuntimeError) as e:
+                    continue
+                if transport.is_closing():
+                    return  # the client went away meanwhile
+                sent = await loop.sendfile(transport, part.file, part.position, part.size)
+                if sent != part.size:
+                    # The frame announced part.size bytes: anything else desyncs the stream.
+                    log.warning(
+                        "aborting connection from %s: %s shrank under a fetch (sent %d of %d "
+                        "bytes from byte %d)",
+                        self.peer,
+                        part.path,
+                        sent,
+                        part.size,
+                        part.position,
+                    )
+                    self._abort()
+                    return
+        except ConnectionError as e:
             log.debug("sendfile to %s failed: %s", self.peer, e)
-            transport.abort()
+            self._abort()
+            return
+        except OSError as e:  # reading the segment failed (EIO...): the frame cannot complete
+            where = part.path if isinstance(part, SendfileSlice) else "a fetch response"
+            log.warning("aborting connection from %s: sending %s failed: %s", self.peer, where, e)
+            self._abort()
+            return
+        except Exception:
+            # Our bug, with the frame half sent: the connection cannot go on.
+            log.exception("internal error sending a fetch response to %s", self.peer)
+            self._abort()
             return
         finally:
+            self._release(resp)
+            resp.close()
             self._sending = False
+            # loop.sendfile paused and resumed reading on its own: take the state it left.
+            self._paused_reading = not transport.is_reading()
         self._flush()
+
+    def _abort(self) -> None:
+        self._closing = True
+        if self.transport is not None:
+            self.transport.abort()
 
     def _update_reading(self) -> None:
         transport = self.transport
-        if transport is None or self._closing:
+        if transport is None or self._closing or self._sending:
             return
-        should_pause = self._write_paused or len(self._slots) >= MAX_PENDING_RESPONSES
+        backlogged = self._backlogged
+        should_pause = self._waiting_memory or backlogged
         if should_pause and not self._paused_reading:
             transport.pause_reading()
             self._paused_reading = True
         elif not should_pause and self._paused_reading:
             transport.resume_reading()
             self._paused_reading = False
+        if (
+            not backlogged
+            and not self._processing
+            and self._resume_handle is None
+            and self._decoder.has_frame
+        ):
+            # Frames left buffered when the queue was full: dispatch them on the next turn
+            # of the loop (not from inside whichever callback drained the queue).
+            self._resume_handle = asyncio.get_running_loop().call_soon(self._process)
+
+
+def _request_of(api_key: int) -> str:
+    return f"handling the {protocol.ApiKey(api_key).name} request"
 
 
 def error_response(error: RaftlogError) -> Response:
     return Response({"error": error.code, "message": str(error)})
-
-
-def _encode_header(correlation_id: int, resp: Response) -> tuple[bytes, Response]:
-    """The response's frame prefix and header; an error response instead if the body cannot
-    be encoded (it echoes a value msgpack refuses, e.g. an int past 64 bits that a handler
-    made from a float the client sent). Bad input must cost the client an error, not the
-    connection."""
-    parts = resp.parts
-    size = sum(p.size if isinstance(p, FileSlice) else len(p) for p in parts) if parts else 0
-    try:
-        return protocol.encode_response_header(correlation_id, resp.body, size), resp
-    except (TypeError, ValueError, OverflowError) as e:
-        resp = error_response(InvalidRequestError(f"the response cannot be encoded: {e}"))
-        return protocol.encode_response_header(correlation_id, resp.body, 0), resp

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raftlog import protocol
-from raftlog.broker.connection import Connection
+from raftlog.broker.connection import Connection, Connections
 from raftlog.broker.handlers import admin, fetch, groups, produce
 from raftlog.broker.logs import LogManager
 from raftlog.errors import (
@@ -80,9 +80,26 @@ class BrokerConfig:
     # 0 picks a free port (tests); the bound port is then Broker.port.
     port: int = 9092
     # Kafka's socket.request.max.bytes: a bigger frame closes the connection.
-    max_request_bytes: int = protocol.DEFAULT_MAX_FRAME_BYTES
-    # Bounds memory and fds; connections past it are closed at once.
-    max_connections: int = 1000
+    request_bytes_max: int = protocol.DEFAULT_MAX_FRAME_BYTES
+    # Kafka's queued.max.request.bytes (unbounded there by default): the request bytes all
+    # connections together may hold while reading. Reading a frame reserves its whole length
+    # from this pool first; a connection whose frame does not fit stops reading until memory
+    # is released. 256 MiB holds two requests of the maximum size at once, and bounds what a
+    # crowd of clients sending huge frames can make the broker allocate (each connection
+    # could otherwise hold a 100 MiB partial frame: 1,000 of them 100 GB).
+    queued_request_bytes_max: int = 256 * 1024 * 1024
+    # Kafka's max.connections: bounds memory and fds; connections past it are refused.
+    connections_max: int = 1000
+    # Kafka's max.connections.per.ip (unbounded there): one address, leaking or hostile, can
+    # hold at most a quarter of connections_max, so the other 750 slots stay open to every
+    # other address; a busy application host (a Spark executor with dozens of tasks, each with
+    # a connection per broker) stays well under it. Clients on one host share one address, so
+    # this does not separate them from each other: the idle timeout below is what reclaims
+    # sockets a careless local client leaks.
+    connections_per_address_max: int = 250
+    # Kafka's connections.max.idle.ms (its default too): a connection with no request in flight
+    # and no bytes received for this long is closed, so leaked sockets cannot hold slots.
+    connection_idle_ms_max: int = 10 * 60 * 1000
     # Off by default (Kafka's modern advice): a typo must not silently create a topic.
     auto_create_topics: bool = False
     default_partitions: int = 1
@@ -101,10 +118,16 @@ class BrokerConfig:
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise InvalidConfigError(f"port={self.port}: must be 0..65535")
-        if self.max_request_bytes < 1024:
-            raise InvalidConfigError(f"max_request_bytes={self.max_request_bytes}: must be >= 1024")
-        if self.max_connections < 1:
-            raise InvalidConfigError(f"max_connections={self.max_connections}: must be >= 1")
+        for name, lowest in (
+            ("request_bytes_max", 1024),
+            ("queued_request_bytes_max", 1024),
+            ("connections_max", 1),
+            ("connections_per_address_max", 1),
+            ("connection_idle_ms_max", 1),
+        ):
+            value = getattr(self, name)
+            if type(value) is not int or value < lowest:
+                raise InvalidConfigError(f"{name}={value!r}: must be an integer >= {lowest}")
         if self.default_partitions < 1:
             raise InvalidConfigError(f"default_partitions={self.default_partitions}: must be >= 1")
 
@@ -162,7 +185,7 @@ class Broker:
             (protocol.ApiKey.RESET_OFFSETS, groups.handle_reset_offsets),
         ):
             self.handlers[int(key)] = functools.partial(fn, self)
-        self._connections: set[Connection] = set()
+        self.connections = Connections(config)
         self._server: asyncio.Server | None = None
         self._housekeeping: asyncio.Task[None] | None = None
         self._offline_reporter: asyncio.Task[None] | None = None
@@ -206,11 +229,12 @@ class Broker:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + self.config.shutdown_timeout_ms / 1000
             # Let queued responses drain (long-polls answer at their deadline or on data).
-            while any(c.busy for c in self._connections) and loop.time() < deadline:
+            while any(c.busy for c in self.connections.open) and loop.time() < deadline:
                 await asyncio.sleep(0.01)
-            for conn in list(self._connections):
+            for conn in list(self.connections.open):
                 if conn.transport is not None:
                     conn.transport.close()
+            self.connections.close()
             if self._server is not None:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._server.wait_closed(), 1.0)
@@ -267,15 +291,6 @@ class Broker:
                 self.config.node_id,
                 ", ".join(f"{t}-{p}" for t, p, _ in current) or "none",
             )
-
-    def register_connection(self, conn: Connection) -> bool:
-        if len(self._connections) >= self.config.max_connections:
-            return False
-        self._connections.add(conn)
-        return True
-
-    def unregister_connection(self, conn: Connection) -> None:
-        self._connections.discard(conn)
 
     # -- metadata ------------------------------------------------------------------------------
 

@@ -13,22 +13,24 @@ import collections
 import contextlib
 import json
 import os
-import queue
 import random
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from typing import IO, Any
+from typing import Any
 
 from raftlog.client import Admin, Consumer, Producer
+from raftlog.errors import RaftlogError
+from raftlog.readiness import READY_FILE, read_ready_file
 from raftlog.topics import TopicPartition
 
 PAGES = ["/", "/pricing", "/docs", "/blog", "/signup", "/login", "/docs/install", "/careers"]
-READY_TIMEOUT_S = 30
+# A node is ready 1-3 s after it starts here; a loaded 2-core CI machine has taken 10 s.
+READY_TIMEOUT_S = 60
+READY_POLL_S = 0.05
 
 
 def register(sub: Any) -> None:
@@ -52,12 +54,23 @@ def _progress(label: str, done: int, total: int, started: float) -> None:
     sys.stderr.flush()
 
 
+def node_data_dirs(data_dir: str, nodes: int) -> list[str]:
+    """Where `raftlog dev --nodes N --data-dir DIR` keeps each node's data."""
+    if nodes == 1:
+        return [data_dir]
+    return [os.path.join(data_dir, f"node-{i}") for i in range(1, nodes + 1)]
+
+
 def start_node(
     data_dir: str, extra: list[str] | None = None, nodes: int = 1
-) -> tuple[subprocess.Popen[str], str]:
+) -> tuple[subprocess.Popen[bytes], str]:
     """Start `raftlog dev` on free ports; returns (process, "host:port,...") once every node
     is ready. The cluster runs in its own process group, so stop_node (or a failure here)
-    takes every node down with it."""
+    takes every node down with it.
+
+    Readiness comes from each node's ready file (raftlog/node.py), never from parsing the
+    nodes' output: they share one stdout, where lines from different processes can merge.
+    """
     cmd = [
         sys.executable,
         "-m",
@@ -73,48 +86,49 @@ def start_node(
         "WARNING",
         *(extra or []),
     ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True)
-    assert proc.stdout is not None
-    lines: queue.Queue[str | None] = queue.Queue()
-
-    def pump(stream: IO[str]) -> None:
-        for line in stream:
-            lines.put(line)
-        lines.put(None)
-
-    threading.Thread(target=pump, args=(proc.stdout,), daemon=True).start()
+    dirs = node_data_dirs(data_dir, nodes)
+    for d in dirs:
+        # A file left by a node killed with -9 must not pass for this start's.
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(d, READY_FILE))
+    proc = subprocess.Popen(
+        cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True
+    )
     deadline = time.monotonic() + READY_TIMEOUT_S
-    ready: list[str] = []
     try:
-        while len(ready) < nodes:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise RuntimeError(
-                    f"{len(ready)} of {nodes} nodes were ready after {READY_TIMEOUT_S} s"
+        while True:
+            infos = [read_ready_file(d) for d in dirs]
+            if all(infos):
+                return proc, ",".join(str(i["client_address"]) for i in infos if i)
+            code = proc.poll()
+            if code is not None:
+                raise ClusterExitedError(
+                    f"the cluster exited with status {code} before it was ready"
                 )
-            try:
-                line = lines.get(timeout=remaining)
-            except queue.Empty:
-                continue
-            if line is None:
-                raise RuntimeError(
-                    f"the cluster exited with status {proc.wait()} before it was ready"
+            if time.monotonic() > deadline:
+                waiting = [d for d, i in zip(dirs, infos, strict=True) if i is None]
+                raise RaftlogError(
+                    f"{nodes - len(waiting)} of {nodes} nodes were ready after "
+                    f"{READY_TIMEOUT_S} s (no {READY_FILE} in {', '.join(waiting)})"
                 )
-            if "ready on" in line:
-                ready.append(line.rsplit(" ", 1)[1].strip())
+            time.sleep(READY_POLL_S)
     except BaseException:
         _kill_group(proc)
         raise
-    return proc, ",".join(ready)
 
 
-def _kill_group(proc: subprocess.Popen[str]) -> None:
+class ClusterExitedError(Exception):
+    """`raftlog dev` stopped before its nodes were ready (a node could not start: its stderr
+    says why). Not a RaftlogError: `_demo` decides whether to retry or report it as one."""
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
 
 
-def stop_node(proc: subprocess.Popen[str]) -> int:
+def stop_node(proc: subprocess.Popen[bytes]) -> int:
     """SIGTERM the cluster (a clean stop); SIGKILL its whole group if it hangs."""
     proc.send_signal(signal.SIGTERM)
     try:
@@ -132,7 +146,27 @@ def _demo(args: argparse.Namespace) -> int:
     data_dir = args.data_dir or tempfile.mkdtemp(prefix="raftlog-demo-")
     print(f"1. starting a local raftlog cluster of {args.nodes} node(s) (data in {data_dir})")
     t0 = time.monotonic()
-    proc, bootstrap = start_node(data_dir, nodes=args.nodes)
+    try:
+        try:
+            proc, bootstrap = start_node(data_dir, nodes=args.nodes)
+        except ClusterExitedError as e:
+            if args.data_dir is not None:
+                # Its configs fix the ports: the user must free them.
+                raise RaftlogError(str(e)) from None
+            # The ports a fresh cluster picks (outside the kernel's ephemeral range) can
+            # still be taken by another program before the nodes bind them: a new directory
+            # picks new ones.
+            print(f"   {e}; retrying once on new ports")
+            shutil.rmtree(data_dir, ignore_errors=True)
+            data_dir = tempfile.mkdtemp(prefix="raftlog-demo-")
+            try:
+                proc, bootstrap = start_node(data_dir, nodes=args.nodes)
+            except ClusterExitedError as again:
+                raise RaftlogError(str(again)) from None
+    except BaseException:
+        if args.data_dir is None:
+            shutil.rmtree(data_dir, ignore_errors=True)
+        raise
     print(f"   brokers ready on {bootstrap} in {time.monotonic() - t0:.1f} s")
     try:
         return _pipeline(bootstrap, args.events, args.partitions)

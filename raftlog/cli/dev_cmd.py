@@ -5,7 +5,16 @@ directly in --data-dir. `raftlog dev --nodes 3` writes `DIR/node-<id>/node.toml`
 combined nodes on 127.0.0.1 (client ports PORT, PORT+1, ...; Raft ports PORT+100, ...), starts
 each as its own process (`raftlog node --config ...`), and stops them all on Ctrl-C or SIGTERM.
 A restart with the same DIR reuses the written configs, so the cluster and its data come back.
-Each node writes its pid to its data directory's `node.pid`.
+Each node writes its pid to its data directory's `node.pid`, and `node.ready` once it serves
+(raftlog/readiness.py); when every node is ready, `raftlog dev` prints one line with the
+bootstrap servers. A node that fails by itself (exit status > 0: a port in use, a failed Raft
+thread) stops the whole cluster with status 1; one killed by a signal leaves the others
+running. Every line a process writes to the shared stdout/stderr is one write, so lines from
+the nodes never merge.
+
+Ports for `--port 0` come from below the kernel's ephemeral port range (`free_ports`), checked
+free for TCP and UDP: a port chosen by binding 0 comes from that range, where any process's
+next outgoing connection can take it before the node binds it.
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ import argparse
 import asyncio
 import logging
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -23,8 +33,14 @@ from typing import Any
 
 from raftlog.errors import InvalidConfigError, RaftlogError
 from raftlog.node import NodeConfig, run_node
+from raftlog.readiness import read_ready_file, write_line
 
 RAFT_PORT_OFFSET = 100
+# Ports `free_ports` picks from: below the ephemeral range, above the ports services usually
+# claim. If the kernel's ephemeral range leaves no room there, free_ports binds port 0.
+PICKED_PORT_MIN = 20000
+# How many random candidates free_ports tries per port before giving up on the range.
+PORT_PICK_ATTEMPTS = 200
 
 
 def register(sub: Any) -> None:
@@ -64,8 +80,52 @@ def register(sub: Any) -> None:
     n.set_defaults(func=_node)
 
 
+def _ephemeral_port_min() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default range starts here
+
+
+def _port_free(host: str, port: int) -> bool:
+    """Free for TCP and UDP (a controller's Raft port number also takes heartbeats by UDP)."""
+    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
+        with socket.socket(socket.AF_INET, kind) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                return False
+    return True
+
+
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
-    """n ports free right now (bound then released: another process may still take one)."""
+    """n distinct ports free right now, picked at random below the kernel's ephemeral range.
+
+    Not from binding port 0: that port comes from the ephemeral range, from which the kernel
+    also takes the local port of every outgoing connection, so between this check and the
+    node's own bind any process's connect() may take it (measured here: a cause of failed
+    starts). A port below the range is only taken by an explicit bind.
+    """
+    top = _ephemeral_port_min()
+    if top - PICKED_PORT_MIN < 10 * n:
+        return _bound_ports(n, host)
+    rng = random.Random()
+    ports: list[int] = []
+    for _ in range(PORT_PICK_ATTEMPTS * n):
+        port = rng.randrange(PICKED_PORT_MIN, top)
+        if port not in ports and _port_free(host, port):
+            ports.append(port)
+            if len(ports) == n:
+                return ports
+    raise RaftlogError(
+        f"no {n} free ports found in {PICKED_PORT_MIN}..{top - 1} on {host} after "
+        f"{PORT_PICK_ATTEMPTS * n} tries"
+    )
+
+
+def _bound_ports(n: int, host: str) -> list[int]:
+    """n ports the kernel hands out for port 0 (may be taken again before they are used)."""
     socks = []
     for _ in range(n):
         s = socket.socket()
@@ -104,7 +164,7 @@ def _run_in_process(config: NodeConfig) -> int:
     except* (OSError, RaftlogError) as group:
         failure = group.exceptions[0]
     if failure is not None:
-        print(f"raftlog: node {config.node_id} cannot start: {failure}", file=sys.stderr)
+        write_line(sys.stderr, f"raftlog: node {config.node_id} cannot start: {failure}")
         return 1
     return 0
 
@@ -141,6 +201,21 @@ def _dev(args: argparse.Namespace) -> int:
         )
         return _run_in_process(config)
     return _run_cluster(args)
+
+
+def _announce_when_ready(procs: list[subprocess.Popen[bytes]], data_dirs: list[str]) -> bool:
+    """Print the bootstrap servers once every node has written its ready file; True if so."""
+    addresses = []
+    for proc, data_dir in zip(procs, data_dirs, strict=True):
+        info = read_ready_file(data_dir)
+        if info is None or info.get("pid") != proc.pid:
+            return False  # not ready yet, or a file from an earlier start
+        addresses.append(str(info["client_address"]))
+    write_line(
+        sys.stdout,
+        f"raftlog dev: {len(procs)} nodes ready; bootstrap servers {','.join(addresses)}",
+    )
+    return True
 
 
 def _run_cluster(args: argparse.Namespace) -> int:
@@ -197,6 +272,8 @@ def _run_cluster(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, stop)
     status = 0
     reported: set[int] = set()
+    announced = False
+    data_dirs = [os.path.dirname(p) for p in paths]
     try:
         while any(p.poll() is None for p in procs):
             for i, p in enumerate(procs):
@@ -207,19 +284,21 @@ def _run_cluster(args: argparse.Namespace) -> int:
                     if code > 0:
                         # The node failed by itself (it printed why: a taken port, a failed
                         # Raft thread): a dev cluster missing a node is not what was asked for.
-                        print(
+                        write_line(
+                            sys.stderr,
                             f"raftlog dev: node {i + 1} failed (exit status {code}); stopping "
                             "the others",
-                            file=sys.stderr,
                         )
                         stop(signal.SIGTERM, None)
                     else:
                         # Killed by a signal (a kill -9 to watch failover): the others go on.
-                        print(
+                        write_line(
+                            sys.stderr,
                             f"raftlog dev: node {i + 1} exited with status {code}; the others "
                             "keep running",
-                            file=sys.stderr,
                         )
+            if not announced and not stopping:
+                announced = _announce_when_ready(procs, data_dirs)
             time.sleep(0.2)
     finally:
         stop(signal.SIGTERM, None)

@@ -4,6 +4,17 @@ Rules: every request has a deadline (`request_timeout_ms`); a broken connection 
 pending request with BrokerNotAvailableError (retriable) and is never reused; a response-level
 error body ({"error": code, "message": ...}) becomes the matching RaftlogError.
 
+A peer that is not a raftlog broker is recognised at its first bytes, not after a timeout: a
+first frame whose length prefix or header length cannot be ours (over MAX_RESPONSE_BYTES,
+or a header that does not fit) or that does not decode fails every request at once with
+NotABrokerError, "not a raftlog broker at HOST:PORT", quoting what it sent. Line-based servers
+(HTTP, Redis, SMTP) answer only once a request line ends, so the first request on a connection
+carries a newline byte (its correlation id is FIRST_CORRELATION_ID, 10, "\n"), as HTTP/2's
+connection preface makes HTTP/1 servers answer at once. A peer that closes before answering
+anything fails the requests at once too (BrokerNotAvailableError: a broker may have just
+crashed). A broker that refuses the connection (a connection limit) sends one frame with
+correlation id 0 and the error saying which limit; that error fails every request.
+
 Two ways to wait for a response: `request` (await a future) for the occasional call, and
 `queue_request` + `flush` for the producer's hot path: the response runs a callback straight
 from `data_received` (no task, no future, no timer per request), the requests queued in one
@@ -25,6 +36,7 @@ from typing import Any
 from raftlog import protocol
 from raftlog.errors import (
     BrokerNotAvailableError,
+    NotABrokerError,
     RaftlogError,
     RaftlogTimeoutError,
     error_from_code,
@@ -35,6 +47,19 @@ log = logging.getLogger(__name__)
 ResponseT = tuple[dict[str, Any], memoryview]
 # Correlation ids fit 32 bits, so pre-encoded headers (protocol.ProduceTemplate) can hold them.
 MAX_CORRELATION_ID = 0xFFFFFFFF
+# A connection's first request has correlation id 10: byte 0x0a, a newline, in its header, so a
+# line-based server (HTTP...) answers it at once instead of waiting for the end of a line.
+FIRST_CORRELATION_ID = 10
+# The id of the one frame a broker sends on a connection it refuses (broker/connection.py).
+REFUSAL_CORRELATION_ID = 0
+# Largest response frame accepted. A fetch response is at most the consumer's fetch_max_bytes
+# (50 MiB by default) or one batch (max.message.bytes, 1 MiB by default); 512 MiB leaves room
+# for any setting one Python process could hold, and is below every length that 4 printable
+# ASCII characters make (at least 0x20202020, 514 MiB): a text protocol's answer is refused
+# from its first 4 bytes.
+MAX_RESPONSE_BYTES = 512 * 1024 * 1024
+# Bytes of a non-broker's answer quoted in NotABrokerError.
+QUOTED_BYTES = 40
 # Called with (body, payload, None) or (None, None, error) when a queued request ends.
 ResponseCallback = Callable[[dict[str, Any] | None, memoryview | None, RaftlogError | None], None]
 
@@ -43,10 +68,12 @@ class BrokerConnection(asyncio.Protocol):
     def __init__(self, host: str, port: int, client_id: str):
         self.host, self.port, self.client_id = host, port, client_id
         self.transport: asyncio.Transport | None = None
-        self._decoder = protocol.FrameDecoder(1 << 31)
+        self._decoder = protocol.FrameDecoder(MAX_RESPONSE_BYTES)
         self._pending: dict[int, asyncio.Future[ResponseT] | ResponseCallback] = {}
-        self._ids = itertools.count(1)
-        self._closed: Exception | None = None
+        self._ids = itertools.count(FIRST_CORRELATION_ID)
+        # The first bytes the peer sent, until it has sent one valid frame (then None).
+        self._first_bytes: bytes | None = b""
+        self._closed: RaftlogError | None = None
         self._drained = asyncio.Event()
         self._drained.set()
         # Queued requests not yet written.
@@ -94,11 +121,15 @@ class BrokerConnection(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._fail_all(
-            BrokerNotAvailableError(
-                f"connection to broker {self.host}:{self.port} lost" + (f": {exc}" if exc else "")
+        if self._first_bytes is not None:
+            quoted = f" after sending {self._first_bytes!r}" if self._first_bytes else ""
+            message = (
+                f"{self.host}:{self.port} closed the connection before answering{quoted}: "
+                "not a raftlog broker, or a broker that stopped or refused the connection"
             )
-        )
+        else:
+            message = f"connection to broker {self.host}:{self.port} lost"
+        self._fail_all(BrokerNotAvailableError(message + (f": {exc}" if exc else "")))
 
     def pause_writing(self) -> None:
         self._drained.clear()
@@ -114,6 +145,8 @@ class BrokerConnection(asyncio.Protocol):
         return self._closed is None and self._drained.is_set()
 
     def data_received(self, data: bytes) -> None:
+        if self._first_bytes is not None and len(self._first_bytes) < QUOTED_BYTES:
+            self._first_bytes += data[: QUOTED_BYTES - len(self._first_bytes)]
         self._decoder.feed(data)
         while True:
             try:
@@ -122,13 +155,12 @@ class BrokerConnection(asyncio.Protocol):
                     return
                 corr, body = protocol.parse_response_header(frame[0])
             except protocol.RemoteProtocolError as e:
-                self._fail_all(
-                    BrokerNotAvailableError(
-                        f"broker {self.host}:{self.port} sent an invalid frame: {e}"
-                    )
-                )
-                if self.transport is not None:
-                    self.transport.abort()
+                self._invalid_frame(e)
+                return
+            self._first_bytes = None
+            if corr == REFUSAL_CORRELATION_ID and body.get("error"):
+                # The broker refused this connection and is closing it.
+                self._fail_all(error_from_code(body["error"], body.get("message") or ""))
                 return
             waiter = self._pending.pop(corr, None)
             if waiter is None:
@@ -154,6 +186,28 @@ class BrokerConnection(asyncio.Protocol):
                 else:
                     waiter(body, frame[1], None)
 
+    def _closed_error(self) -> RaftlogError:
+        """A new instance of the error that closed this connection (one instance raised in
+        many places would collect all their tracebacks)."""
+        closed = self._closed
+        assert closed is not None
+        return type(closed)(str(closed))
+
+    def _invalid_frame(self, e: protocol.RemoteProtocolError) -> None:
+        error: RaftlogError
+        if self._first_bytes is not None:
+            error = NotABrokerError(
+                f"not a raftlog broker at {self.host}:{self.port}: it answered "
+                f"{self._first_bytes!r}, which is not a raftlog frame ({e})"
+            )
+        else:
+            error = BrokerNotAvailableError(
+                f"broker {self.host}:{self.port} sent an invalid frame: {e}"
+            )
+        self._fail_all(error)
+        if self.transport is not None:
+            self.transport.abort()
+
     # -- requests ------------------------------------------------------------------------------
 
     def send(
@@ -166,7 +220,7 @@ class BrokerConnection(asyncio.Protocol):
     ) -> asyncio.Future[ResponseT] | None:
         """Write a request now; returns the future of its response (None if not expected)."""
         if self._closed is not None:
-            raise BrokerNotAvailableError(str(self._closed))
+            raise self._closed_error()
         assert self.transport is not None
         corr = self._next_id()
         fut: asyncio.Future[ResponseT] | None = None
@@ -218,7 +272,7 @@ class BrokerConnection(asyncio.Protocol):
     def _register(self, api_key: int, callback: ResponseCallback | None, timeout_s: float) -> int:
         """A correlation id for a queued request; its callback and deadline are kept."""
         if self._closed is not None:
-            raise BrokerNotAvailableError(str(self._closed))
+            raise self._closed_error()
         corr = self._next_id()
         if callback is not None:
             self._pending[corr] = callback

@@ -3,7 +3,7 @@
 Each node is a combined controller+broker run as `raftlog node --config DIR/node-<id>/node.toml`,
 the same configs `raftlog dev --nodes 3` writes (by the same function), so a test can kill -9 or
 restart one node while the others keep running. Every wait polls observable state
-(`Admin.describe_cluster()` asked of a live node, a ready line, a process status) with a
+(`Admin.describe_cluster()` asked of a live node, a node's ready file, a process status) with a
 deadline. Teardown stops every node (SIGTERM, SIGKILL after a deadline) and reports a node that
 died unexpectedly, did not exit 0 on SIGTERM, or logged a Python traceback.
 """
@@ -11,7 +11,6 @@ died unexpectedly, did not exit 0 on SIGTERM, or logged a Python traceback.
 from __future__ import annotations
 
 import contextlib
-import re
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -31,6 +30,7 @@ from tests.integration._support import (
     _child_env,
     cli_command,
     wait_for,
+    wait_node_ready,
 )
 
 # Describe requests go to one node at a time; a killed node must not hold a poll for long.
@@ -42,8 +42,11 @@ POLL_INTERVAL_S = 0.05
 Describe = dict[str, Any]
 
 
-def write_cluster_configs(root: Path, n: int, session_timeout_ms: int) -> list[Path]:
-    """`raftlog dev --nodes n --port 0`'s configs: DIR/node-<id>/node.toml on free ports."""
+def write_cluster_configs(
+    root: Path, n: int, session_timeout_ms: int, **settings: Any
+) -> list[Path]:
+    """`raftlog dev --nodes n --port 0`'s configs: DIR/node-<id>/node.toml on free ports,
+    plus any other node settings (e.g. connection_idle_ms_max=1000)."""
     ports = free_ports(2 * n, HOST)
     client, raft = ports[:n], ports[n:]
     voters = [f"{i + 1}@{HOST}:{raft[i]}" for i in range(n)]
@@ -60,6 +63,7 @@ def write_cluster_configs(root: Path, n: int, session_timeout_ms: int) -> list[P
                 "client_listener": f"{HOST}:{client[i]}",
                 "controller_voters": voters,
                 "broker_session_timeout_ms": session_timeout_ms,
+                **settings,
             },
         )
         paths.append(path)
@@ -70,7 +74,7 @@ class NodeProcess(BrokerProcess):
     """One `raftlog node --config PATH` process; restartable from the same config.
 
     Reuses BrokerProcess's stop, kill9, health and log checks; only the command line and the
-    ready check differ (the client address is fixed by the config, and the ready line must name
+    ready check differ (the client address is fixed by the config, and the ready file must name
     this node and that address).
     """
 
@@ -81,21 +85,19 @@ class NodeProcess(BrokerProcess):
         host, _, port = self.config.client_listener.rpartition(":")
         self.host, self.port = host, int(port)
         self.node_id = self.config.node_id
-        self._out_path: Path | None = None
 
     @property
     def raft_address(self) -> str:
         return self.config.voters[self.node_id]
 
     def launch(self) -> None:
-        """Start the process; `wait_ready` waits for its ready line."""
+        """Start the process; `wait_ready` waits for its ready file."""
         assert self.proc is None or self.proc.poll() is not None, "node already running"
         self.incarnation += 1
         self.log_dir.mkdir(parents=True, exist_ok=True)
         out_path = self.log_dir / f"node-{self.node_id}-{self.incarnation}.out"
         err_path = self.log_dir / f"node-{self.node_id}-{self.incarnation}.err"
         self.log_files.append(err_path)
-        self._out_path = out_path
         cmd = cli_command("node", "--config", str(self.config_path))
         with open(out_path, "ab") as out, open(err_path, "ab") as err:
             self.proc = subprocess.Popen(
@@ -103,25 +105,15 @@ class NodeProcess(BrokerProcess):
             )
 
     def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
-        proc, out_path = self.proc, self._out_path
-        assert proc is not None and out_path is not None
-        ready = re.compile(rb"raftlog broker (\d+) ready on (\S+):(\d+)")
-
-        def check() -> re.Match[bytes] | bool | None:
-            m = ready.search(out_path.read_bytes())
-            if m is None and proc.poll() is not None:
-                return True  # died before it was ready: reported below
-            return m
-
-        m = wait_for(check, timeout_s, f"node {self.node_id} ready line in {out_path}")
-        if not isinstance(m, re.Match):
-            raise AssertionError(
-                f"node {self.node_id} exited with status {proc.returncode} before it was "
-                f"ready:\n{self.log_tail()}"
-            )
-        got = (int(m.group(1)), m.group(2).decode(), int(m.group(3)))
-        assert got == (self.node_id, self.host, self.port), (
-            f"ready line {m.group(0)!r}, expected node {self.node_id} on {self.bootstrap}"
+        proc = self.proc
+        assert proc is not None
+        try:
+            info = wait_node_ready(proc, self.data_dir, timeout_s, f"node {self.node_id}")
+        except AssertionError as e:
+            raise AssertionError(f"{e}:\n{self.log_tail()}") from None
+        got = (info["node_id"], info["client_address"])
+        assert got == (self.node_id, self.bootstrap), (
+            f"ready file says {info}, expected node {self.node_id} on {self.bootstrap}"
         )
         # The node writes its pid where `raftlog dev` users (and scripts) look for it.
         pid = int((self.data_dir / "node.pid").read_text())
@@ -136,10 +128,10 @@ class NodeProcess(BrokerProcess):
 class Cluster:
     """Nodes 1..n of one cluster under `root`; `nodes[i]` is node i."""
 
-    def __init__(self, root: Path, n: int = 3, session_timeout_ms: int = 1500):
+    def __init__(self, root: Path, n: int = 3, session_timeout_ms: int = 1500, **settings: Any):
         self.root = root
         self.session_timeout_ms = session_timeout_ms
-        paths = write_cluster_configs(root / "data", n, session_timeout_ms)
+        paths = write_cluster_configs(root / "data", n, session_timeout_ms, **settings)
         self.nodes = {
             i + 1: NodeProcess(path, root / "logs" / f"node-{i + 1}")
             for i, path in enumerate(paths)
@@ -300,11 +292,12 @@ class Cluster:
 
 @contextlib.contextmanager
 def started_cluster(
-    root: Path, n: int = 3, session_timeout_ms: int = 1500, settle_s: float = 30.0
+    root: Path, n: int = 3, session_timeout_ms: int = 1500, settle_s: float = 30.0, **settings: Any
 ) -> Iterator[Cluster]:
     """A fixture's body: n nodes started and settled (all registered and unfenced); at the
-    end every node is stopped and the test fails on any problem shutdown_and_check finds."""
-    c = Cluster(root, n=n, session_timeout_ms=session_timeout_ms)
+    end every node is stopped and the test fails on any problem shutdown_and_check finds.
+    `settings` are other node settings (e.g. connection_idle_ms_max=1000)."""
+    c = Cluster(root, n=n, session_timeout_ms=session_timeout_ms, **settings)
     try:
         c.start()
         c.wait_brokers_settled(settle_s)

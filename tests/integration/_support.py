@@ -2,14 +2,15 @@
 
 Rules these helpers keep (STYLE.md, Tests): brokers are real `raftlog dev` processes on
 127.0.0.1 with their data in a temporary directory; every wait is a poll of observable state
-(a log file, a socket, a process status) with a deadline, never a bare sleep; a broker that
-dies unexpectedly, exits non-zero after SIGTERM, or logs a Python traceback fails the test.
+(a node's ready file, a socket, a process status) with a deadline, never a bare sleep; a broker
+that dies unexpectedly, exits non-zero after SIGTERM, or logs a Python traceback fails the test.
+A node is ready when its data directory has a `node.ready` file naming this process
+(raftlog/node.py), never by parsing its output.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import select
 import signal
 import socket
@@ -22,12 +23,12 @@ from typing import Any, TypeVar
 
 from raftlog import protocol
 from raftlog.client import Consumer, ConsumerRecord
+from raftlog.readiness import READY_FILE, read_ready_file
 from raftlog.topics import TopicPartition
 
 T = TypeVar("T")
 
 HOST = "127.0.0.1"
-READY = re.compile(rb"raftlog broker (\d+) ready on (\S+):(\d+)")
 # Generous deadlines: a 2-core CI machine under load starts Python slowly; a healthy broker
 # meets them with a wide margin, and a hung one still fails the test in bounded time.
 START_TIMEOUT_S = 30.0
@@ -69,6 +70,24 @@ def run_cli(
     return subprocess.CompletedProcess(
         proc.args, proc.returncode, proc.stdout.decode(), proc.stderr.decode()
     )
+
+
+def wait_node_ready(
+    proc: subprocess.Popen[bytes], data_dir: Path, timeout_s: float, what: str
+) -> dict[str, Any]:
+    """The ready file `proc` writes in `data_dir` once it serves (raftlog/node.py); fails if
+    the process exits first or the deadline passes."""
+
+    def ready() -> dict[str, Any] | bool | None:
+        info = read_ready_file(str(data_dir))
+        if info is not None and info["pid"] == proc.pid:
+            return info
+        return proc.poll() is not None  # True: died before it was ready, reported below
+
+    info = wait_for(ready, timeout_s, f"{what}'s {data_dir / READY_FILE}")
+    if not isinstance(info, dict):
+        raise AssertionError(f"{what} exited with status {proc.returncode} before it was ready")
+    return info
 
 
 def _child_env() -> dict[str, str]:
@@ -131,21 +150,13 @@ class BrokerProcess:
             self.proc = subprocess.Popen(
                 cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=_child_env()
             )
-        proc = self.proc
-
-        def ready() -> re.Match[bytes] | bool | None:
-            m = READY.search(out_path.read_bytes())
-            if m is None and proc.poll() is not None:
-                return True  # died before listening: reported below
-            return m
-
-        m = wait_for(ready, timeout_s, f"broker ready line in {out_path}")
-        if not isinstance(m, re.Match):
-            raise AssertionError(
-                f"broker exited with status {proc.returncode} before it was ready:\n"
-                + self.log_tail()
-            )
-        self.port = int(m.group(3))
+        try:
+            info = wait_node_ready(self.proc, self.data_dir, timeout_s, "broker")
+        except AssertionError as e:
+            raise AssertionError(f"{e}:\n{self.log_tail()}") from None
+        host, _, port = str(info["client_address"]).rpartition(":")
+        assert host == self.host, f"broker listens on {info['client_address']}, not {self.host}"
+        self.port = int(port)
         self.expect_exit = False
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int:

@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 from raftlog.client import Admin, Producer
+from raftlog.readiness import read_ready_file
 from tests.integration._cluster import Cluster, Describe, NodeProcess, started_cluster
 from tests.integration._support import (
     _child_env,
@@ -530,6 +531,14 @@ def test_cluster_status_cli(cluster: Cluster) -> None:
     ]
 
 
+def _parent_pid(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])  # the field after the state
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -567,15 +576,21 @@ class DevProcess:
             )
 
     def wait_ready(self) -> dict[int, str]:
-        """Every node's client address from its ready line, once all three printed one."""
-        ready = re.compile(r"raftlog broker (\d+) ready on (\S+)")
+        """Every node's client address from its ready file, once all three wrote one (never
+        from the output the three nodes share, where lines from processes can merge)."""
 
         def all_ready() -> dict[int, str] | None:
             assert self.proc.poll() is None, f"raftlog dev exited:\n{self.log()}"
-            found = dict((int(n), a) for n, a in ready.findall(self.log()))
-            return found if len(found) == 3 else None
+            found = {}
+            for i in (1, 2, 3):
+                info = read_ready_file(str(self.data_dir / f"node-{i}"))
+                if info is None or _parent_pid(info["pid"]) != self.proc.pid:
+                    return None  # not ready, or a file from an earlier start
+                assert info["node_id"] == i, info
+                found[i] = info["client_address"]
+            return found
 
-        return wait_for(all_ready, SETTLE_DEADLINE_S, "3 ready lines", interval_s=0.05)
+        return wait_for(all_ready, SETTLE_DEADLINE_S, "3 ready files", interval_s=0.05)
 
     def node_pids(self) -> dict[int, int]:
         return {i: int((self.data_dir / f"node-{i}" / "node.pid").read_text()) for i in (1, 2, 3)}

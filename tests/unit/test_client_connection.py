@@ -5,14 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 
 from raftlog import protocol
-from raftlog.client.connection import BrokerConnection
-from raftlog.errors import BrokerNotAvailableError, RaftlogError, RaftlogTimeoutError
+from raftlog.client.connection import FIRST_CORRELATION_ID, BrokerConnection
+from raftlog.errors import (
+    BrokerNotAvailableError,
+    NotABrokerError,
+    PolicyViolationError,
+    RaftlogError,
+    RaftlogTimeoutError,
+)
 
 Outcome = tuple[dict[str, Any] | None, RaftlogError | None]
 
@@ -67,14 +74,14 @@ async def test_callbacks_get_responses_and_timeouts(server: tuple[ScriptedBroker
     broker, port = server
     conn = await BrokerConnection.connect("127.0.0.1", port, "test")
     outcomes, callback, wait = await _outcomes(4)
-    for _ in range(4):  # correlation ids 1..4: 1 and 3 answered, 2 and 4 time out
+    for _ in range(4):  # correlation ids 10..13: 11 and 13 answered, 10 and 12 time out
         conn.queue_request(protocol.ApiKey.METADATA, {}, [], callback, timeout_s=0.3)
     assert broker.seen == []  # queued requests leave only with flush()
     conn.flush()
     await wait()
     answered = sorted(body["echo"] for body, error in outcomes if body is not None)
     timed_out = [error for body, error in outcomes if body is None]
-    assert answered == [1, 3]
+    assert answered == [11, 13]
     assert len(timed_out) == 2 and all(isinstance(e, RaftlogTimeoutError) for e in timed_out)
     assert conn.in_flight == 0 and not conn.closed  # a timeout does not break the connection
     conn.close()
@@ -129,7 +136,8 @@ async def test_answered_requests_leave_no_deadline_behind(
         if i % 100 == 99:
             conn.flush()
     await wait()
-    assert sorted(body["echo"] for body, _ in outcomes) == list(range(1, 2001))  # type: ignore[index]
+    first = FIRST_CORRELATION_ID
+    assert sorted(body["echo"] for body, _ in outcomes) == list(range(first, first + 2000))  # type: ignore[index]
     assert conn.in_flight == 0 and len(conn._deadline_ids) == len(conn._deadline_at) == 0
     conn.close()
 
@@ -148,4 +156,127 @@ async def test_correlation_ids_wrap_within_32_bits(
     await wait()
     assert broker.seen == [0xFFFFFFFF, 1]
     assert all(error is None for _, error in outcomes)
+    conn.close()
+
+
+# -- peers that are not raftlog brokers ------------------------------------------------------
+
+
+@pytest.fixture
+async def peer() -> AsyncIterator[Callable[[Callable[..., Any]], Any]]:
+    """Start a one-off server whose connection handler is the test's; yields its port."""
+    servers: list[asyncio.Server] = []
+    writers: list[asyncio.StreamWriter] = []
+
+    async def start(handler: Callable[..., Any]) -> int:
+        async def wrapped(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            writers.append(writer)
+            await handler(reader, writer)
+
+        srv = await asyncio.start_server(wrapped, "127.0.0.1", 0)
+        servers.append(srv)
+        return int(srv.sockets[0].getsockname()[1])
+
+    yield start
+    for srv in servers:
+        srv.close()
+    for w in writers:
+        w.close()
+
+
+async def _request_error(port: int, timeout_s: float = 5.0) -> RaftlogError:
+    """The error one Metadata request gets from the peer on `port` (it must get one fast)."""
+    conn = await BrokerConnection.connect("127.0.0.1", port, "test")
+    try:
+        await conn.request(protocol.ApiKey.METADATA, {"topics": None}, timeout_s=timeout_s)
+    except RaftlogError as e:
+        return e
+    finally:
+        conn.close()
+    raise AssertionError("the peer answered like a broker")
+
+
+async def test_a_line_based_server_is_not_a_broker_at_once(peer: Any) -> None:
+    """An HTTP server answers only when a request line ends: the first request carries a
+    newline, the answer is recognised from its first bytes."""
+
+    async def http(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readline()  # waits for b"\n", as http.server does
+        writer.write(b"HTTP/1.0 400 Bad request syntax\r\nContent-Type: text/html\r\n\r\n")
+        await writer.drain()
+
+    port = await peer(http)
+    started = time.monotonic()
+    error = await _request_error(port)
+    assert time.monotonic() - started < 2.0
+    assert isinstance(error, NotABrokerError) and not error.retriable
+    assert f"not a raftlog broker at 127.0.0.1:{port}" in str(error)
+    assert "HTTP/1.0 400" in str(error)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"\x10\x00\x00\x00\x0c\x00\x00\x00" + b"\xc1" * 12,  # not msgpack
+        b"\x07\x00\x00\x00\x03\x00\x00\x00\xa2hi",  # msgpack, but not [corr, body]
+        b"\x00\x00\x01\x00\xff\xff\xff\xff",  # a header length that cannot fit
+        b"SSH-2.0-OpenSSH_9.2\r\n",  # a server that speaks first
+    ],
+)
+async def test_garbage_as_first_frame_is_not_a_broker(peer: Any, answer: bytes) -> None:
+    async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(answer)
+        await writer.drain()
+        await reader.read()  # keep the connection open: only the bytes may tell
+
+    port = await peer(garbage)
+    error = await _request_error(port)
+    assert isinstance(error, NotABrokerError), error
+    assert f"not a raftlog broker at 127.0.0.1:{port}" in str(error)
+
+
+async def test_a_peer_that_closes_at_once_fails_requests_at_once(peer: Any) -> None:
+    async def close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.close()
+
+    port = await peer(close)
+    started = time.monotonic()
+    error = await _request_error(port)
+    assert time.monotonic() - started < 2.0
+    assert isinstance(error, BrokerNotAvailableError), error
+    assert f"127.0.0.1:{port} closed the connection before answering" in str(error)
+    assert "not a raftlog broker" in str(error)
+
+
+async def test_a_refused_connection_reports_the_brokers_reason(peer: Any) -> None:
+    async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.writelines(
+            protocol.encode_response(
+                0,
+                {
+                    "error": PolicyViolationError.code,
+                    "message": "connection refused: connections_per_address_max=2 reached",
+                },
+            )
+        )
+        await writer.drain()
+        writer.close()
+
+    port = await peer(refuse)
+    error = await _request_error(port)
+    assert isinstance(error, PolicyViolationError), error
+    assert "connections_per_address_max=2" in str(error)
+
+
+async def test_the_first_request_on_a_connection_carries_a_newline(peer: Any) -> None:
+    seen = asyncio.get_running_loop().create_future()
+
+    async def record(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.set_result(await reader.readline())
+
+    port = await peer(record)
+    conn = await BrokerConnection.connect("127.0.0.1", port, "test")
+    conn.send(protocol.ApiKey.METADATA, {"topics": None})
+    line = await asyncio.wait_for(seen, 5)
+    assert line.endswith(b"\n") and len(line) < 20  # the newline is in the header's start
     conn.close()

@@ -132,3 +132,173 @@ def test_produce_template_frames_decode_like_encode_request(
         decoded.append((protocol.parse_request_header(got[0]), bytes(got[1])))
     assert decoded[0] == decoded[1]
     assert decoded[0][0] == (protocol.ApiKey.PRODUCE, 0, corr, client_id, body)
+
+
+def test_a_header_length_that_cannot_fit_is_refused_before_the_frame_arrives() -> None:
+    """Detected from the first 8 bytes: an HTTP answer ("HTTP/1.1 400") reads as a header of
+    808 MB, and waiting for the frame would mean waiting for bytes that never come."""
+    dec = FrameDecoder(max_frame_bytes=1 << 31)
+    dec.feed(b"HTTP/1.1 400 Bad Request\r\n")
+    with pytest.raises(RemoteProtocolError, match="does not fit a frame"):
+        dec.next_frame()
+
+
+def test_pending_frame_bytes_is_the_whole_frame_once_its_prefix_is_in() -> None:
+    frame = _request(1, b"p" * 1000)
+    dec = FrameDecoder()
+    dec.feed(frame[:3])
+    assert dec.pending_frame_bytes == 3  # no length yet: what is held
+    dec.feed(frame[3:10])
+    assert dec.pending_frame_bytes == len(frame)
+    dec.feed(frame[10:] + frame[:2])
+    assert dec.next_frame() is not None
+    assert dec.pending_frame_bytes == 2
+
+
+# -- request body shapes -------------------------------------------------------------------
+
+VALID_BODIES: dict[int, dict[str, object]] = {
+    protocol.ApiKey.API_VERSIONS: {},
+    protocol.ApiKey.METADATA: {"topics": None, "allow_auto_create": False},
+    protocol.ApiKey.CREATE_TOPICS: {
+        "topics": [
+            {"name": "t", "partitions": 3, "replication_factor": 1, "config": {"a.b": "1"}},
+            {"name": "u", "config": {"retention.ms": 5, "flush.ms": None}},
+        ],
+        "validate_only": True,
+    },
+    protocol.ApiKey.DELETE_TOPICS: {"topics": ["t"]},
+    protocol.ApiKey.DESCRIBE_CONFIGS: {"topics": None},
+    protocol.ApiKey.PRODUCE: {"acks": -1, "timeout_ms": 1, "topics": [["t", [[0, 5], [1, 0]]]]},
+    protocol.ApiKey.FETCH: {
+        "replica_id": -1,
+        "max_wait_ms": 500,
+        "min_bytes": 1,
+        "max_bytes": 1 << 20,
+        "topics": [["t", [[0, 0, 1 << 20]]]],
+    },
+    protocol.ApiKey.LIST_OFFSETS: {"topics": [["t", [[0, -2], [1, 1_700_000_000_000]]]]},
+    protocol.ApiKey.DESCRIBE_CLUSTER: {},
+    protocol.ApiKey.FIND_COORDINATOR: {"group_id": "g"},
+    protocol.ApiKey.JOIN_GROUP: {
+        "group_id": "g",
+        "member_id": "",
+        "client_id": "c",
+        "instance_id": None,
+        "session_timeout_ms": 10_000,
+        "rebalance_timeout_ms": 10_000,
+        "topics": ["t"],
+        "protocols": ["range"],
+    },
+    protocol.ApiKey.HEARTBEAT: {"group_id": "g", "member_id": "m", "generation": 1},
+    protocol.ApiKey.LEAVE_GROUP: {"group_id": "g", "member_ids": ["m"]},
+    protocol.ApiKey.OFFSET_COMMIT: {
+        "group_id": "g",
+        "member_id": "m",
+        "generation": 1,
+        "offsets": [["t", 0, 5, ""], ["t", 1, 7, None]],
+    },
+    protocol.ApiKey.OFFSET_FETCH: {"group_id": "g", "partitions": [["t", 0]]},
+    protocol.ApiKey.LIST_GROUPS: {},
+    protocol.ApiKey.DESCRIBE_GROUPS: {"group_id": "g"},
+    protocol.ApiKey.DELETE_GROUPS: {"group_id": "g"},
+    protocol.ApiKey.RESET_OFFSETS: {"group_id": "g", "offsets": [["t", 0, 0]]},
+}
+
+
+def test_every_api_has_a_body_shape_and_accepts_its_documented_body() -> None:
+    assert set(VALID_BODIES) == set(protocol.ApiKey)
+    for api, body in VALID_BODIES.items():
+        protocol.check_request_body(api, body)
+        protocol.check_request_body(api, {**body, "a_newer_field": [1, 2]})  # ignored
+
+
+@pytest.mark.parametrize(
+    "api, body, message",
+    [
+        (
+            protocol.ApiKey.FETCH,
+            {"topics": [["t", [[0, 1.5, 100]]]]},
+            "malformed FETCH request: topics[0][1][0][1] (fetch_offset) must be a 64-bit "
+            "integer, got 1.5",
+        ),
+        (
+            protocol.ApiKey.PRODUCE,
+            {"acks": 1, "topics": [["t", [[0, -3]]]]},
+            "malformed PRODUCE request: topics[0][1][0][1] (nbytes) must be an integer >= 0, "
+            "got -3",
+        ),
+        (
+            protocol.ApiKey.PRODUCE,
+            {"acks": True, "topics": []},
+            "malformed PRODUCE request: acks must be a 64-bit integer, got True",
+        ),
+        (
+            protocol.ApiKey.LIST_OFFSETS,
+            {"topics": [["t", [[0, 2**64 - 1]]]]},
+            "malformed LIST_OFFSETS request: topics[0][1][0][1] (timestamp) must be a 64-bit "
+            "integer, got 18446744073709551615",
+        ),
+        (
+            protocol.ApiKey.JOIN_GROUP,
+            {"group_id": "g", "topics": [], "protocols": []},
+            "malformed JOIN_GROUP request: session_timeout_ms is missing (a 64-bit integer)",
+        ),
+        (
+            protocol.ApiKey.CREATE_TOPICS,
+            {"topics": [{"name": "t", "config": {"retention.ms": float("inf")}}]},
+            "malformed CREATE_TOPICS request: topics[0].config['retention.ms'] must be a "
+            "string or an integer or null, got inf",
+        ),
+        (
+            protocol.ApiKey.OFFSET_COMMIT,
+            {"group_id": "g", "generation": 1, "offsets": [["t", 0, 1]]},
+            "malformed OFFSET_COMMIT request: offsets[0] must be an array [topic, partition, "
+            "offset, metadata], got ['t', 0, 1]",
+        ),
+        (
+            protocol.ApiKey.METADATA,
+            {"topics": "t"},
+            "malformed METADATA request: topics must be an array or null, got 't'",
+        ),
+    ],
+)
+def test_a_body_of_the_wrong_shape_is_refused_naming_the_field(
+    api: int, body: dict[str, object], message: str
+) -> None:
+    with pytest.raises(protocol.InvalidBodyError) as e:
+        protocol.check_request_body(api, body)
+    assert e.value.describe(api) == message
+    assert not e.value.fatal  # answered with an error; the connection stays open
+
+
+@given(
+    topics=st.lists(
+        st.tuples(
+            st.text(max_size=5),
+            st.lists(st.tuples(st.integers(-(2**63), 2**63 - 1), st.integers(0, 2**63 - 1))),
+        ),
+        max_size=4,
+    ),
+    acks=st.integers(-(2**63), 2**63 - 1),
+)
+def test_the_produce_fast_path_accepts_what_the_generic_shape_accepts(
+    topics: list[tuple[str, list[tuple[int, int]]]], acks: int
+) -> None:
+    body = {"acks": acks, "topics": [[t, [list(p) for p in ps]] for t, ps in topics]}
+    protocol.check_request_body(protocol.ApiKey.PRODUCE, body)  # must not raise
+    broken = {**body, "topics": [*body["topics"], ["x", [[0, -1]]]]}
+    with pytest.raises(protocol.InvalidBodyError, match=r"\(nbytes\)"):
+        protocol.check_request_body(protocol.ApiKey.PRODUCE, broken)
+
+
+@given(st.binary(max_size=64), st.integers(4, 64))
+def test_has_frame_tells_whether_next_frame_has_something_to_say(data: bytes, limit: int) -> None:
+    dec = FrameDecoder(max_frame_bytes=limit)
+    dec.feed(data)
+    expected = dec.has_frame
+    try:
+        got = dec.next_frame() is not None
+    except RemoteProtocolError:
+        got = True
+    assert got == expected
