@@ -64,6 +64,8 @@ class _Transport:
 class _Metadata:
     """The one-topic metadata a broker Connection needs (this node leads partition 0)."""
 
+    topology_version = 0
+
     def __init__(self, topics: dict[str, Any]):
         self._topics = topics
 
@@ -73,6 +75,9 @@ class _Metadata:
     def partition(self, topic: str, partition: int) -> Any:
         t = self._topics.get(topic)
         return None if t is None or partition >= len(t.partitions) else t.partitions[partition]
+
+    def broker_epochs(self) -> dict[int, int]:
+        return {1: 1}
 
 
 def _produce_frames(n: int) -> list[bytes]:

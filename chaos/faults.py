@@ -181,7 +181,7 @@ def resolve_role(spec: FaultSpec, view: dict[str, Any], rng: random.Random) -> F
             raise FaultError("fault role controller: the cluster has no controller now")
         return spec.with_targets([target])
     if role == "random":
-        return spec.with_targets([rng.choice(sorted(int(b[0]) for b in view["brokers"]))])
+        return spec.with_targets([rng.choice(sorted(int(b["node_id"]) for b in view["brokers"]))])
     kind, _, tp = role.partition(":")
     for topic, partition, leader, _epoch, replicas, _isr in view["partitions"]:
         if f"{topic}-{partition}" != tp:

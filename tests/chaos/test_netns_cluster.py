@@ -43,7 +43,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[LocalCluster, NetnsNetwork]]:
 
 def brokers(view: dict[str, Any]) -> dict[int, bool]:
     """node id -> fenced, as a describe_cluster / cluster status view lists them."""
-    return {b[0]: bool(b[5]) for b in view["brokers"]}
+    return {b["node_id"]: bool(b["fenced"]) for b in view["brokers"]}
 
 
 def can_connect(net: NetnsNetwork, src: int, dst_address: str, port: int) -> bool:
