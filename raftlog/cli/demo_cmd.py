@@ -22,6 +22,7 @@ import tempfile
 import time
 from typing import Any
 
+from raftlog.cli.client_cmd import positive_int
 from raftlog.client import Admin, Consumer, Producer
 from raftlog.errors import RaftlogError
 from raftlog.readiness import READY_FILE, read_ready_file
@@ -36,7 +37,9 @@ READY_POLL_S = 0.05
 def register(sub: Any) -> None:
     p = sub.add_parser("demo", help="run the page-view pipeline on a local node and report")
     p.add_argument("--events", type=int, default=200_000, help="page views to produce")
-    p.add_argument("--partitions", type=int, default=6)
+    p.add_argument(
+        "--partitions", type=positive_int, default=6, help="partitions of the demo topic (6)"
+    )
     p.add_argument("--nodes", type=int, default=3, help="nodes in the local cluster")
     p.add_argument("--data-dir", help="keep the node's data here (default: a temp dir, removed)")
     p.set_defaults(func=_demo)

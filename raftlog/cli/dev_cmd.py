@@ -47,7 +47,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("dev", help="run a local raftlog cluster in the foreground")
     p.add_argument("--nodes", type=int, default=1, help="number of nodes (1, 3 or 5 typical)")
     p.add_argument("--data-dir", default="./data", help="where the nodes keep their data")
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--host", default="127.0.0.1", help="address every node listens on (127.0.0.1)")
     p.add_argument(
         "--port",
         type=int,
@@ -71,12 +71,22 @@ def register(sub: Any) -> None:
         default=3000,
         help="fence a broker silent this long (broker_session_timeout_ms)",
     )
-    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="the nodes' log level (INFO)",
+    )
     p.set_defaults(func=_dev)
 
     n = sub.add_parser("node", help="run one node of a cluster from its TOML config")
     n.add_argument("--config", required=True, help="path of the node's TOML config")
-    n.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    n.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="log level (INFO)",
+    )
     n.set_defaults(func=_node)
 
 
