@@ -183,9 +183,10 @@ def resolve_role(spec: FaultSpec, view: dict[str, Any], rng: random.Random) -> F
     if role == "random":
         return spec.with_targets([rng.choice(sorted(int(b["node_id"]) for b in view["brokers"]))])
     kind, _, tp = role.partition(":")
-    for topic, partition, leader, _epoch, replicas, _isr in view["partitions"]:
-        if f"{topic}-{partition}" != tp:
+    for part in view["partitions"]:
+        if f"{part['topic']}-{part['partition']}" != tp:
             continue
+        leader, replicas = part["leader"], part["replicas"]
         if kind == "leader":
             if leader < 0:
                 raise FaultError(f"fault role {role}: {tp} has no leader now")

@@ -231,8 +231,28 @@ def test_pause_stops_and_continues_real_processes(
 def test_roles_resolve_from_a_cluster_view() -> None:
     view = {
         "controller_id": 2,
-        "brokers": [[1, "h", 1, None, 5, False], [2, "h", 2, None, 6, False]],
-        "partitions": [["t", 0, 3, 4, [3, 1, 2], [3, 1, 2]], ["t", 1, -1, 4, [1], []]],
+        "brokers": [
+            {"node_id": n, "host": "h", "port": n, "rack": None, "broker_epoch": e, "fenced": False}
+            for n, e in ((1, 5), (2, 6))
+        ],
+        "partitions": [
+            {
+                "topic": "t",
+                "partition": 0,
+                "leader": 3,
+                "leader_epoch": 4,
+                "replicas": [3, 1, 2],
+                "isr": [3, 1, 2],
+            },
+            {
+                "topic": "t",
+                "partition": 1,
+                "leader": -1,
+                "leader_epoch": 4,
+                "replicas": [1],
+                "isr": [],
+            },
+        ],
     }
     rng = random.Random(1)
     assert resolve_role(FaultSpec("kill", role="controller"), view, rng).targets == (2,)
