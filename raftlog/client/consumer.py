@@ -199,7 +199,7 @@ class AsyncConsumer:
             if self._heartbeat_task is None:
                 self._heartbeat_task = asyncio.create_task(self._heartbeat_loop())
             return
-        tps = []
+        tps: list[TopicPartition] = []
         for t in topics:
             info = await self.client.topic(t)
             tps.extend(TopicPartition(t, p.partition) for p in info.partitions)

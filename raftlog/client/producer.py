@@ -1471,7 +1471,8 @@ class AsyncProducer:
     async def send_and_wait(
         self, topic: str, value: bytes | None = None, **kw: Any
     ) -> RecordMetadata:
-        return await (await self.send(topic, value, **kw))
+        result: RecordMetadata = await (await self.send(topic, value, **kw))
+        return result
 
     async def flush(self) -> None:
         self._core.begin_flush()
