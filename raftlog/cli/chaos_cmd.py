@@ -1,9 +1,11 @@
-"""`raftlog chaos check HISTORY`: re-run the chaos suite's checker on a saved history.
+"""`raftlog chaos run ...`: a chaos run (chaos/runner.py); `raftlog chaos check HISTORY`: re-run
+the chaos suite's checker on a saved history.
 
 The chaos suite (chaos/) lives in the source tree, not in the installed package: the command
 imports it when `chaos` is importable or when the `raftlog` package in use sits in a checkout
 next to `chaos/checker.py`; elsewhere it says so and exits 1. Exit status: 0 when the history
-is valid, 1 when it is not (the summary names every anomaly) or cannot be read.
+is valid, 1 when it is not (the summary names every anomaly) or cannot be read; `run` the
+same for the history it records (2 for bad arguments).
 """
 
 from __future__ import annotations
@@ -20,8 +22,57 @@ import raftlog
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("chaos", help="the chaos suite: check a recorded history")
+    p = sub.add_parser(
+        "chaos", help="the chaos suite: run faults against a cluster, check a history"
+    )
     csub = p.add_subparsers(dest="chaos_command", required=True, metavar="SUBCOMMAND")
+    r = csub.add_parser(
+        "run",
+        help="run a workload under a seeded fault schedule, record and check its history",
+        description="Start a local cluster, produce and consume under faults for --duration "
+        "seconds, heal, read everything back, and check the history; writes "
+        "OUT/history.jsonl, OUT/report.json and OUT/report.png. Exit 0 only when valid.",
+    )
+    r.add_argument(
+        "--backend", choices=["local"], default="local", help="where the nodes run (local)"
+    )
+    r.add_argument(
+        "--duration", type=_positive_float, default=60.0, help="seconds of workload (60)"
+    )
+    r.add_argument(
+        "--faults",
+        type=_fault_kinds,
+        default=("kill", "pause", "isolate"),
+        help="comma-separated fault kinds (kill,pause,isolate); network kinds need root",
+    )
+    r.add_argument("--seed", type=int, default=0, help="seed of the fault schedule (0)")
+    r.add_argument("--out", required=True, help="directory for the history, report and plot")
+    r.add_argument("--acks", choices=["all", "1", "0"], default="all", help="producer acks (all)")
+    r.add_argument("--min-insync", type=int, default=2, help="the topic's min.insync.replicas (2)")
+    r.add_argument(
+        "--unclean", action="store_true", help="allow unclean leader election (control runs)"
+    )
+    r.add_argument(
+        "--durability",
+        choices=["replication", "fsync"],
+        default="replication",
+        help="the topic's durability.policy (replication)",
+    )
+    r.add_argument("--partitions", type=int, default=3, help="partitions of the topic (3)")
+    r.add_argument("--rate", type=_positive_float, default=100.0, help="sends/s per producer (100)")
+    r.add_argument(
+        "--fault-seconds",
+        type=_range,
+        default=None,
+        help="MIN,MAX length of a fault (the schedule's default: 5,20)",
+    )
+    r.add_argument(
+        "--quiet-seconds",
+        type=_range,
+        default=None,
+        help="MIN,MAX pause between faults (the schedule's default: 5,15)",
+    )
+    r.set_defaults(func=_run)
     c = csub.add_parser(
         "check",
         help="check a history.jsonl (lost, duplicated, reordered records, availability)",
@@ -52,6 +103,69 @@ def _import_chaos(name: str) -> ModuleType:
             raise
     sys.path.insert(0, str(root))
     return importlib.import_module(f"chaos.{name}")
+
+
+def _positive_float(s: str) -> float:
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{s!r} is not a number") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"{s!r} must be > 0")
+    return v
+
+
+def _range(s: str) -> tuple[float, float]:
+    parts = s.split(",")
+    if len(parts) != 2:
+        raise argparse.ArgumentTypeError(f"{s!r}: expected MIN,MAX (e.g. 3,8)")
+    lo, hi = (_positive_float(p) for p in parts)
+    if lo > hi:
+        raise argparse.ArgumentTypeError(f"{s!r}: MIN is above MAX")
+    return lo, hi
+
+
+def _fault_kinds(s: str) -> tuple[str, ...]:
+    try:
+        kinds = _import_chaos("faults").KINDS
+    except ImportError:
+        kinds = ()
+    out = tuple(k.strip() for k in s.split(",") if k.strip())
+    bad = [k for k in out if kinds and k not in kinds]
+    if not out or bad:
+        known = ", ".join(kinds) or "the chaos suite's kinds"
+        raise argparse.ArgumentTypeError(f"{s!r}: fault kinds must be among {known}")
+    return out
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        runner = _import_chaos("runner")
+    except ImportError as e:
+        print(
+            f"raftlog: error: the chaos suite is not installed ({e}); run this command from a "
+            "raftlog source checkout",
+            file=sys.stderr,
+        )
+        return 1
+    cfg = runner.RunConfig(
+        out=Path(args.out),
+        duration_s=args.duration,
+        faults=args.faults,
+        seed=args.seed,
+        partitions=args.partitions,
+        acks=args.acks,
+        min_insync=args.min_insync,
+        unclean=args.unclean,
+        durability=args.durability,
+        rate=args.rate,
+        fault_s=args.fault_seconds,
+        quiet_s=args.quiet_seconds,
+    )
+    report = runner.run(cfg)
+    print(runner.summary(report))
+    print(f"history {cfg.out / 'history.jsonl'}, report {cfg.out / 'report.json'}")
+    return 0 if report["valid"] else 1
 
 
 def _check(args: argparse.Namespace) -> int:

@@ -1,0 +1,638 @@
+"""The chaos runner: a recorded workload under a seeded fault schedule, then the checker.
+
+`run(config)` does, in order (Redpanda's steady / fault / recovery phases, Jepsen's history):
+
+1. starts a LOCAL cluster of `nodes` combined nodes (chaos/local_cluster.py), each in its own
+   network namespace when the schedule has network faults (chaos/netns.py), and creates the
+   topic: `partitions` partitions, replication factor `replication_factor`,
+   `min.insync.replicas`, unclean election as asked;
+2. runs the workload for `duration_s`: `producers` producer threads send unique values
+   ("p<i>-<n>") with `acks` to every partition in turn at `rate` sends/s each; `consumers`
+   group members poll and commit every `commit_interval_s`; every operation is written to
+   `history.jsonl` (chaos/history.py) with its invoke and completion;
+3. meanwhile the nemesis thread applies the schedule (`faults.schedule(seed, ...)`): each
+   fault is resolved when it starts, injected, and healed when its window ends, always;
+4. after the workload: waits until every partition is led with its whole ISR again (bounded by
+   `settle_s`), reads every partition from offset 0 to its high watermark ("final-read"),
+   stops the nodes cleanly and reads every replica's log from its files ("replica-read");
+5. checks the history (chaos/checker.py) and writes `report.json` (the checker's report plus
+   the run's configuration) and `report.png` (acknowledged sends per second and their latency
+   over time, fault windows shaded).
+
+Rules: the same seed and arguments give the same fault schedule (the workload's timing is the
+machine's); a send that ends in an error is "info" (indeterminate: an earlier attempt may
+have been appended), never "fail", so the checker never counts a maybe-written record as
+certainly absent; every thread stops at the run's deadline and every fault heals before the
+final reads; the run's exit status is the report's `valid`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import random
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chaos import checker
+from chaos.faults import NETWORK_KINDS, FaultError, FaultSpec, inject, resolve_role, schedule
+from chaos.history import HistoryWriter, op, read_history
+from chaos.local_cluster import LocalCluster
+from raftlog.client import Admin, Consumer, Producer
+from raftlog.errors import RaftlogError
+from raftlog.records import iter_records
+from raftlog.storage.checkpoint import OffsetCheckpoint
+from raftlog.storage.tools import scan_segment, segment_files
+from raftlog.topics import TopicPartition
+
+# A producer has at most this many sends in flight: memory stays bounded while a partition
+# has no leader (its sends wait in the client until their delivery timeout).
+IN_FLIGHT_MAX = 2000
+# Every send resolves within the run: retried inside the client up to this, then indeterminate.
+DELIVERY_TIMEOUT_MS = 20_000
+# How long the nodes get after the last fault to be whole again before the final reads.
+SETTLE_S = 90.0
+FINAL_READ_S = 120.0
+
+
+@dataclass
+class RunConfig:
+    out: Path
+    duration_s: float = 60.0
+    faults: tuple[str, ...] = ("kill", "pause", "isolate")
+    seed: int = 0
+    nodes: int = 3
+    topic: str = "chaos"
+    partitions: int = 3
+    replication_factor: int = 3
+    acks: str = "all"
+    min_insync: int = 2
+    unclean: bool = False
+    durability: str = "replication"
+    producers: int = 2
+    consumers: int = 2
+    rate: float = 100.0  # sends per second per producer
+    commit_interval_s: float = 1.0
+    session_timeout_ms: int = 1500
+    replica_lag_time_max_ms: int = 3000
+    # Schedule shape (chaos/faults.py defaults are for long runs; a short run scales them).
+    steady_s: float | None = None
+    fault_s: tuple[float, float] | None = None
+    quiet_s: tuple[float, float] | None = None
+    recovery_s: float | None = None
+    progress: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def schedule(self) -> list[FaultSpec]:
+        kw: dict[str, Any] = {}
+        if self.steady_s is not None:
+            kw["steady_s"] = self.steady_s
+        if self.fault_s is not None:
+            kw["fault_s"] = self.fault_s
+        if self.quiet_s is not None:
+            kw["quiet_s"] = self.quiet_s
+        if self.recovery_s is not None:
+            kw["recovery_s"] = self.recovery_s
+        return schedule(
+            self.seed, self.duration_s, self.faults, list(range(1, self.nodes + 1)), **kw
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["out"] = str(self.out)
+        d["faults"] = list(self.faults)
+        return d
+
+
+def tp_name(tp: TopicPartition) -> str:
+    return f"{tp.topic}-{tp.partition}"
+
+
+class Recorder:
+    """The history file plus a run clock and unique operation ids (thread-safe)."""
+
+    def __init__(self, path: Path):
+        self.writer = HistoryWriter(path)
+        self.t0 = time.monotonic()
+        self._ids = itertools.count()
+        self._lock = threading.Lock()
+
+    def now(self) -> float:
+        return round(time.monotonic() - self.t0, 6)
+
+    def new_id(self) -> int:
+        with self._lock:
+            return next(self._ids)
+
+    def invoke(self, process: str, f: str, value: Any = None, **extra: Any) -> int:
+        i = self.new_id()
+        self.writer.write(op(process, "invoke", f, self.now(), i, value, **extra))
+        return i
+
+    def complete(
+        self, process: str, type_: str, f: str, i: int, value: Any = None, **extra: Any
+    ) -> None:
+        self.writer.write(op(process, type_, f, self.now(), i, value, **extra))
+
+    def standalone(self, process: str, f: str, value: Any = None, **extra: Any) -> None:
+        self.writer.write(
+            op(process, "info" if f == "run" else "ok", f, self.now(), -1, value, **extra)
+        )
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+# -- the workload -------------------------------------------------------------------------------
+
+
+class ProducerWorker(threading.Thread):
+    def __init__(
+        self, n: int, cfg: RunConfig, bootstrap: str, rec: Recorder, stop: threading.Event
+    ):
+        super().__init__(name=f"producer-{n}", daemon=True)
+        self.n, self.cfg, self.bootstrap, self.rec, self.stop = n, cfg, bootstrap, rec, stop
+        self.process = f"producer-{n}"
+        self.acked = 0
+        self.sent = 0
+        self._room = threading.Semaphore(IN_FLIGHT_MAX)
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except BaseException as e:  # reported by the runner, which fails the run
+            self.error = e
+
+    def _run(self) -> None:
+        acks: str | int = "all" if self.cfg.acks == "all" else int(self.cfg.acks)
+        producer = Producer(
+            bootstrap_servers=self.bootstrap,
+            acks=acks,
+            linger_ms=1,
+            delivery_timeout_ms=DELIVERY_TIMEOUT_MS,
+            request_timeout_ms=5000,
+            retry_backoff_ms=50,
+        )
+        interval = 1.0 / self.cfg.rate
+        next_at = time.monotonic()
+        try:
+            for seq in itertools.count():
+                if self.stop.is_set():
+                    break
+                next_at += interval
+                delay = next_at - time.monotonic()
+                if delay > 0 and self.stop.wait(delay):
+                    break
+                while not self._room.acquire(timeout=0.1):
+                    if self.stop.is_set():
+                        return
+                self._send(producer, seq)
+            producer.flush(DELIVERY_TIMEOUT_MS / 1000 + 10)
+        finally:
+            producer.close()
+
+    def _send(self, producer: Producer, seq: int) -> None:
+        partition = (seq + self.n) % self.cfg.partitions
+        tp = f"{self.cfg.topic}-{partition}"
+        value = f"p{self.n}-{seq}"
+        i = self.rec.invoke(self.process, "send", value, tp=tp)
+        self.sent += 1
+        try:
+            fut = producer.send(self.cfg.topic, value.encode(), partition=partition)
+        except RaftlogError as e:
+            self._room.release()
+            self.rec.complete(self.process, "info", "send", i, value, tp=tp, error=str(e)[:200])
+            return
+
+        def done(f: Any) -> None:
+            self._room.release()
+            error = f.exception(0)
+            if error is None:
+                self.acked += 1
+                self.rec.complete(
+                    self.process, "ok", "send", i, value, tp=tp, offset=f.result(0).offset
+                )
+            else:
+                self.rec.complete(
+                    self.process, "info", "send", i, value, tp=tp, error=str(error)[:200]
+                )
+
+        fut.add_done_callback(done)
+
+
+class ConsumerWorker(threading.Thread):
+    GROUP = "chaos-group"
+
+    def __init__(
+        self, n: int, cfg: RunConfig, bootstrap: str, rec: Recorder, stop: threading.Event
+    ):
+        super().__init__(name=f"consumer-{n}", daemon=True)
+        self.n, self.cfg, self.bootstrap, self.rec, self.stop = n, cfg, bootstrap, rec, stop
+        self.process = f"consumer-{n}"
+        self.polled = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except BaseException as e:
+            self.error = e
+
+    def _run(self) -> None:
+        consumer = Consumer(
+            self.cfg.topic,
+            bootstrap_servers=self.bootstrap,
+            group_id=self.GROUP,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            request_timeout_ms=5000,
+        )
+        assignment: set[TopicPartition] = set()
+        next_commit = time.monotonic() + self.cfg.commit_interval_s
+        try:
+            while not self.stop.is_set():
+                i = self.rec.invoke(self.process, "poll", group=self.GROUP)
+                try:
+                    batch = consumer.poll(timeout_ms=300)
+                except RaftlogError as e:
+                    self.rec.complete(
+                        self.process, "info", "poll", i, group=self.GROUP, error=str(e)[:200]
+                    )
+                    continue
+                now_assigned = set(consumer.assignment())
+                if now_assigned != assignment:
+                    assignment = now_assigned
+                    self.rec.standalone(
+                        self.process,
+                        "assign",
+                        sorted(tp_name(tp) for tp in assignment),
+                        group=self.GROUP,
+                    )
+                value = {
+                    tp_name(tp): [[r.offset, (r.value or b"").decode()] for r in records]
+                    for tp, records in batch.items()
+                }
+                self.polled += sum(len(v) for v in value.values())
+                self.rec.complete(self.process, "ok", "poll", i, value, group=self.GROUP)
+                if time.monotonic() >= next_commit and assignment:
+                    next_commit = time.monotonic() + self.cfg.commit_interval_s
+                    self._commit(consumer, assignment)
+        finally:
+            with contextlib.suppress(RaftlogError):
+                consumer.close()
+
+    def _commit(self, consumer: Consumer, assignment: set[TopicPartition]) -> None:
+        offsets = {tp: consumer.position(tp) for tp in sorted(assignment)}
+        value = {tp_name(tp): o for tp, o in offsets.items()}
+        i = self.rec.invoke(self.process, "commit", value, group=self.GROUP)
+        try:
+            consumer.commit(offsets)
+        except RaftlogError as e:
+            self.rec.complete(
+                self.process, "info", "commit", i, value, group=self.GROUP, error=str(e)[:200]
+            )
+            return
+        self.rec.complete(self.process, "ok", "commit", i, value, group=self.GROUP)
+
+
+class Nemesis(threading.Thread):
+    """Applies the schedule; each fault is healed when its window ends, or at once on stop."""
+
+    def __init__(
+        self,
+        specs: list[FaultSpec],
+        cluster: LocalCluster,
+        network: Any,
+        rec: Recorder,
+        stop: threading.Event,
+    ):
+        super().__init__(name="nemesis", daemon=True)
+        self.specs, self.cluster, self.network, self.rec, self.stop = (
+            specs,
+            cluster,
+            network,
+            rec,
+            stop,
+        )
+        self.applied: list[dict[str, Any]] = []
+        self.error: BaseException | None = None
+        self.started = time.monotonic()  # the schedule's time 0: set again when the run starts
+
+    def run(self) -> None:
+        try:
+            for spec in self.specs:
+                delay = spec.start_s - (time.monotonic() - self.started)
+                if delay > 0 and self.stop.wait(delay):
+                    return
+                if self.stop.is_set():
+                    return
+                self._one(spec)
+        except BaseException as e:
+            self.error = e
+
+    def _one(self, spec: FaultSpec) -> None:
+        if spec.role:
+            live = next(iter(n for n in self.cluster.node_ids() if self.cluster.pid(n)), 1)
+            spec = resolve_role(spec, self.cluster.describe(live), _rng(spec))
+        i = self.rec.invoke("nemesis", "fault", spec.to_json())
+        try:
+            with inject(spec, self.cluster, self.network):
+                self.stop.wait(spec.duration_s)
+        except FaultError as e:
+            self.rec.complete("nemesis", "info", "fault", i, spec.to_json(), error=str(e)[:500])
+            self.applied.append({**spec.to_json(), "error": str(e)})
+            return
+        self.rec.complete("nemesis", "ok", "fault", i, spec.to_json())
+        self.applied.append(spec.to_json())
+
+
+def _rng(spec: FaultSpec) -> random.Random:
+    """The role's choice (a random follower, ...) is seeded by the fault: runs replay."""
+    return random.Random(f"{spec.kind}-{spec.start_s}")
+
+
+# -- after the workload -------------------------------------------------------------------------
+
+
+def wait_whole(cluster: LocalCluster, topic: str, timeout_s: float) -> dict[str, Any] | None:
+    """The first view in which every partition of `topic` is led with all replicas in sync."""
+
+    def whole(view: dict[str, Any]) -> bool:
+        parts = [p for p in view["partitions"] if p["topic"] == topic]
+        return bool(parts) and all(
+            p["leader"] >= 0 and sorted(p["isr"]) == sorted(p["replicas"]) for p in parts
+        )
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for n in cluster.node_ids():
+            try:
+                view = cluster.describe(n)
+            except RaftlogError:
+                continue
+            if view["quorum"]["this_node_leads"] and whole(view):
+                return view
+        time.sleep(0.2)
+    return None
+
+
+def final_read(bootstrap: str, topic: str, partitions: int, timeout_s: float) -> dict[str, Any]:
+    """Every partition from offset 0 to its high watermark: {tp: [[offset, value], ...]}."""
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    out: dict[str, list[list[Any]]] = {tp_name(tp): [] for tp in tps}
+    with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        ends = consumer.end_offsets(tps)
+        deadline = time.monotonic() + timeout_s
+        while any(consumer.position(tp) < ends[tp] for tp in tps):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"final read: not at the end after {timeout_s:g} s")
+            for tp, records in consumer.poll(timeout_ms=500).items():
+                out[tp_name(tp)].extend([r.offset, (r.value or b"").decode()] for r in records)
+    return out
+
+
+def read_replica(path: Path) -> tuple[list[list[Any]], int, int]:
+    """A stopped replica's records from its files: ([[offset, value], ...], HW, log end)."""
+    records: list[list[Any]] = []
+    for _base, seg in segment_files(str(path)):
+        for b in scan_segment(seg):
+            if b.error is not None:
+                break
+            records.extend([r.offset, (r.value or b"").decode()] for r in iter_records(b.data))
+    hw = OffsetCheckpoint(str(path / "high-watermark-checkpoint")).read() or 0
+    leo = records[-1][0] + 1 if records else 0
+    return records, int(hw), leo
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+
+def _say(cfg: RunConfig, text: str) -> None:
+    if cfg.progress:
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+
+
+@contextlib.contextmanager
+def _network(cfg: RunConfig) -> Iterator[Any]:
+    if not any(k in NETWORK_KINDS for k in cfg.faults):
+        yield None
+        return
+    from chaos import netns
+
+    reason = netns.available()
+    if reason:
+        raise FaultError(f"network faults need network namespaces: {reason}")
+    with netns.network(list(range(1, cfg.nodes + 1))) as net:
+        yield net
+
+
+def run(cfg: RunConfig) -> dict[str, Any]:
+    """One chaos run; returns the report (also written to OUT/report.json)."""
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    history = cfg.out / "history.jsonl"
+    if history.exists():
+        history.unlink()
+    specs = cfg.schedule()
+    rec = Recorder(history)
+    rec.standalone(
+        "runner",
+        "run",
+        {"seed": cfg.seed, "config": cfg.to_json(), "schedule": [s.to_json() for s in specs]},
+    )
+    problems: list[str] = []
+    workers: list[Any] = []
+    with _network(cfg) as net:
+        cluster = LocalCluster(
+            cfg.out / "cluster",
+            cfg.nodes,
+            network=net,
+            session_timeout_ms=cfg.session_timeout_ms,
+            settings={"replica_lag_time_max_ms": cfg.replica_lag_time_max_ms, **cfg.extra},
+        )
+        try:
+            _say(cfg, f"chaos: starting {cfg.nodes} nodes under {cfg.out / 'cluster'}")
+            cluster.start()
+            _create_topic(cluster, cfg)
+            _say(
+                cfg,
+                f"chaos: {len(specs)} faults over {cfg.duration_s:g} s, seed {cfg.seed}: "
+                + ", ".join(f"{s.kind}@{s.start_s:g}s" for s in specs),
+            )
+            stop = threading.Event()
+            workers = [
+                ProducerWorker(n, cfg, cluster.bootstrap, rec, stop)
+                for n in range(1, cfg.producers + 1)
+            ]
+            workers += [
+                ConsumerWorker(n, cfg, cluster.bootstrap, rec, stop)
+                for n in range(1, cfg.consumers + 1)
+            ]
+            nemesis = Nemesis(specs, cluster, net, rec, stop)
+            nemesis.started = time.monotonic()  # the schedule counts from here
+            for w in [*workers, nemesis]:
+                w.start()
+            _progress_until(cfg, nemesis.started, rec, workers, nemesis, stop)
+            stop.set()
+            nemesis.join(120)
+            for w in workers:
+                w.join(DELIVERY_TIMEOUT_MS / 1000 + 60)
+            for t in [*workers, nemesis]:
+                if t.is_alive():
+                    problems.append(f"{t.name} did not stop")
+                if t.error is not None:
+                    problems.append(f"{t.name} failed: {t.error!r}")
+            _say(cfg, "chaos: workload over; waiting for every partition to be whole again")
+            view = wait_whole(cluster, cfg.topic, SETTLE_S)
+            if view is None:
+                problems.append(f"partitions not whole {SETTLE_S:g} s after the last fault")
+            try:
+                reads = final_read(cluster.bootstrap, cfg.topic, cfg.partitions, FINAL_READ_S)
+                rec.standalone("final-reader", "final-read", reads)
+            except (RaftlogError, RuntimeError) as e:
+                problems.append(f"final read failed: {e}")
+            isr = {
+                (p["topic"], p["partition"]): p["isr"] for p in (view or {}).get("partitions", [])
+            }
+        finally:
+            problems.extend(cluster.close())
+        for n, node in cluster.nodes.items():
+            for p in range(cfg.partitions):
+                path = node.config_path.parent / "logs" / f"{cfg.topic}-{p}"
+                if not path.is_dir():
+                    continue
+                records, hw, leo = read_replica(path)
+                rec.standalone(
+                    "replica-reader",
+                    "replica-read",
+                    records,
+                    node=n,
+                    tp=f"{cfg.topic}-{p}",
+                    high_watermark=hw,
+                    log_end_offset=leo,
+                    isr=isr.get((cfg.topic, p), []),
+                )
+    rec.close()
+    report = checker.check(read_history(history))
+    report["config"] = cfg.to_json()
+    report["problems"] = problems
+    if problems:
+        report["valid"] = False
+        report["invalid_because"] = [*report["invalid_because"], "run_problems"]
+    (cfg.out / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    plot(history, cfg.out / "report.png", report)
+    return report
+
+
+def _create_topic(cluster: LocalCluster, cfg: RunConfig) -> None:
+    config = {"min.insync.replicas": str(cfg.min_insync), "durability.policy": cfg.durability}
+    if cfg.unclean:
+        config["unclean.leader.election.enable"] = "true"
+    with Admin(cluster.bootstrap) as admin:
+        admin.create_topic(cfg.topic, cfg.partitions, cfg.replication_factor, config)
+    if wait_whole(cluster, cfg.topic, 60) is None:
+        raise FaultError(f"topic {cfg.topic} not led with a full ISR 60 s after its creation")
+
+
+def _progress_until(
+    cfg: RunConfig,
+    started: float,
+    rec: Recorder,
+    workers: list[Any],
+    nemesis: Nemesis,
+    stop: threading.Event,
+) -> None:
+    end = started + cfg.duration_s
+    while not stop.wait(min(2.0, max(end - time.monotonic(), 0))):
+        if time.monotonic() >= end:
+            return
+        acked = sum(w.acked for w in workers if isinstance(w, ProducerWorker))
+        sent = sum(w.sent for w in workers if isinstance(w, ProducerWorker))
+        polled = sum(w.polled for w in workers if isinstance(w, ConsumerWorker))
+        faults = len(nemesis.applied)
+        _say(
+            cfg,
+            f"chaos: {time.monotonic() - started:6.1f}/{cfg.duration_s:g} s  sent {sent}  "
+            f"acked {acked}  polled {polled}  faults done {faults}/{len(nemesis.specs)}",
+        )
+
+
+# -- the plot -----------------------------------------------------------------------------------
+
+
+def plot(history: Path, out: Path, report: dict[str, Any]) -> bool:
+    """Acknowledged sends per second and send latency over time, fault windows shaded."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    invoked: dict[int, float] = {}
+    acks: list[tuple[float, float]] = []
+    for o in read_history(history):
+        if o.f != "send":
+            continue
+        if o.type == "invoke":
+            invoked[o.id] = o.time
+        elif o.type == "ok" and o.id in invoked:
+            acks.append((o.time, o.time - invoked[o.id]))
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(11, 6), sharex=True)
+    if acks:
+        end = int(max(t for t, _ in acks)) + 1
+        per_s = [0] * (end + 1)
+        for t, _ in acks:
+            per_s[int(t)] += 1
+        ax1.plot(range(len(per_s)), per_s, drawstyle="steps-post", lw=1)
+        ax2.scatter([t for t, _ in acks], [lat * 1000 for _, lat in acks], s=1)
+        ax2.set_yscale("log")
+    for f in report.get("faults", []):
+        start, healed = f.get("started_s"), f.get("healed_s")
+        if start is None:
+            continue
+        for ax in (ax1, ax2):
+            ax.axvspan(start, healed if healed is not None else start + 1, color="red", alpha=0.15)
+        ax1.annotate(f.get("kind", "?"), (start, 0), fontsize=7, rotation=90, va="bottom")
+    ax1.set_ylabel("acknowledged sends / s")
+    ax2.set_ylabel("send latency (ms)")
+    ax2.set_xlabel("seconds since the run started")
+    verdict = (
+        "valid"
+        if report.get("valid")
+        else "INVALID: " + ", ".join(report.get("invalid_because", []))
+    )
+    fig.suptitle(
+        f"chaos run, seed {report.get('seed')}: {verdict}; "
+        f"max unavailability {report.get('max_unavailability_s')} s"
+    )
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return True
+
+
+def summary(report: dict[str, Any]) -> str:
+    keys = (
+        "acknowledged",
+        "lost",
+        "unseen",
+        "duplicated",
+        "inconsistent_offsets",
+        "nonmonotonic_send",
+        "nonmonotonic_poll",
+        "committed_offset_regressions",
+        "replica_divergence",
+        "max_unavailability_s",
+    )
+    head = "VALID" if report["valid"] else "INVALID (" + ", ".join(report["invalid_because"]) + ")"
+    return head + ": " + ", ".join(f"{k} {report.get(k)}" for k in keys)
