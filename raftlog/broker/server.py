@@ -397,10 +397,16 @@ class Broker:
         # The controller decides elections with these, so the broker's defaults for them are
         # written into the topic (Kafka's controller knows the cluster defaults; ours knows
         # only what the topic says).
+        # A default min.insync.replicas is capped at the topic's replication factor (an RF-1
+        # topic in a cluster whose default is 2 gets 1): a default must not make creating a
+        # smaller topic fail. One the topic itself states is checked as it is.
         config = dict(config)
         for key in REPLICATION_TOPIC_KEYS:
             if key not in config and key in self.config.log_defaults:
-                config[key] = str(self.config.log_defaults[key])
+                value = str(self.config.log_defaults[key])
+                if key == "min.insync.replicas" and value.isdigit():
+                    value = str(min(int(value), max(int(replication_factor), 1)))
+                config[key] = value
         if validate_only:
             from raftlog.storage import LogConfig
             from raftlog.topics import validate_topic_name

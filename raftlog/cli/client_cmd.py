@@ -247,7 +247,7 @@ def _topic_describe(args: argparse.Namespace) -> int:
             elr = f"  Elr: {','.join(map(str, p.elr))}" if p.elr else ""
             leos = (
                 "  ReplicaLogEnds: "
-                + ",".join(f"{n}={_offset(o)}" for n, o in sorted(p.log_end_offsets.items()))
+                + ",".join(f"{n}={_known(o)}" for n, o in sorted(p.log_end_offsets.items()))
                 if p.log_end_offsets
                 else ""
             )
@@ -267,7 +267,7 @@ def _leader(node: int) -> str:
     return "none" if node < 0 else str(node)
 
 
-def _offset(value: int) -> str:
+def _known(value: int) -> str:
     return "?" if value < 0 else str(value)
 
 

@@ -782,9 +782,9 @@ class MetadataState:
 
         Each reported replica leaves its partition's ISR and ELR (its data cannot be trusted,
         or cannot be read) where another member remains, and gives up the leadership to
-        another ISR/ELR member; as the last one it stays in the ISR but does not lead (the
-        partition is offline until the broker returns with a readable log: a restart clears
-        its report, and _elect_for_returning elects it again)."""
+        another live ISR/ELR member. As the last one it stays in the ISR, and keeps leading if
+        it led: nobody else holds the data, and its clients get LogOfflineError naming the
+        damage until the log reopens."""
         self._check_epoch(node_id, broker_epoch)
         for e in replicas:
             if type(e) not in _SEQUENCE_TYPES or len(e) != 3 or type(e[0]) is not str:
@@ -824,9 +824,11 @@ class MetadataState:
                     self._set_isr(topic, p, [r for r in p["isr"] if r != node_id], [])
                 else:  # the last ISR member: an ELR member takes over below
                     p["isr"] = []
+        # Leadership moves only to a replica that can take it: with none, the reporting leader
+        # keeps it (its clients get LogOfflineError naming the damage, not "no leader").
         candidates = [r for r in p["isr"] + p["elr"] if r != node_id]
-        if p["leader"] == node_id or (
-            p["leader"] == NO_LEADER and any(self._electable(r, topic, index) for r in candidates)
+        if p["leader"] in (node_id, NO_LEADER) and any(
+            self._electable(r, topic, index) for r in candidates
         ):
             unclean = topic["config"].get("unclean.leader.election.enable") == "true"
             self._elect(topic, p, exclude=node_id, unclean=unclean)

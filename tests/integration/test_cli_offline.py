@@ -55,7 +55,8 @@ def test_an_offline_partition_shows_unknown(cluster: Cluster) -> None:
     cluster.kill9(victim)
     cluster.wait_view(
         lambda d: any(
-            t == TOPIC and p == dead and leader < 0 for t, p, leader, *_ in d["partitions"]
+            p["topic"] == TOPIC and p["partition"] == dead and p["leader"] < 0
+            for p in d["partitions"]
         ),
         15,
         f"{TOPIC}-{dead} offline",

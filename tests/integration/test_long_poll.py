@@ -52,7 +52,7 @@ def test_fetch_at_log_end_wakes_when_a_record_is_produced(broker: BrokerProcess)
     assert send_started < returned < fetch_sent + LONG_WAIT_MS / 1000 / 2, (
         "the fetch did not return between the send and its max wait"
     )
-    [[_, [[partition, error, hw, _, nbytes, _]]]] = body["topics"]
+    [[_, [[partition, error, hw, _, nbytes, _, _]]]] = body["topics"]
     assert (partition, error, hw) == (0, 0, 1)
     records = list(iter_records(payload[:nbytes]))
     assert [(r.offset, r.key, r.value) for r in records] == [(meta.offset, b"k", b"hello")]
@@ -102,7 +102,7 @@ def test_fetch_min_bytes_not_reached_waits_for_max_wait(broker: BrokerProcess) -
         )
         waited = time.monotonic() - started
     assert waited >= max_wait_ms / 1000 * 0.9, f"answered after {waited:.3f} s"
-    [[_, [[_, error, _, _, nbytes, _]]]] = body["topics"]
+    [[_, [[_, error, _, _, nbytes, _, _]]]] = body["topics"]
     assert error == 0 and nbytes > 0
     assert [r.value for r in iter_records(payload)] == [b"only a few bytes"]
 
@@ -139,7 +139,7 @@ def test_fetch_wakes_once_min_bytes_are_reached(broker: BrokerProcess) -> None:
         _, body, payload = raw.recv_response()
         returned = time.monotonic()
     assert returned < fetch_sent + LONG_WAIT_MS / 1000 / 2
-    [[_, [[_, error, hw, _, nbytes, _]]]] = body["topics"]
+    [[_, [[_, error, hw, _, nbytes, _, _]]]] = body["topics"]
     assert (error, hw) == (0, 2) and nbytes >= 4000
     assert [r.value for r in iter_records(payload)] == [b"small", b"x" * 5000]
 
