@@ -172,42 +172,45 @@ def check_acked(sender: Sender, read: dict[int, dict[int, bytes]]) -> None:
     assert not missing, f"{len(missing)} acknowledged records lost or moved, e.g. {missing[:5]}"
 
 
-def replica_logs(c: Cluster, topic: str, p: int = 0) -> dict[int, tuple[bytes, int]]:
-    """Per node: (the bytes of its log's batches below its checkpointed high watermark, HW).
-    The nodes must be stopped (cleanly: the HW checkpoint is written at shutdown)."""
-    out = {}
-    for node_id, node in c.nodes.items():
-        path = node.data_dir / "logs" / f"{topic}-{p}"
-        hw = OffsetCheckpoint(str(path / "high-watermark-checkpoint")).read() or 0
-        data = b""
-        for name in sorted(os.listdir(path)):
-            if name.endswith(".log"):
-                data += (path / name).read_bytes()
-        kept, pos = [], 0
-        while pos + HEADER.size <= len(data):
-            base, length = HEADER.unpack_from(data, pos)[:2]
-            end = pos + LOG_OVERHEAD + length
-            count = HEADER.unpack_from(data, pos)[-1]
-            if base + count > hw:
-                break
-            kept.append(data[pos:end])
-            pos = end
-        out[node_id] = (b"".join(kept), hw)
-    return out
+def checkpointed_hw(c: Cluster, node_id: int, topic: str, p: int) -> int:
+    path = c.nodes[node_id].data_dir / "logs" / f"{topic}-{p}" / "high-watermark-checkpoint"
+    return OffsetCheckpoint(str(path)).read() or 0
+
+
+def replica_prefix(c: Cluster, node_id: int, topic: str, p: int, hw: int) -> tuple[bytes, int]:
+    """The bytes of a stopped replica's batches that end at or below `hw`, and where they end."""
+    path = c.nodes[node_id].data_dir / "logs" / f"{topic}-{p}"
+    data = b"".join(
+        (path / name).read_bytes() for name in sorted(os.listdir(path)) if name.endswith(".log")
+    )
+    pos, end_offset = 0, 0
+    while pos + HEADER.size <= len(data):
+        header = HEADER.unpack_from(data, pos)
+        base, length, count = header[0], header[1], header[-1]
+        if base + count > hw:
+            break
+        pos += LOG_OVERHEAD + length
+        end_offset = base + count
+    return data[:pos], end_offset
 
 
 def check_replicas_identical(c: Cluster, topic: str, p: int = 0) -> None:
+    """Every replica holds byte-identical batches below the high watermark. The leader's
+    checkpointed HW is the highest (a follower learns it from its next fetch, as in Kafka, so
+    one stopped right after the HW moved has an older one); every replica was in the ISR, so
+    each must hold everything below it."""
     # All at once, as operators stop a cluster: one by one, the last ones stop without a quorum.
     problems = c.shutdown_and_check()
     assert not problems, "\n".join(problems)
-    logs = replica_logs(c, topic, p)
-    hw = min(h for _, h in logs.values())
-    assert hw > 0, logs
-    prefixes = {n: data for n, (data, _) in logs.items()}
-    lengths = {n: len(d) for n, d in prefixes.items()}
-    shortest = min(lengths.values())
-    cut = {n: d[:shortest] for n, d in prefixes.items()}
-    assert len(set(cut.values())) == 1, f"replicas differ below the high watermark: {lengths}"
+    hw = max(checkpointed_hw(c, n, topic, p) for n in c.nodes)
+    assert hw > 0, f"no replica of {topic}-{p} checkpointed a high watermark"
+    prefixes = {n: replica_prefix(c, n, topic, p, hw) for n in c.nodes}
+    ends = {n: end for n, (_, end) in prefixes.items()}
+    assert set(ends.values()) == {hw}, f"replicas end below the HW {hw}: {ends}"
+    sizes = {n: len(data) for n, (data, _) in prefixes.items()}
+    assert len({data for data, _ in prefixes.values()}) == 1, (
+        f"replicas differ below the high watermark {hw}: {sizes}"
+    )
 
 
 def leader_of(c: Cluster, topic: str, p: int = 0) -> int:
