@@ -324,6 +324,9 @@ class Broker:
         """Called on the event loop after the metadata changed (coalesced). Group and offset
         traffic does not change the topology version, so it costs nothing here."""
         self._reconcile_scheduled = False
+        # A change applied while the node stops can land here after the quorum is gone.
+        if self.stopping:
+            return
         if self._metadata_ready and self.metadata.topology_version != self._seen_topology:
             self.reconcile()
 
