@@ -80,7 +80,8 @@ def wait_in_sync(c: Cluster, topic: str, partitions: int = 1) -> Describe:
             for p in range(partitions)
         )
 
-    return c.wait_view(ok, CHANGE_S, f"every replica of {topic} in sync")
+    # Every live node's view: one that has just come back (SIGCONT) still shows the old ISR.
+    return c.wait_every_view(ok, CHANGE_S, f"every replica of {topic} in sync")[0]
 
 
 @contextlib.contextmanager
