@@ -463,18 +463,23 @@ class _List(_Shape):
 
 
 class _Tuple(_Shape):
-    """A fixed-length array of named elements ([partition, offset, max_bytes])."""
+    """An array of named elements ([partition, offset, max_bytes]); the last `optional` of
+    them may be left off (fields a newer client adds at the end, as Fetch's leader epochs)."""
 
-    __slots__ = ("items",)
+    __slots__ = ("items", "required")
 
-    def __init__(self, *items: tuple[str, _Shape]):
+    def __init__(self, *items: tuple[str, _Shape], optional: int = 0):
         self.items = items
-        self.expected = f"an array [{', '.join(name for name, _ in items)}]"
+        self.required = len(items) - optional
+        names = [name for name, _ in items]
+        if optional:
+            names[self.required :] = [f"({', '.join(names[self.required :])})"]
+        self.expected = f"an array [{', '.join(names)}]"
 
     def check(self, value: Any) -> None:
-        if type(value) is not list or len(value) != len(self.items):
+        if type(value) is not list or not self.required <= len(value) <= len(self.items):
             raise InvalidBodyError(self.expected, value)
-        for i, (name, shape) in enumerate(self.items):
+        for i, (name, shape) in enumerate(self.items[: len(value)]):
             try:
                 shape.check(value[i])
             except InvalidBodyError as e:
@@ -631,6 +636,10 @@ REQUEST_BODIES: dict[int, _Shape] = {
                                 ("partition", _INT),
                                 ("fetch_offset", _INT),
                                 ("partition_max_bytes", _INT),
+                                ("current_leader_epoch", _INT),
+                                ("last_fetched_epoch", _INT),
+                                ("durable_offset", _INT),
+                                optional=3,
                             )
                         ),
                     ),
@@ -638,6 +647,7 @@ REQUEST_BODIES: dict[int, _Shape] = {
             )
         },
         replica_id=_INT,
+        replica_epoch=_INT,
         max_wait_ms=_INT,
         min_bytes=_INT,
         max_bytes=_INT,

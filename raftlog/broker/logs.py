@@ -19,6 +19,11 @@ Offline logs (rules):
   after damage found by a read checks the damaged segment batch by batch.
 - `offline_report()` is what the broker reports to the metadata (cluster status shows it);
   `on_offline_change` is called whenever it changes.
+- `set_aside_damaged(tp)` heals a damaged replica that another broker leads: its directory is
+  renamed into `<data_dir>/damaged/` (kept for the operator: nothing is deleted) and an empty
+  log takes its place, which the follower refetches from the leader. The broker calls it only
+  once the metadata has taken the replica out of the ISR and ELR (so an empty log is never
+  counted as in sync, never elected).
 - `close()` closes every log, even if some fail.
 """
 
@@ -361,6 +366,41 @@ class LogManager:
             self._went_offline(tp, topic, error)
             moved += 1
         return moved
+
+    def damaged(self) -> list[TopicPartition]:
+        """Offline partitions whose log holds damaged data (not a full disk or a failed open)."""
+        return [tp for tp, off in self._offline.items() if isinstance(off.error, LogCorruptedError)]
+
+    def set_aside_damaged(self, tp: TopicPartition) -> str | None:
+        """Move offline `tp`'s damaged directory to `<root>/../damaged/<name>.<time>` and open an
+        empty log in its place; the path the damaged files now have, or None if the move
+        failed (the partition stays offline, the error is logged)."""
+        off = self._offline.get(tp)
+        if off is None:
+            return None
+        path = os.path.join(self.root, partition_dir_name(tp))
+        aside_root = os.path.join(os.path.dirname(self.root), "damaged")
+        aside = os.path.join(aside_root, f"{partition_dir_name(tp)}.{int(time.time() * 1000)}")
+        try:
+            os.makedirs(aside_root, exist_ok=True)
+            os.rename(path, aside)
+        except OSError as e:
+            self.errors.log(
+                logging.ERROR,
+                (tp, "set aside"),
+                "could not move the damaged log of %s aside to %s: %s",
+                tp,
+                aside,
+                os_error_text(e),
+            )
+            return None
+        log.warning(
+            "%s: damaged log moved to %s (kept for inspection); refetching it from the leader",
+            tp,
+            aside,
+        )
+        self._open(tp, off.topic)
+        return aside
 
     def retry_offline(self) -> int:
         """Reopen the offline partitions whose backoff has passed; returns how many came back."""

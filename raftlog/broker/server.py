@@ -17,8 +17,11 @@ LogManager catches and rate-limits them); a bug that ends the task is logged at 
 
 Offline replicas: whenever the set of this broker's offline logs changes, the broker proposes
 it to the metadata (`report_offline_replicas`, with its broker epoch), so `cluster status`
-shows it wherever it is asked. Produce, fetch and list-offsets for an offline partition answer
-LogOfflineError (retriable). Leadership does not move because of it yet (replication will).
+shows it wherever it is asked; the metadata takes the replica out of the ISR and moves its
+leadership to another in-sync replica. Produce, fetch and list-offsets for an offline partition
+answer LogOfflineError (retriable). A damaged replica heals itself once it is out of the ISR and
+ELR and another live broker leads: its files are set aside (LogManager.set_aside_damaged) and it
+refetches the partition from the leader like a new follower.
 
 Replication: the broker's `ReplicaManager` (raftlog/replication/manager.py) holds every
 hosted partition's log and replication core. After each change of brokers, topics or
@@ -275,8 +278,26 @@ class Broker:
             changed = self.logs.check_offline()
             if not self.stopping and self._metadata_ready:
                 changed += self.logs.retry_offline()
+                changed += self._heal_damaged()
             if changed:
                 self._sync_replicas()
+
+    def _heal_damaged(self) -> int:
+        """Damaged replicas that another live broker leads, and that the metadata no longer
+        counts as in sync or eligible: set aside and refetched. Returns how many."""
+        healed = 0
+        me = self.config.node_id
+        damaged = self.logs.damaged()
+        live = {b.node_id for b in self.metadata.brokers()} if damaged else set()
+        for tp in damaged:
+            p = self.metadata.partition(tp.topic, tp.partition)
+            if p is None or p.leader in (me, -1) or me in p.isr or me in p.elr:
+                continue
+            if p.leader not in live:
+                continue
+            if self.logs.set_aside_damaged(tp) is not None:
+                healed += 1
+        return healed
 
     async def _report_offline(self) -> None:
         """Keep the metadata's record of this broker's offline replicas equal to the

@@ -80,8 +80,9 @@ def register(sub: Any) -> None:
         "-r",
         "--replication-factor",
         type=positive_int,
-        default=1,
-        help="replicas of each partition, on distinct brokers (1)",
+        default=None,
+        help="replicas of each partition, on distinct brokers (the brokers' default: "
+        "1, or 3 in a `raftlog dev --nodes 3` cluster)",
     )
     c.add_argument(
         "-c",

@@ -1,8 +1,10 @@
 """`raftlog cluster status`: the quorum, the brokers and the partitions at a glance.
 
-`--json` prints DescribeCluster's body as is (docs/PROTOCOL.md): every field named. The human
-form marks partitions with no leader (OFFLINE) and replicas whose logs their broker reported
-offline (damaged data, a full disk), with the broker's reason.
+`--json` prints DescribeCluster's body (docs/PROTOCOL.md), every field named, plus two lists
+derived from its partitions: `offline_partitions` (no leader) and `under_replicated_partitions`
+(ISR smaller than the replica list), each as [topic, partition]. The human form marks the same
+(OFFLINE, UNDER-REPLICATED) and replicas whose logs their broker reported offline (damaged data,
+a full disk), with the broker's reason.
 """
 
 from __future__ import annotations
@@ -27,11 +29,23 @@ def register(sub: Any) -> None:
 def _status(args: argparse.Namespace) -> int:
     with Admin(args.bootstrap_server) as admin:
         st = admin.describe_cluster()
+    st["offline_partitions"] = [[p["topic"], p["partition"]] for p in offline(st)]
+    st["under_replicated_partitions"] = [[p["topic"], p["partition"]] for p in under_replicated(st)]
     if args.json:
         print(json.dumps(st, indent=2))
         return 0
     print(format_status(st), end="")
     return 0
+
+
+def offline(st: dict[str, Any]) -> list[dict[str, Any]]:
+    """Partitions with no leader: nobody can read or write them."""
+    return [p for p in st["partitions"] if p["leader"] < 0]
+
+
+def under_replicated(st: dict[str, Any]) -> list[dict[str, Any]]:
+    """Led partitions whose ISR lacks some replica: one more loss is closer to data loss."""
+    return [p for p in st["partitions"] if p["leader"] >= 0 and len(p["isr"]) < len(p["replicas"])]
 
 
 def format_status(st: dict[str, Any]) -> str:
@@ -54,15 +68,18 @@ def format_status(st: dict[str, Any]) -> str:
             f"epoch={b['broker_epoch']}  {'FENCED' if b['fenced'] else 'alive'}"
         )
     partitions = st["partitions"]
-    offline = [p for p in partitions if p["leader"] < 0]
     degraded = [p for p in partitions if p["offline_replicas"]]
     lines.append(
-        f"Partitions: {len(partitions)}, offline: {len(offline)}, "
-        f"with offline replicas: {len(degraded)}"
+        f"Partitions: {len(partitions)}, offline: {len(offline(st))}, "
+        f"under-replicated: {len(under_replicated(st))}, with offline replicas: {len(degraded)}"
     )
     for p in partitions:
         state = "OFFLINE" if p["leader"] < 0 else f"leader {p['leader']}"
-        extra = f"  OFFLINE REPLICAS {p['offline_replicas']}" if p["offline_replicas"] else ""
+        extra = (
+            "  UNDER-REPLICATED" if p["leader"] >= 0 and len(p["isr"]) < len(p["replicas"]) else ""
+        )
+        if p["offline_replicas"]:
+            extra += f"  OFFLINE REPLICAS {p['offline_replicas']}"
         lines.append(
             f"  {p['topic']}-{p['partition']}  {state}  epoch {p['leader_epoch']}  "
             f"replicas {p['replicas']}  isr {p['isr']}{extra}"

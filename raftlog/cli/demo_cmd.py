@@ -175,7 +175,7 @@ def _demo(args: argparse.Namespace) -> int:
         return _pipeline(bootstrap, args.events, args.partitions)
     finally:
         status = stop_node(proc)
-        print(f"6. stopped the cluster cleanly (exit status {status})")
+        print(f"7. stopped the cluster cleanly (exit status {status})")
         if args.data_dir is None:
             shutil.rmtree(data_dir, ignore_errors=True)
 
@@ -270,9 +270,12 @@ def _pipeline(bootstrap: str, events: int, partitions: int) -> int:
     with Admin(bootstrap) as admin:
         report = admin.describe_group("pageview-report")
         cluster = admin.describe_cluster()
+        described = {p.partition: p for p in admin.describe_topics([topic])[0].partitions}
     lag = sum(p["lag"] or 0 for p in report["partitions"])
     print(f"5. group 'pageview-report' committed its offsets: total lag {lag}")
     consume_s = time.monotonic() - started
+
+    spark_ok, spark_line = _spark_report(bootstrap, topic, start, pages)
 
     print("\nWhat happened:")
     print(
@@ -284,9 +287,12 @@ def _pipeline(bootstrap: str, events: int, partitions: int) -> int:
         f"({seen / max(consume_s, 1e-9):,.0f} events/s)"
     )
     for p in range(partitions):
+        d = described[p]
+        log_ends = ", ".join(f"{n}: {o:,}" for n, o in sorted((d.log_end_offsets or {}).items()))
         print(
-            f"  partition {p}: {per_partition[p]:,} events, log end offset "
-            f"{ends[TopicPartition(topic, p)]:,}"
+            f"  partition {p}: {per_partition[p]:,} events, high watermark "
+            f"{ends[TopicPartition(topic, p)]:,}, leader {d.leader}, ISR {list(d.isr)}"
+            + (f", replica log ends {{{log_ends}}}" if log_ends else "")
         )
     leaders = collections.Counter(p["leader"] for p in cluster["partitions"] if p["topic"] == topic)
     print(
@@ -295,6 +301,7 @@ def _pipeline(bootstrap: str, events: int, partitions: int) -> int:
         + ", ".join(f"{n}: {c}" for n, c in sorted(leaders.items()))
     )
     print("  top pages: " + ", ".join(f"{page} {n:,}" for page, n in pages.most_common(4)))
+    print(f"  spark: {spark_line}")
     ok = (
         seen == events
         and problems == 0
@@ -304,5 +311,39 @@ def _pipeline(bootstrap: str, events: int, partitions: int) -> int:
     print(
         f"  check: {'every event arrived once, in order per user' if ok else 'FAILED'}"
         + ("" if ok else f" ({problems} order problems, {seen:,}/{events:,} seen)")
+        + ("; Spark counted the same" if spark_ok else "; Spark's counts DIFFER")
     )
-    return 0 if ok else 1
+    return 0 if ok and spark_ok else 1
+
+
+def _spark_report(
+    bootstrap: str,
+    topic: str,
+    start: dict[TopicPartition, int],
+    pages: collections.Counter[str],
+) -> tuple[bool, str]:
+    """Step 6: the Spark page-view job over exactly this run's events: from the offsets the run
+    started at to the offsets group 'pageview-report' committed (replay from committed
+    offsets). (ok, one summary line): ok if Spark's per-page counts equal the consumer's."""
+    print("6. Spark reads the same events: this run's start offsets to the group's commits")
+    from raftlog_spark import check_environment
+    from raftlog_spark.jobs.pageviews import run_pageview_report
+
+    problems = check_environment()
+    if problems:
+        raise RaftlogError("Spark cannot run here: " + "; ".join(problems))
+    starting = json.dumps({topic: {str(tp.partition): o for tp, o in sorted(start.items())}})
+    out_dir = tempfile.mkdtemp(prefix="raftlog-demo-spark-")
+    try:
+        summary = run_pageview_report(
+            bootstrap, topic, out_dir, starting, ending_offsets="group:pageview-report"
+        )
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
+    ok = summary["pages"] == dict(pages)
+    line = (
+        f"{summary['events']:,} events over {len(summary['pages'])} pages in "
+        f"{summary['job_s']:.1f} s (session start {summary['session_start_s']:.1f} s), "
+        + ("the same per-page counts as the consumer" if ok else "per-page counts DIFFER")
+    )
+    return ok, line

@@ -172,7 +172,16 @@ def _toml_value(v: Any) -> str:
 
 
 def write_node_config(path: str, settings: dict[str, Any]) -> None:
-    lines = [f"{k} = {_toml_value(v)}" for k, v in settings.items() if v is not None]
+    """A node's TOML: plain settings first, then a [table] per dict setting (e.g. [log])."""
+    lines = [
+        f"{k} = {_toml_value(v)}"
+        for k, v in settings.items()
+        if v is not None and not isinstance(v, dict)
+    ]
+    for table, values in settings.items():
+        if isinstance(values, dict):
+            lines.append(f"\n[{table}]")
+            lines.extend(f"{_toml_value(k)} = {_toml_value(v)}" for k, v in values.items())
     with open(path, "w") as f:
         f.write("# written by `raftlog dev`; edit or delete to change the cluster\n")
         f.write("\n".join(lines) + "\n")
@@ -265,6 +274,22 @@ def _dev(args: argparse.Namespace) -> int:
     return _run_cluster(args)
 
 
+# A local cluster reacts in seconds: a follower that has not caught up for this long leaves the
+# ISR (Kafka's replica.lag.time.max.ms, 30 s by default, as NodeConfig's).
+DEV_REPLICA_LAG_TIME_MAX_MS = 5000
+
+
+def replication_defaults(nodes: int) -> dict[str, Any]:
+    """What `raftlog dev --nodes N` gives new topics: replication factor 3 (fewer nodes: all of
+    them) and min.insync.replicas 2 where there are 3 replicas, so acks=all survives one loss."""
+    rf = min(3, nodes)
+    return {
+        "default_replication_factor": rf,
+        "replica_lag_time_max_ms": DEV_REPLICA_LAG_TIME_MAX_MS,
+        "log": {"min.insync.replicas": 2 if rf >= 3 else 1},
+    }
+
+
 def _announce_when_ready(procs: list[subprocess.Popen[bytes]], data_dirs: list[str]) -> bool:
     """Print the bootstrap servers once every node has written its ready file; True if so."""
     addresses = []
@@ -304,6 +329,7 @@ def _run_cluster(args: argparse.Namespace) -> int:
                     "auto_create_topics": args.auto_create_topics,
                     "fetch_zero_copy": args.fetch_zero_copy,
                     "broker_session_timeout_ms": args.session_timeout_ms,
+                    **replication_defaults(n),
                 },
             )
     procs = [

@@ -70,23 +70,18 @@ class AsyncAdmin:
         self,
         name: str,
         partitions: int = 1,
-        replication_factor: int = 1,
+        replication_factor: int | None = None,
         config: dict[str, Any] | None = None,
     ) -> None:
-        body, _ = await self.client.request(
-            None,
-            protocol.ApiKey.CREATE_TOPICS,
-            {
-                "topics": [
-                    {
-                        "name": name,
-                        "partitions": partitions,
-                        "replication_factor": replication_factor,
-                        "config": {k: str(v) for k, v in (config or {}).items()},
-                    }
-                ]
-            },
-        )
+        """`replication_factor` None: the brokers' default_replication_factor (KIP-464)."""
+        spec: dict[str, Any] = {
+            "name": name,
+            "partitions": partitions,
+            "config": {k: str(v) for k, v in (config or {}).items()},
+        }
+        if replication_factor is not None:
+            spec["replication_factor"] = replication_factor
+        body, _ = await self.client.request(None, protocol.ApiKey.CREATE_TOPICS, {"topics": [spec]})
         for _name, error, message in body["topics"]:
             if error:
                 raise error_from_code(error, message or "")
@@ -272,9 +267,10 @@ class Admin:
         self,
         name: str,
         partitions: int = 1,
-        replication_factor: int = 1,
+        replication_factor: int | None = None,
         config: dict[str, Any] | None = None,
     ) -> None:
+        """`replication_factor` None: the brokers' default_replication_factor (KIP-464)."""
         self._run(self._async.create_topic(name, partitions, replication_factor, config))
 
     def delete_topics(self, names: Iterable[str]) -> None:

@@ -142,7 +142,7 @@ class AsyncRangeReader:
             },
         )
         for _topic, parts in body["topics"]:
-            for _partition, error, hw, log_start, nbytes, message in parts:
+            for _partition, error, hw, log_start, nbytes, message, *_ in parts:
                 if error:
                     err = error_from_code(error, message or "")
                     if isinstance(err, OffsetOutOfRangeError):

@@ -233,6 +233,16 @@ class MetadataState:
         b = self.brokers.get(node_id)
         return b is not None and not b["fenced"]
 
+    def _offline_on(self, node_id: int, topic: str, partition: int) -> bool:
+        """Whether `node_id`'s current report lists its replica of topic-partition offline."""
+        report = getattr(self, "offline_replicas", {}).get(node_id)
+        return report is not None and any(
+            t == topic and p == partition for t, p, _ in report["replicas"]
+        )
+
+    def _electable(self, node_id: int, topic: dict[str, Any], index: int) -> bool:
+        return self._live(node_id) and not self._offline_on(node_id, topic["name"], index)
+
     # -- partition leadership: every election rule lives here -----------------------------------
     #
     # Each partition: replicas (fixed), leader (NO_LEADER when offline), leader_epoch (bumps on
@@ -338,9 +348,15 @@ class MetadataState:
         """A new leader for `p`, at a new leader epoch: the first live ISR member (replica
         order), else a live ELR member (the ISR's members then join the ELR where the rules
         allow), else with `unclean` any live replica, else none: the partition is offline and
-        waits for an ISR or ELR member to return."""
-        live_isr = [r for r in p["replicas"] if r in p["isr"] and r != exclude and self._live(r)]
-        live_elr = [r for r in p["replicas"] if r in p["elr"] and r != exclude and self._live(r)]
+        waits for an ISR or ELR member to return. A replica whose broker reported its log
+        offline is never elected."""
+        index = topic["partitions"].index(p)
+
+        def ok(r: int) -> bool:
+            return r != exclude and self._electable(r, topic, index)
+
+        live_isr = [r for r in p["replicas"] if r in p["isr"] and ok(r)]
+        live_elr = [r for r in p["replicas"] if r in p["elr"] and ok(r)]
         if live_isr:
             p["leader"] = live_isr[0]
         elif live_elr:
@@ -348,7 +364,7 @@ class MetadataState:
             p["elr"] = [r for r in p["elr"] if r != leader]
             self._set_isr(topic, p, [leader], list(p["isr"]))
             p["leader"] = leader
-        elif unclean and (out := [r for r in p["replicas"] if r != exclude and self._live(r)]):
+        elif unclean and (out := [r for r in p["replicas"] if ok(r)]):
             p["leader"] = out[0]
             p["isr"] = [out[0]]
             p["elr"] = []
@@ -770,7 +786,13 @@ class MetadataState:
         """A broker reports the full set of its replicas whose logs are offline (each
         [topic, partition, reason]); it replaces the broker's previous report, and an empty
         set clears it. Entries for partitions that do not exist or are not the broker's are
-        dropped (a topic deleted meanwhile). Leadership does not move because of it (yet)."""
+        dropped (a topic deleted meanwhile).
+
+        Each reported replica leaves its partition's ISR and ELR (its data cannot be trusted,
+        or cannot be read) where another member remains, and gives up the leadership to
+        another ISR/ELR member; as the last one it stays in the ISR but does not lead (the
+        partition is offline until the broker returns with a readable log: a restart clears
+        its report, and _elect_for_returning elects it again)."""
         self._check_epoch(node_id, broker_epoch)
         for e in replicas:
             if type(e) not in _SEQUENCE_TYPES or len(e) != 3 or type(e[0]) is not str:
@@ -794,7 +816,31 @@ class MetadataState:
             reports[node_id] = {"broker_epoch": broker_epoch, "replicas": kept}
         else:
             reports.pop(node_id, None)
+        for topic_name, partition, _ in kept:
+            self._leave_for_offline_log(node_id, self.topics[topic_name], partition)
         return _ok(len(kept))
+
+    def _leave_for_offline_log(self, node_id: int, topic: dict[str, Any], index: int) -> None:
+        p = topic["partitions"][index]
+        p.setdefault("elr", [])
+        before = (p["leader"], list(p["isr"]), list(p["elr"]))
+        others = [r for r in p["isr"] + p["elr"] if r != node_id]
+        if others:
+            p["elr"] = [r for r in p["elr"] if r != node_id]
+            if node_id in p["isr"]:
+                if len(p["isr"]) > 1:
+                    self._set_isr(topic, p, [r for r in p["isr"] if r != node_id], [])
+                else:  # the last ISR member: an ELR member takes over below
+                    p["isr"] = []
+        candidates = [r for r in p["isr"] + p["elr"] if r != node_id]
+        if p["leader"] == node_id or (
+            p["leader"] == NO_LEADER and any(self._electable(r, topic, index) for r in candidates)
+        ):
+            unclean = topic["config"].get("unclean.leader.election.enable") == "true"
+            self._elect(topic, p, exclude=node_id, unclean=unclean)
+        if (p["leader"], p["isr"], p["elr"]) != before:
+            p["partition_epoch"] += 1
+        self._check_partition(topic, index)
 
     # -- producer ids --------------------------------------------------------------------------
 

@@ -163,8 +163,9 @@ def test_describe_cluster_shows_current_reports_only() -> None:
         {"node_id": 2, "broker_epoch": epochs[2], "topic": "t", "partition": 0, "reason": REASON}
     ]
     text = format_status(d)
-    assert "Partitions: 2, offline: 0, with offline replicas: 1" in text
-    assert "  t-0  leader " in text and "OFFLINE REPLICAS [2]" in text
+    # Broker 2 left t-0's ISR: under-replicated, led by broker 1.
+    assert "Partitions: 2, offline: 0, under-replicated: 1, with offline replicas: 1" in text
+    assert "  t-0  leader 1" in text and "UNDER-REPLICATED  OFFLINE REPLICAS [2]" in text
     assert f"  t-0 on broker 2: {REASON}" in text
     # Broker 2 restarts (a new registration): its old report no longer counts.
     ok(s, "register_broker", node_id=2, host="h", port=2, rack=None, incarnation="new", now_ms=1)
@@ -172,6 +173,76 @@ def test_describe_cluster_shows_current_reports_only() -> None:
     assert [p["offline_replicas"] for p in d["partitions"]] == [[], []]
     assert d["offline_logs"] == []
     assert "OFFLINE REPLICAS" not in format_status(d)
+
+
+def partition(s: MetadataState, index: int) -> dict[str, Any]:
+    return dict(s.topics["t"]["partitions"][index])
+
+
+def test_an_offline_replica_leaves_the_isr_and_its_leadership_moves() -> None:
+    s, epochs = cluster()
+    led = [i for i in range(2) if partition(s, i)["leader"] == 1]
+    other = [i for i in range(2) if i not in led]
+    assert led and other
+    before = {i: partition(s, i) for i in range(2)}
+    ok(
+        s,
+        "report_offline_replicas",
+        node_id=1,
+        broker_epoch=epochs[1],
+        replicas=[["t", led[0], "r"]],
+    )
+    now = partition(s, led[0])
+    assert (now["leader"], now["isr"]) == (2, [2])
+    assert now["leader_epoch"] == before[led[0]]["leader_epoch"] + 1
+    assert now["partition_epoch"] > before[led[0]]["partition_epoch"]
+    assert partition(s, other[0]) == before[other[0]]  # not reported: untouched
+    # A second report of the same replica changes nothing more.
+    ok(
+        s,
+        "report_offline_replicas",
+        node_id=1,
+        broker_epoch=epochs[1],
+        replicas=[["t", led[0], "r"]],
+    )
+    assert partition(s, led[0]) == now
+
+
+def test_an_offline_last_isr_member_stays_in_the_isr_without_leading() -> None:
+    s, epochs = cluster()
+    p0 = partition(s, 0)
+    follower = next(r for r in p0["replicas"] if r != p0["leader"])
+    ok(
+        s,
+        "report_offline_replicas",
+        node_id=follower,
+        broker_epoch=epochs[follower],
+        replicas=[["t", 0, "r"]],
+    )
+    assert partition(s, 0)["isr"] == [p0["leader"]]
+    # Now the leader's log goes offline too: nobody else has the data, so the partition goes
+    # offline with the leader still its only ISR member (never the offline follower).
+    ok(
+        s,
+        "report_offline_replicas",
+        node_id=p0["leader"],
+        broker_epoch=epochs[p0["leader"]],
+        replicas=[["t", 0, "r"]],
+    )
+    now = partition(s, 0)
+    assert (now["leader"], now["isr"]) == (-1, [p0["leader"]])
+    # The broker restarts with a readable log: elected again.
+    ok(
+        s,
+        "register_broker",
+        node_id=p0["leader"],
+        host="h",
+        port=p0["leader"],
+        rack=None,
+        incarnation="new",
+        now_ms=1,
+    )
+    assert partition(s, 0)["leader"] == p0["leader"]
 
 
 def test_describe_cluster_leaves_out_reports_of_deleted_topics() -> None:
