@@ -65,6 +65,7 @@ class DockerCluster:
             "RAFTLOG_COMPOSE_PROJECT": self.project,
             **{f"RAFTLOG_PORT_{i + 1}": str(p) for i, p in enumerate(self.ports)},
         }
+        self.image = os.environ.get("RAFTLOG_IMAGE", "raftlog:local")
         self.up_s: float | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
