@@ -185,6 +185,12 @@ class MetadataState:
         it rejoins each ISR only after catching up again (its log may have lost an unflushed
         tail). Where it was the last ISR member it stays, and leads again at a new epoch.
         """
+        if external is not None and (
+            len(external) != 2 or type(external[0]) is not str or type(external[1]) is not int
+        ):
+            raise InvalidRequestError(
+                f"register_broker: external must be [host, port], got {external!r:.100}"
+            )
         epoch = self.next_broker_epoch
         self.next_broker_epoch += 1
         if node_id in self.brokers:
@@ -198,7 +204,7 @@ class MetadataState:
             "broker_epoch": epoch,
             "fenced": False,
             "registered_ms": now_ms,
-            "external": None if external is None else [str(external[0]), int(external[1])],
+            "external": None if external is None else [external[0], external[1]],
             "controller_voters": None if controller_voters is None else list(controller_voters),
         }
         self._elect_for_returning(node_id)
