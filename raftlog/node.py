@@ -5,6 +5,9 @@
     data_dir = "data/node-1"
     rack = "a"                                   # optional
     client_listener = "127.0.0.1:9092"           # brokers: where clients connect
+    advertised_listener = "node-1:9092"          # optional: the address others are told
+    external_listener = "0.0.0.0:9094"           # optional: a second listener for clients
+    external_advertised_listener = "127.0.0.1:19092"   # elsewhere, and what they are told
     controller_voters = ["1@127.0.0.1:19092", "2@127.0.0.1:19093", "3@127.0.0.1:19094"]
     broker_heartbeat_interval_ms = 500
     broker_session_timeout_ms = 3000
@@ -20,6 +23,23 @@
 A controller's Raft address is its own entry in `controller_voters`; it also receives the
 brokers' UDP heartbeats on that host and port number. A broker that is not a controller
 follows the metadata as an observer.
+
+Listeners (Kafka's listeners / advertised.listeners, with two fixed names): the client listener
+is where the other brokers (replica fetches) and clients reach this broker, registered in the
+metadata as `advertised_listener` (default: `client_listener` itself; a listener bound to
+0.0.0.0 must advertise an address others can connect to). An optional external listener serves
+clients that reach the brokers by other addresses (a host outside a container network): a
+client connected to it receives every broker's external address in Metadata and
+FindCoordinator answers, so it bootstraps from one and follows the rest.
+
+Environment: `raftlog node` reads `RAFTLOG_<SETTING>` (e.g. RAFTLOG_NODE_ID=2,
+RAFTLOG_CONTROLLER_VOTERS="1@a:9093,2@b:9093,3@c:9093") over the TOML's settings, so one file
+serves every node of a container cluster (`NodeConfig.load(path, environ)`). Lists are
+comma-separated; booleans true/false; `[log]` has no variable.
+
+Voters: each broker registers its `controller_voters`; a broker whose list differs from that of
+a majority of the registered brokers stops with an error naming both lists (a copied service
+not edited, a list not updated everywhere), and the others log a warning naming it.
 
 Start order: check that the node's ports are free (Raft TCP and heartbeat UDP for a controller,
 the client listener for a broker: one that stays taken fails the start within seconds, naming
@@ -38,6 +58,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import signal
@@ -46,6 +67,7 @@ import sys
 import time
 import tomllib
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,6 +90,9 @@ from raftlog.storage.checkpoint import atomic_write, fsync_dir
 log = logging.getLogger(__name__)
 
 READY_TIMEOUT_S = 60.0
+# How often a broker compares its controller_voters with those the other brokers registered:
+# a wrong list is caught within seconds, at the cost of one local metadata read.
+VOTERS_CHECK_INTERVAL_S = 1.0
 # NodeConfig settings passed to BrokerConfig as they are when set (None: BrokerConfig's
 # default, which is documented there with its reason).
 _BROKER_SETTINGS = (
@@ -88,6 +113,12 @@ class NodeConfig:
     roles: list[str] = field(default_factory=lambda: ["controller", "broker"])
     rack: str | None = None
     client_listener: str = "127.0.0.1:9092"
+    # What the metadata names for the client listener (None: client_listener itself).
+    advertised_listener: str | None = None
+    # A second listener for clients that reach the brokers by other addresses, and what the
+    # metadata names for it (None: external_listener itself).
+    external_listener: str | None = None
+    external_advertised_listener: str | None = None
     # Kafka's defaults are 2 s / 9 s; a local cluster wants faster failure detection.
     broker_heartbeat_interval_ms: int = 500
     broker_session_timeout_ms: int = 3000
@@ -122,9 +153,14 @@ class NodeConfig:
             raise InvalidConfigError(
                 "broker_session_timeout_ms must be larger than broker_heartbeat_interval_ms"
             )
-        host, _, port = self.client_listener.rpartition(":")
-        if not host or not port.isdigit():
-            raise InvalidConfigError(f"client_listener={self.client_listener!r}: HOST:PORT")
+        for name in _LISTENERS:
+            address = getattr(self, name)
+            if address is not None:
+                _split_listener(name, address)
+        if self.external_advertised_listener is not None and self.external_listener is None:
+            raise InvalidConfigError(
+                "external_advertised_listener is set but external_listener is not"
+            )
         # [log] holds topic config defaults: the same keys and checks as a topic's config.
         try:
             LogConfig.from_topic_config(self.log)
@@ -137,7 +173,9 @@ class NodeConfig:
         return {n: getattr(self, n) for n in _BROKER_SETTINGS if getattr(self, n) is not None}
 
     @classmethod
-    def load(cls, path: str) -> NodeConfig:
+    def load(cls, path: str, environ: Mapping[str, str] | None = None) -> NodeConfig:
+        """The config in the TOML file `path`, with `RAFTLOG_<SETTING>` variables of `environ`
+        (if given) over its settings."""
         try:
             with open(path, "rb") as f:
                 raw = tomllib.load(f)
@@ -147,10 +185,27 @@ class NodeConfig:
         unknown = sorted(set(raw) - known)
         if unknown:
             raise InvalidConfigError(f"{path}: unknown settings {', '.join(unknown)}")
+        if environ is not None:
+            raw.update(_settings_from_env(environ))
         try:
             return cls(**raw)
         except TypeError as e:
             raise InvalidConfigError(f"{path}: {e}") from None
+
+    def listener_address(self, external: bool = False) -> tuple[str, int]:
+        """(host, port) the client or the external listener binds."""
+        if external:
+            assert self.external_listener is not None
+            return _split_listener("external_listener", self.external_listener)
+        return _split_listener("client_listener", self.client_listener)
+
+    def advertised(self, bound_port: int, external: bool = False) -> tuple[str, int]:
+        """(host, port) the metadata names for a listener bound on `bound_port`."""
+        name = "external_advertised_listener" if external else "advertised_listener"
+        address = getattr(self, name)
+        if address is not None:
+            return _split_listener(name, address)
+        return self.listener_address(external)[0], bound_port
 
     @property
     def voters(self) -> dict[int, str]:
@@ -163,6 +218,85 @@ class NodeConfig:
     @property
     def is_broker(self) -> bool:
         return "broker" in self.roles
+
+
+_LISTENERS = (
+    "client_listener",
+    "advertised_listener",
+    "external_listener",
+    "external_advertised_listener",
+)
+# The settings a RAFTLOG_<NAME> variable can set, by how its text is read.
+_ENV_INT = "int"
+_ENV_BOOL = "bool"
+_ENV_LIST = "list"
+_ENV_STR = "str"
+
+
+def _split_listener(name: str, address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise InvalidConfigError(f"{name}={address!r}: must be HOST:PORT")
+    return host, int(port)
+
+
+def _env_kind(annotation: str) -> str | None:
+    base = annotation.replace(" | None", "")
+    if base in ("int", "bool", "str"):
+        return base
+    if base == "list[str]":
+        return _ENV_LIST
+    return None  # [log] (a table) has no variable
+
+
+def _settings_from_env(environ: Mapping[str, str]) -> dict[str, Any]:
+    """NodeConfig settings from RAFTLOG_<SETTING> variables (RAFTLOG_NODE_ID=2); variables that
+    name no setting (RAFTLOG_BOOTSTRAP, the clients' own) are left alone."""
+    out: dict[str, Any] = {}
+    for name, f in NodeConfig.__dataclass_fields__.items():
+        variable = "RAFTLOG_" + name.upper()
+        text = environ.get(variable)
+        kind = _env_kind(str(f.type))
+        if text is None or kind is None:
+            continue
+        text = text.strip()
+        if kind == _ENV_INT:
+            try:
+                out[name] = int(text)
+            except ValueError:
+                raise InvalidConfigError(f"{variable}={text!r}: must be an integer") from None
+        elif kind == _ENV_BOOL:
+            if text.lower() not in ("true", "false", "1", "0"):
+                raise InvalidConfigError(f"{variable}={text!r}: must be true or false")
+            out[name] = text.lower() in ("true", "1")
+        elif kind == _ENV_LIST:
+            out[name] = [item.strip() for item in text.split(",") if item.strip()]
+        else:
+            out[name] = text
+    return out
+
+
+def voters_disagreement(
+    node_id: int, own: list[str], registered: Mapping[int, list[str] | None]
+) -> tuple[bool, list[int]]:
+    """Whose `controller_voters` differ from this node's, among the registered brokers that
+    named theirs: (whether a strict majority of those, this node counted as agreeing, do, and
+    which nodes differ). Entries compare as a set of (node id, address)."""
+    mine = sorted(parse_voters(own).items())
+    agree = 1
+    differ = []
+    for other, voters in sorted(registered.items()):
+        if other == node_id or voters is None:
+            continue
+        try:
+            theirs = sorted(parse_voters(voters).items())
+        except ValueError:
+            theirs = []
+        if theirs == mine:
+            agree += 1
+        else:
+            differ.append(other)
+    return len(differ) > agree, differ
 
 
 class Node:
@@ -217,9 +351,21 @@ class Node:
         cfg = self.config
         if cfg.is_controller:
             address = cfg.voters[cfg.node_id]
-            check_port_free(address, socket.SOCK_DGRAM, "controller heartbeat listener (UDP)")
+            try:
+                check_port_free(address, socket.SOCK_DGRAM, "controller heartbeat listener (UDP)")
+            except OSError as e:
+                if e.errno != errno.EADDRNOTAVAIL:
+                    raise
+                # The usual cause: a node copied from another without changing its node_id.
+                raise InvalidConfigError(
+                    f"node {cfg.node_id}: controller_voters names {address} as this node's "
+                    f"Raft address, which is not an address of this host ({e.strerror}): is "
+                    f"node_id={cfg.node_id} right, or is it another node's id?"
+                ) from None
         if cfg.is_broker:
             check_port_free(cfg.client_listener, socket.SOCK_STREAM, "client listener")
+            if cfg.external_listener is not None:
+                check_port_free(cfg.external_listener, socket.SOCK_STREAM, "external listener")
 
     def controller_address(self) -> str | None:
         leader = self.quorum.status().leader
@@ -304,13 +450,15 @@ class Node:
 
     async def _start_broker(self, tg: asyncio.TaskGroup, stop: asyncio.Event) -> None:
         cfg = self.config
-        host, _, port = cfg.client_listener.rpartition(":")
+        host, port = cfg.listener_address()
+        external = cfg.listener_address(external=True) if cfg.external_listener else None
         self.broker = Broker(
             BrokerConfig(
                 data_dir=cfg.data_dir,
                 node_id=cfg.node_id,
                 host=host,
-                port=int(port),
+                port=port,
+                external_listener=external,
                 auto_create_topics=cfg.auto_create_topics,
                 fetch_zero_copy=cfg.fetch_zero_copy,
                 default_partitions=cfg.default_partitions,
@@ -326,6 +474,10 @@ class Node:
             self.coordinator,
         )
         await self.broker.start()
+        advertised_host, advertised_port = cfg.advertised(self.broker.port)
+        external_advertised = None
+        if self.broker.external_port is not None:
+            external_advertised = list(cfg.advertised(self.broker.external_port, external=True))
         incarnation = uuid.uuid4().hex
         backoff_s = RETRY_BACKOFF_MIN_S
         while True:
@@ -333,12 +485,14 @@ class Node:
                 self.broker_epoch = await self.quorum.propose(
                     "register_broker",
                     node_id=cfg.node_id,
-                    host=host,
-                    port=self.broker.port,
+                    host=advertised_host,
+                    port=advertised_port,
                     rack=cfg.rack,
                     incarnation=incarnation,
                     now_ms=time.time_ns() // 1_000_000,
                     clean_shutdown=self._clean_start,
+                    external=external_advertised,
+                    controller_voters=list(cfg.controller_voters),
                 )
                 break
             except RaftlogError as e:
@@ -371,6 +525,35 @@ class Node:
                 cfg.broker_heartbeat_interval_ms,
             )
         )
+        tg.create_task(self._watch_voters())
+
+    async def _watch_voters(self) -> None:
+        """Stop the node if a majority of the registered brokers list other controller_voters
+        (checked on every change of the registered brokers); warn about each one that differs
+        from a majority that agrees with this node."""
+        cfg = self.config
+        warned: set[tuple[int, tuple[str, ...]]] = set()
+        while True:
+            registered = self.metadata.broker_voters()
+            outvoted, differ = voters_disagreement(cfg.node_id, cfg.controller_voters, registered)
+            if outvoted:
+                lists = "; ".join(f"node {n}: {registered[n]}" for n in differ)
+                raise InvalidConfigError(
+                    f"node {cfg.node_id}: controller_voters {cfg.controller_voters} differ from "
+                    f"those of most registered brokers ({lists}): every node must list the "
+                    "same voters"
+                )
+            for n in differ:
+                key = (n, tuple(registered[n] or ()))
+                if key not in warned:
+                    warned.add(key)
+                    log.warning(
+                        "broker %d lists controller_voters %s, not this node's %s",
+                        n,
+                        registered[n],
+                        cfg.controller_voters,
+                    )
+            await asyncio.sleep(VOTERS_CHECK_INTERVAL_S)
 
 
 class _Stop(Exception):

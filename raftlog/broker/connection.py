@@ -292,8 +292,11 @@ class Connections:
 
 
 class Connection(asyncio.Protocol):
-    def __init__(self, broker: Broker):
+    def __init__(self, broker: Broker, external: bool = False):
         self.broker = broker
+        # Accepted by the external listener: Metadata and FindCoordinator then name the
+        # brokers' external addresses.
+        self.external = external
         self.connections: Connections = broker.connections
         self.transport: asyncio.Transport | None = None
         self.peer = "?"

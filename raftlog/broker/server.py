@@ -82,6 +82,9 @@ class BrokerConfig:
     host: str = "127.0.0.1"
     # 0 picks a free port (tests); the bound port is then Broker.port.
     port: int = 9092
+    # (host, port) of a second client listener whose clients are told the brokers' external
+    # addresses (raftlog/node.py); None: none. Port 0 picks one (Broker.external_port).
+    external_listener: tuple[str, int] | None = None
     # Kafka's socket.request.max.bytes: a bigger frame closes the connection.
     request_bytes_max: int = protocol.DEFAULT_MAX_FRAME_BYTES
     # Kafka's queued.max.request.bytes (unbounded there by default): the request bytes all
@@ -193,6 +196,8 @@ class Broker:
         self._housekeeping: asyncio.Task[None] | None = None
         self._offline_reporter: asyncio.Task[None] | None = None
         self.port = config.port
+        self._external_server: asyncio.Server | None = None
+        self.external_port: int | None = None
         self.stopping = False
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -204,6 +209,18 @@ class Broker:
             lambda: Connection(self), self.config.host, self.config.port, reuse_address=True
         )
         self.port = self._server.sockets[0].getsockname()[1]
+        if self.config.external_listener is not None:
+            host, port = self.config.external_listener
+            self._external_server = await loop.create_server(
+                lambda: Connection(self, external=True), host, port, reuse_address=True
+            )
+            self.external_port = self._external_server.sockets[0].getsockname()[1]
+            log.info(
+                "broker %d: external listener on %s:%d",
+                self.config.node_id,
+                host,
+                self.external_port,
+            )
         self._housekeeping = _background(self._housekeep(), "housekeeping")
         self._offline_reporter = _background(self._report_offline(), "offline replica reports")
         log.info(
@@ -220,8 +237,9 @@ class Broker:
         """Graceful stop: no new connections, in-flight requests finish, logs flush and close."""
         self.stopping = True
         try:
-            if self._server is not None:
-                self._server.close()
+            for server in (self._server, self._external_server):
+                if server is not None:
+                    server.close()
             self.replicas.close()  # waiting produces answer, followers stop, HWs checkpointed
             self.logs.wake_all()  # long-polling fetches answer now with what they have
             for task in (self._housekeeping, self._offline_reporter):
@@ -238,9 +256,10 @@ class Broker:
                 if conn.transport is not None:
                     conn.transport.close()
             self.connections.close()
-            if self._server is not None:
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._server.wait_closed(), 1.0)
+            for server in (self._server, self._external_server):
+                if server is not None:
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(server.wait_closed(), 1.0)
             for conn in self._replica_conns.values():
                 conn.close()
         finally:

@@ -31,11 +31,15 @@ import sys
 import time
 from typing import Any
 
+from raftlog.client import Admin
 from raftlog.errors import InvalidConfigError, RaftlogError
 from raftlog.node import NodeConfig, run_node
 from raftlog.readiness import read_ready_file, write_line
 
 RAFT_PORT_OFFSET = 100
+# `raftlog node --health`: a healthy node answers a DescribeCluster in milliseconds; a container
+# health check's own timeout (docker/compose.yaml) must be longer than this.
+HEALTH_TIMEOUT_MS = 3000
 # Ports `free_ports` picks from: below the ephemeral range, above the ports services usually
 # claim. If the kernel's ephemeral range leaves no room there, free_ports binds port 0.
 PICKED_PORT_MIN = 20000
@@ -80,7 +84,17 @@ def register(sub: Any) -> None:
     p.set_defaults(func=_dev)
 
     n = sub.add_parser("node", help="run one node of a cluster from its TOML config")
-    n.add_argument("--config", required=True, help="path of the node's TOML config")
+    n.add_argument(
+        "--config",
+        required=True,
+        help="path of the node's TOML config (RAFTLOG_<SETTING> variables override it)",
+    )
+    n.add_argument(
+        "--health",
+        action="store_true",
+        help="do not run the node: exit 0 if the node of this config is ready and sees a "
+        "controller, 1 saying why not (a container's health check)",
+    )
     n.add_argument(
         "--log-level",
         default="INFO",
@@ -189,8 +203,46 @@ def _run_in_process(config: NodeConfig) -> int:
 
 
 def _node(args: argparse.Namespace) -> int:
+    config = NodeConfig.load(args.config, os.environ)
+    if args.health:
+        problem = node_health_problem(config)
+        if problem is not None:
+            write_line(sys.stderr, f"raftlog: node {config.node_id} is not healthy: {problem}")
+            return 1
+        write_line(sys.stdout, f"raftlog: node {config.node_id} is healthy")
+        return 0
     logging.getLogger().setLevel(args.log_level)
-    return _run_in_process(NodeConfig.load(args.config))
+    return _run_in_process(config)
+
+
+def node_health_problem(config: NodeConfig) -> str | None:
+    """Why the node of `config`, running on this host, is not healthy; None if it is.
+
+    Healthy: it wrote its ready file (it joined the quorum and, as a broker, registered), its
+    process is alive, and, as a broker, it answers a DescribeCluster on its client listener
+    with its own node id, naming a quorum leader (an isolated node has none) and itself as a
+    registered, unfenced broker in its view."""
+    info = read_ready_file(config.data_dir)
+    if info is None:
+        return f"no live ready file in {config.data_dir} (starting, failed or stopped)"
+    if not config.is_broker:
+        return None
+    host, port = config.listener_address()
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    try:
+        with Admin(f"{host}:{port}", request_timeout_ms=HEALTH_TIMEOUT_MS) as admin:
+            view = admin.describe_cluster()
+    except (OSError, RaftlogError) as e:
+        return f"its client listener {host}:{port} does not answer: {e}"
+    if view.get("node_id") != config.node_id:
+        return f"{host}:{port} is node {view.get('node_id')}, not node {config.node_id}"
+    if view.get("controller_id", -1) < 0:
+        return "it sees no controller (no metadata quorum leader)"
+    me = [b for b in view.get("brokers", []) if b.get("node_id") == config.node_id]
+    if not me or me[0].get("fenced"):
+        return "it is not a registered, unfenced broker in its own metadata"
+    return None
 
 
 def _dev(args: argparse.Namespace) -> int:

@@ -62,8 +62,12 @@ class ClusterMetadata:
         self._cache_version = -1
         self._topics: dict[str, TopicInfo] = {}
         self._brokers: list[BrokerInfo] = []
+        # The live brokers as clients of the external listeners reach them (each broker's
+        # external address, or its client listener's where it has none).
+        self._external_brokers: list[BrokerInfo] = []
         self._all_brokers: dict[int, BrokerInfo] = {}
         self._broker_epochs: dict[int, int] = {}
+        self._broker_voters: dict[int, list[str] | None] = {}
 
     @property
     def topology_version(self) -> int:
@@ -78,19 +82,17 @@ class ClusterMetadata:
         if self.topology_version == self._cache_version:
             return
 
-        def grab(
-            s: MetadataState,
-        ) -> tuple[
-            int, dict[str, TopicInfo], list[BrokerInfo], dict[int, BrokerInfo], dict[int, int]
-        ]:
+        def grab(s: MetadataState) -> tuple[Any, ...]:
             version = int(getattr(s, "topology_version", 0))
             if version == self._cache_version:
                 return (
                     version,
                     self._topics,
                     self._brokers,
+                    self._external_brokers,
                     self._all_brokers,
                     self._broker_epochs,
+                    self._broker_voters,
                 )
             topics = {name: _topic_info(t) for name, t in s.topics.items()}
             every = {
@@ -98,15 +100,25 @@ class ClusterMetadata:
                 for n, b in sorted(s.brokers.items())
             }
             live = [every[n] for n, b in sorted(s.brokers.items()) if not b["fenced"]]
+            external = [
+                BrokerInfo(n, str(b["external"][0]), int(b["external"][1]), b["rack"])
+                if b.get("external")
+                else every[n]
+                for n, b in sorted(s.brokers.items())
+                if not b["fenced"]
+            ]
             epochs = {n: int(b["broker_epoch"]) for n, b in s.brokers.items()}
-            return version, topics, live, every, epochs
+            voters = {n: b.get("controller_voters") for n, b in s.brokers.items()}
+            return version, topics, live, external, every, epochs, voters
 
         (
             self._cache_version,
             self._topics,
             self._brokers,
+            self._external_brokers,
             self._all_brokers,
             self._broker_epochs,
+            self._broker_voters,
         ) = self.quorum.read(grab)
 
     def broker_epochs(self) -> dict[int, int]:
@@ -124,9 +136,16 @@ class ClusterMetadata:
         leader = self.quorum.status().leader
         return -1 if leader is None else self._by_address.get(leader, -1)
 
-    def brokers(self) -> list[BrokerInfo]:
+    def brokers(self, external: bool = False) -> list[BrokerInfo]:
+        """The live brokers, at the addresses clients of the client listeners use (or, with
+        `external`, those of the external listeners)."""
         self._refresh()
-        return list(self._brokers)
+        return list(self._external_brokers if external else self._brokers)
+
+    def broker_voters(self) -> dict[int, list[str] | None]:
+        """Every registered broker's controller_voters (None: it did not say)."""
+        self._refresh()
+        return dict(self._broker_voters)
 
     def topics(self) -> dict[str, TopicInfo]:
         self._refresh()
@@ -232,6 +251,7 @@ class ClusterMetadata:
                         "node_id": b["node_id"],
                         "host": b["host"],
                         "port": b["port"],
+                        "external": b.get("external"),
                         "rack": b["rack"],
                         "broker_epoch": b["broker_epoch"],
                         "fenced": b["fenced"],

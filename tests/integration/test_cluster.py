@@ -495,7 +495,7 @@ def test_cluster_status_cli(cluster: Cluster) -> None:
         (i, n.bootstrap, False) for i, n in sorted(cluster.nodes.items())
     ]
     assert all(
-        set(b) == {"node_id", "host", "port", "rack", "broker_epoch", "fenced"}
+        set(b) == {"node_id", "host", "port", "external", "rack", "broker_epoch", "fenced"}
         for b in st["brokers"]
     )
     assert sorted((p["topic"], p["partition"]) for p in st["partitions"]) == [

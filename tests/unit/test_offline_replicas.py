@@ -135,6 +135,7 @@ def test_describe_cluster_names_every_field() -> None:
         "node_id": 1,
         "host": "127.0.0.1",
         "port": 9001,
+        "external": None,
         "rack": None,
         "broker_epoch": epochs[1],
         "fenced": False,

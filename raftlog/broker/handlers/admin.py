@@ -37,14 +37,17 @@ def handle_metadata(
 
         async def create_then_answer() -> Response:
             errors = await broker.auto_create(missing)
-            return _metadata(broker, names, errors)
+            return _metadata(broker, names, errors, conn.external)
 
         return create_then_answer()
-    return _metadata(broker, names, {})
+    return _metadata(broker, names, {}, conn.external)
 
 
 def _metadata(
-    broker: Broker, names: list[Any] | None, create_errors: dict[str, RaftlogError]
+    broker: Broker,
+    names: list[Any] | None,
+    create_errors: dict[str, RaftlogError],
+    external: bool,
 ) -> Response:
     md = broker.metadata
     if names is None:
@@ -71,7 +74,8 @@ def _metadata(
                 )
     return Response(
         {
-            "brokers": [b.to_wire() for b in md.brokers()],
+            # The addresses of the listener this client came in through (raftlog/node.py).
+            "brokers": [b.to_wire() for b in md.brokers(external)],
             "controller_id": md.controller_id,
             "topics": topics,
         }

@@ -54,7 +54,7 @@ def handle_find_coordinator(
     broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
 ) -> Response:
     node = broker.metadata.controller_id
-    for b in broker.metadata.brokers():
+    for b in broker.metadata.brokers(conn.external):
         if b.node_id == node:
             return Response({"node_id": b.node_id, "host": b.host, "port": b.port})
     raise NotCoordinatorError(
