@@ -241,6 +241,9 @@ class Settings:
     e2e_warmup: float
     phases: list[str]
     quick: bool
+    # None: the paper's setup (acks=1, deep pipelines, no idempotence). True / False: acks=all
+    # with at most 5 requests in flight, with / without idempotence (bench.idempotence_bench).
+    idempotence: bool | None = None
 
 
 def settings_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Settings:
@@ -302,7 +305,17 @@ def batch_bytes(records: int, value_bytes: int) -> int:
 
 def producer_options(phase: str, s: Settings) -> dict[str, Any]:
     in_flight = s.max_in_flight or PHASE_IN_FLIGHT[phase]
-    common: dict[str, Any] = {"acks": 1, "max_in_flight_requests_per_connection": in_flight}
+    common: dict[str, Any] = {
+        "acks": 1,
+        "max_in_flight_requests_per_connection": in_flight,
+        "enable_idempotence": False,
+    }
+    if s.idempotence is not None:
+        common = {
+            "acks": "all",
+            "max_in_flight_requests_per_connection": min(in_flight, 5),
+            "enable_idempotence": s.idempotence,
+        }
     if phase == "single":
         return {**common, "linger_ms": 0, "batch_size": 1, "max_request_size": 1}
     if phase == "batch50":

@@ -186,6 +186,38 @@ class UnknownLeaderEpochError(RaftlogError):
     retriable = True
 
 
+class OutOfOrderSequenceError(RaftlogError):
+    """An idempotent producer's batch does not continue its sequence on this partition (a
+    gap: an earlier batch was lost, or the partition lost the producer's state). Kafka's
+    OUT_OF_ORDER_SEQUENCE_NUMBER. Not retriable as such: the producer resends its earlier
+    batches first, or bumps its epoch when the partition lost its state (KIP-360)."""
+
+    code = 43
+
+
+class InvalidProducerEpochError(RaftlogError):
+    """A batch from an older epoch of a producer id whose newer epoch already wrote to the
+    partition (Kafka's INVALID_PRODUCER_EPOCH): a zombie instance is fenced."""
+
+    code = 44
+
+
+class DuplicateSequenceError(RaftlogError):
+    """A batch the partition appended before, older than the retained window, so its offsets
+    are no longer known (Kafka's DUPLICATE_SEQUENCE_NUMBER): the producer counts it as
+    delivered, with offset -1."""
+
+    code = 45
+
+
+class UnknownProducerIdError(RaftlogError):
+    """InitProducerId could not be answered: no producer id block could be had from the
+    metadata quorum in time (retriable: the quorum may be electing)."""
+
+    code = 46
+    retriable = True
+
+
 class RaftlogTimeoutError(RaftlogError):
     """A client-side deadline passed (delivery_timeout_ms, a poll, a metadata wait)."""
 

@@ -61,6 +61,7 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_GROUPS = 16
     DELETE_GROUPS = 17
     RESET_OFFSETS = 18
+    INIT_PRODUCER_ID = 19
 
 
 # api key -> (min version, max version) this code speaks.
@@ -692,6 +693,7 @@ REQUEST_BODIES: dict[int, _Shape] = {
     ApiKey.LIST_GROUPS: _Struct(),
     ApiKey.DESCRIBE_GROUPS: _Struct(_GROUP),
     ApiKey.DELETE_GROUPS: _Struct(_GROUP),
+    ApiKey.INIT_PRODUCER_ID: _Struct(),
     ApiKey.RESET_OFFSETS: _Struct(
         {
             **_GROUP,

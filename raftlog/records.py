@@ -415,6 +415,29 @@ def encode_batch(
     return builder.build(base_offset, partition_leader_epoch)
 
 
+# producer_id, producer_epoch, base_sequence: at bytes [47, 61) of a batch, [22, 36) of the
+# part after the first CHECKSUMMED_FROM bytes.
+_PRODUCER_FIELDS = struct.Struct("<qhi")
+_PRODUCER_AT_IN_TAIL = 47 - CHECKSUMMED_FROM
+_CHECKSUM = struct.Struct("<Q")
+
+
+def with_producer(
+    head: bytes, tail: bytes, producer_id: int, producer_epoch: int, base_sequence: int
+) -> tuple[bytes, bytes]:
+    """A producer's batch (`BatchBuilder.build_parts`) stamped with an idempotent producer's
+    id, epoch and base sequence, checksum recomputed: one copy and one hash of the batch, made
+    when the batch is first sent and again only if a new epoch restamps it."""
+    tail = b"".join(
+        (
+            tail[:_PRODUCER_AT_IN_TAIL],
+            _PRODUCER_FIELDS.pack(producer_id, producer_epoch, base_sequence),
+            tail[_PRODUCER_AT_IN_TAIL + _PRODUCER_FIELDS.size :],
+        )
+    )
+    return head[:CHECKSUM_AT] + _CHECKSUM.pack(_checksum(tail)), tail
+
+
 def stamp(base_offset: int, batch_length: int, partition_leader_epoch: int) -> bytes:
     """The 16 bytes that replace a batch's first 16 when the leader assigns offset and epoch."""
     return STAMP.pack(base_offset, batch_length, partition_leader_epoch)

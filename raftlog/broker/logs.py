@@ -413,12 +413,14 @@ class LogManager:
 
     def enforce_retention(self, high_watermarks: dict[TopicPartition, int] | None = None) -> int:
         """Retention on every open log, never past a partition's high watermark (a partition
-        with none given, e.g. one this broker follows, is bounded by its log end)."""
+        with none given, e.g. one this broker follows, is bounded by its log end); and the
+        expiry of idle idempotent producers' state."""
         deleted = 0
         for tp, plog in list(self._logs.items()):
             try:
                 hw = (high_watermarks or {}).get(tp)
                 deleted += plog.enforce_retention(max_offset=hw)
+                plog.expire_producers()
             except RaftlogError as e:
                 self.errors.log(
                     logging.ERROR, (tp, "retention"), "retention on %s failed: %s", tp, e

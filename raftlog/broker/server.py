@@ -44,7 +44,7 @@ from typing import Any
 
 from raftlog import protocol
 from raftlog.broker.connection import Connection, Connections
-from raftlog.broker.handlers import admin, fetch, groups, produce
+from raftlog.broker.handlers import admin, fetch, groups, produce, producer_ids
 from raftlog.broker.logs import LogManager
 from raftlog.errors import (
     InvalidConfigError,
@@ -168,6 +168,7 @@ class Broker:
         # Set whenever the LogManager's offline table changes; the reporter task waits on it.
         self._offline_changed = asyncio.Event()
         self.logs.on_offline_change = self._offline_changed.set
+        self.producer_ids = producer_ids.ProducerIdManager(self.metadata)
         self.handlers: dict[int, Any] = {}
         for key, fn in (
             (protocol.ApiKey.API_VERSIONS, admin.handle_api_versions),
@@ -189,6 +190,7 @@ class Broker:
             (protocol.ApiKey.DESCRIBE_GROUPS, groups.handle_describe_groups),
             (protocol.ApiKey.DELETE_GROUPS, groups.handle_delete_groups),
             (protocol.ApiKey.RESET_OFFSETS, groups.handle_reset_offsets),
+            (protocol.ApiKey.INIT_PRODUCER_ID, producer_ids.handle_init_producer_id),
         ):
             self.handlers[int(key)] = functools.partial(fn, self)
         self.connections = Connections(config)

@@ -21,8 +21,28 @@ plus EXPIRY_GRACE_S, whatever the broker or the sender does.
 the field and the topic): bytes-like value and key, (str, bytes) headers, an int timestamp
 in 0..2^63-1. A record the sender cannot encode would otherwise fail far from its caller.
 
-With retries and more than one request in flight a retried batch may land after a later one
-(as in Kafka without idempotence); `enable_idempotence` (sequence numbers, later) removes that.
+Idempotence (`enable_idempotence`, on by default with acks=all, as in Kafka 3.0): the producer
+gets a producer id and epoch (InitProducerId) before its first send, and stamps each batch, when
+it is first sent, with them and its partition's next sequence number; the partition leader
+appends each sequence once (storage/producer_state.py), so a retry after a lost response, a
+timeout or a leader change never duplicates a record. Order per partition, with up to 5
+requests in flight: a request carries at most one batch per partition; a partition whose batch
+failed sends nothing more until its batches in flight are answered, then resends in sequence
+order (`_Batch.order`). OutOfOrderSequenceError for a batch that an earlier unanswered batch of
+its partition precedes is retried like any retriable error. When the sequence space of a
+partition gets a hole (a batch with a sequence failed or expired, or the leader answers
+OutOfOrderSequence for the first unacknowledged batch: it lost the producer's state), the
+producer bumps its epoch (Kafka's KIP-360): it stops sending, waits for every batch in flight,
+then starts epoch + 1 (a new producer id past int16) with every queued batch restamped from
+sequence 0. Caveat, as in Kafka: a queued batch whose earlier attempt had an unknown outcome
+(timed out, connection lost) and that is restamped by a bump may then be appended twice.
+DuplicateSequenceError counts as delivered (offset -1), InvalidProducerEpochError fails the
+batch. Configuration: acks other than all, or more than 5 requests in flight, with
+`enable_idempotence=True` is an InvalidConfigError; with idempotence left to its default they
+turn it off with a warning.
+
+Without idempotence, with retries and more than one request in flight, a retried batch may land
+after a later one, or twice (at-least-once, as in Kafka without idempotence).
 
 `Producer` runs the same core on an event loop in a background thread; `send` from any thread
 only touches the accumulator under a lock and wakes the sender when a batch becomes ready.
@@ -51,14 +71,16 @@ from raftlog.client.cluster import ClusterClient
 from raftlog.client.connection import BrokerConnection
 from raftlog.errors import (
     BrokerNotAvailableError,
+    DuplicateSequenceError,
     InvalidConfigError,
+    OutOfOrderSequenceError,
     RaftlogError,
     RaftlogTimeoutError,
     RecordTooLargeError,
     error_from_code,
 )
 from raftlog.metadata.model import TopicInfo
-from raftlog.records import HEADER_SIZE, BatchBuilder
+from raftlog.records import HEADER_SIZE, BatchBuilder, with_producer
 from raftlog.topics import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -82,6 +104,12 @@ EXPIRY_GRACE_S = 1.0
 # A partition's retries are logged at WARNING at most once per this interval (DEBUG otherwise).
 RETRY_WARNING_INTERVAL_S = 10.0
 
+
+# Idempotence: Kafka's bound on requests in flight per connection that still keeps order (the
+# broker keeps the last 5 batches of each producer per partition: NUM_BATCHES_TO_RETAIN).
+IDEMPOTENT_IN_FLIGHT_MAX = 5
+SEQUENCE_MODULUS = 2**31  # sequences are int32 >= 0, wrapping to 0
+PRODUCER_EPOCH_MAX = 2**15 - 1  # int16: past it the producer asks for a new producer id
 
 # A record's encoded size must fit the batch's 32-bit length fields (with the batch header).
 RECORD_BYTES_MAX = 2**31 - 1 - HEADER_SIZE
@@ -188,7 +216,9 @@ class ProducerConfig:
     # Largest Produce request (Kafka's max.request.size is 1 MiB).
     max_request_size: int = 1024 * 1024
     compression_type: str | None = None
-    enable_idempotence: bool = False
+    # None: on, unless acks or max_in_flight_requests_per_connection rule it out (then off,
+    # with a warning); True: on, and those settings are refused; False: off.
+    enable_idempotence: bool | None = None
     retries: int = 2**31 - 1
     retry_backoff_ms: int = 100
     delivery_timeout_ms: int = 120_000
@@ -220,6 +250,27 @@ class ProducerConfig:
         ):
             if getattr(self, name) < 1:
                 raise InvalidConfigError(f"{name}={getattr(self, name)}: must be >= 1")
+        conflicts = []
+        if self.acks_code != -1:
+            conflicts.append(f"acks={self.acks!r} (it needs acks='all')")
+        if self.max_in_flight_requests_per_connection > IDEMPOTENT_IN_FLIGHT_MAX:
+            conflicts.append(
+                f"max_in_flight_requests_per_connection="
+                f"{self.max_in_flight_requests_per_connection} (it needs at most "
+                f"{IDEMPOTENT_IN_FLIGHT_MAX})"
+            )
+        if self.enable_idempotence is None:
+            if conflicts:
+                log.warning(
+                    "idempotence is off for this producer because of %s; set "
+                    "enable_idempotence=False to say so, or change them",
+                    " and ".join(conflicts),
+                )
+            object.__setattr__(self, "enable_idempotence", not conflicts)
+        elif self.enable_idempotence and conflicts:
+            raise InvalidConfigError(
+                "enable_idempotence=True conflicts with " + " and ".join(conflicts)
+            )
 
     @property
     def acks_code(self) -> int:
@@ -404,7 +455,18 @@ class _Batch(BatchResult):
     garbage collector per object). Completing it drops the builder, so a future kept after
     its record was sent does not keep the record's bytes alive."""
 
-    __slots__ = ("attempts", "builder", "created", "in_flight", "last_error", "sealed", "tp")
+    __slots__ = (
+        "attempts",
+        "builder",
+        "created",
+        "in_flight",
+        "last_error",
+        "order",
+        "producer_epoch",
+        "sealed",
+        "sequence",
+        "tp",
+    )
 
     def __init__(
         self,
@@ -422,6 +484,11 @@ class _Batch(BatchResult):
         self.last_error: BaseException | None = None  # of the last failed send
         self.in_flight = False  # a request holding it is on a connection
         self.sealed = False  # full, drained or expired: it takes no more records
+        # Idempotence: the base sequence and epoch it was stamped with at its first send (-1:
+        # not yet, or reset by an epoch bump), and its place in the partition's send order.
+        self.sequence = -1
+        self.producer_epoch = -1
+        self.order = -1
 
     def complete(self, base_offset: int, error: BaseException | None = None) -> bool:
         """On the sender's thread only (it drops the builder, which the sender reads); a
@@ -537,11 +604,16 @@ class _Accumulator:
         node_of: Callable[[TopicPartition], int | None],
         free_slots: Callable[[int], int],
         closing: bool,
+        muted: Callable[[TopicPartition], bool] | None = None,
     ) -> tuple[dict[int, list[list[_Batch]]], float | None, list[_Batch]]:
         """Take the ready batches as requests per leader (at most `free_slots(node)` requests
         of at most max_request_size each). Also returns the next time a lingering batch becomes
         ready, and the batches whose delivery timeout ran out before they could be sent.
-        `self.slot_bound` tells whether ready batches stayed for want of an in-flight slot."""
+        `self.slot_bound` tells whether ready batches stayed for want of an in-flight slot.
+
+        `muted` (idempotence): partitions that send nothing now (a retry waits for their
+        batches in flight); with it, a request takes at most one batch per partition, so a
+        duplicate's answer (its original offsets) is that of one batch."""
         config = self.config
         linger = config.linger_ms / 1000
         batch_size = config.batch_size
@@ -576,8 +648,9 @@ class _Accumulator:
                 next_ready = t if next_ready is None else min(next_ready, t)
                 continue
             node = node_of(tp)
-            if node is None:
+            if node is None or (muted is not None and muted(tp)):
                 continue
+            took: list[_Batch] | None = None  # the request that took this partition's last
             free = slots.get(node)
             if free is None:
                 free = slots[node] = free_slots(node)
@@ -589,12 +662,18 @@ class _Accumulator:
                 ):
                     break
                 node_requests = requests.get(node)
-                if node_requests and last_size[node] + size <= max_request:
+                if (
+                    node_requests
+                    and last_size[node] + size <= max_request
+                    and (muted is None or node_requests[-1] is not took)
+                ):
                     node_requests[-1].append(b)
                     last_size[node] += size
+                    took = node_requests[-1]
                 elif free > 0:
                     free -= 1
-                    requests.setdefault(node, []).append([b])
+                    took = [b]
+                    requests.setdefault(node, []).append(took)
                     last_size[node] = size
                 else:
                     self.slot_bound = True
@@ -611,9 +690,17 @@ class _Accumulator:
         return requests, next_ready, expired
 
     def requeue(self, batch: _Batch) -> None:
+        """Put a batch to retry back at the head of its partition's queue; a batch that was
+        stamped with a sequence goes after those sent before it (send order), so that the
+        partition resends them in sequence order whatever order their answers came in."""
         with self.lock:
             self.added_bytes += batch.builder.size_bytes
-            self.queues.setdefault(batch.tp, collections.deque()).appendleft(batch)
+            q = self.queues.setdefault(batch.tp, collections.deque())
+            i = 0
+            if batch.order >= 0:
+                while i < len(q) and 0 <= q[i].order < batch.order:
+                    i += 1
+            q.insert(i, batch)
 
     @property
     def buffered_bytes(self) -> int:
@@ -694,6 +781,18 @@ class _ProducerCore:
         self._timeout_s = config.request_timeout_ms / 1000
         self._timeout_ms = config.request_timeout_ms
         self._delivery_timeout_s = config.delivery_timeout_ms / 1000
+        # Idempotence (module docstring). Invariant: _producer_id >= 0 whenever a batch is
+        # stamped; nothing is sent while it is -1 or an epoch bump is pending.
+        self._idempotent = bool(config.enable_idempotence)
+        self._producer_id = -1
+        self._producer_epoch = -1
+        self._initializing = False
+        self._bump_pending = False
+        self._next_seq: dict[TopicPartition, int] = {}  # next sequence to stamp
+        self._acked_next: dict[TopicPartition, int] = {}  # after the last acknowledged batch
+        self._tp_in_flight: dict[TopicPartition, int] = collections.defaultdict(int)
+        self._send_order = 0
+        self._muted = self._is_muted if self._idempotent else None
 
     def start(self) -> None:
         self.loop = asyncio.get_running_loop()
@@ -990,14 +1089,18 @@ class _ProducerCore:
         while True:
             self._kicked = False
             now = time.monotonic()
+            if self._bump_pending and self._inflight_batches == 0:
+                self._bump_epoch()
             with self.acc.lock:
                 self._wake_scheduled = False
                 requests, next_ready, expired = self.acc.drain(
-                    now, self._node_of, self._free_slots, self._closing
+                    now, self._node_of, self._free_slots, self._closing, self._muted
                 )
                 pending = self.acc.pending()
             for b in expired:
                 b.complete(-1, b.expiry_error("not sent"))
+                if b.sequence >= 0:
+                    self._sequence_lost(b)
             if expired:
                 self._space_freed()
             for node, node_requests in requests.items():
@@ -1043,6 +1146,8 @@ class _ProducerCore:
                     continue
                 if b.deadline <= now:
                     b.expire(b.expiry_error("no answer"))
+                    if b.sequence >= 0:
+                        self._sequence_lost(b)
                 elif b.deadline < check_at:
                     check_at = b.deadline
         self._inflight_check_at = check_at
@@ -1068,6 +1173,11 @@ class _ProducerCore:
             return None
 
     def _free_slots(self, node: int) -> int:
+        if self._idempotent and (self._producer_id < 0 or self._bump_pending):
+            if self._producer_id < 0 and not self._initializing:
+                self._initializing = True
+                self._spawn(self._init_producer_id())
+            return 0  # a response or the id's arrival wakes the sender
         conn = self.client.ready_connection(node)
         if conn is None:
             self._schedule_connect(node)
@@ -1075,6 +1185,87 @@ class _ProducerCore:
         if not conn.writable:
             return 0  # resume_writing wakes the sender
         return self.config.max_in_flight_requests_per_connection - self._in_flight[node]
+
+    # -- idempotence ---------------------------------------------------------------------------
+
+    async def _init_producer_id(self) -> None:
+        try:
+            body, _ = await self.client.request(None, protocol.ApiKey.INIT_PRODUCER_ID, {})
+            if body.get("error"):
+                raise error_from_code(body["error"], body.get("message") or "")
+            self._producer_id = int(body["producer_id"])
+            self._producer_epoch = int(body["producer_epoch"])
+            self._next_seq.clear()
+            self._acked_next.clear()
+            log.info(
+                "idempotent producer %s has producer id %d, epoch %d",
+                self.config.client_id,
+                self._producer_id,
+                self._producer_epoch,
+            )
+        except RaftlogError as e:
+            # Batches wait (and expire by their delivery timeout); the next pass asks again.
+            log.warning("InitProducerId failed, retrying: %s: %s", type(e).__name__, e)
+            await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+        finally:
+            self._initializing = False
+        self._kick()
+
+    def _is_muted(self, tp: TopicPartition) -> bool:
+        """A partition retrying a batch sends nothing until its batches in flight are answered
+        (drain calls this with the accumulator's lock held; the queue is not empty)."""
+        return self.acc.queues[tp][0].attempts > 0 and self._tp_in_flight[tp] > 0
+
+    def _stamp(self, b: _Batch, head: bytes, tail: bytes) -> tuple[bytes, bytes]:
+        """The batch's bytes with the producer id, epoch and its sequence, assigned at its
+        first send (and again after an epoch bump), in the partition's send order."""
+        if b.sequence < 0:
+            tp = b.tp
+            seq = self._next_seq.get(tp, 0)
+            b.sequence, b.producer_epoch = seq, self._producer_epoch
+            self._next_seq[tp] = (seq + len(b.builder)) % SEQUENCE_MODULUS
+            if b.order < 0:
+                self._send_order += 1
+                b.order = self._send_order
+        return with_producer(head, tail, self._producer_id, b.producer_epoch, b.sequence)
+
+    def _acked(self, b: _Batch) -> None:
+        if b.sequence >= 0:
+            self._acked_next[b.tp] = (b.sequence + len(b.builder)) % SEQUENCE_MODULUS
+
+    def _sequence_lost(self, b: _Batch) -> None:
+        """A stamped batch failed: its partition's sequences have a hole that the broker will
+        never fill; the next epoch starts every partition at 0 again (KIP-360)."""
+        if not self._bump_pending:
+            log.warning(
+                "a record batch for %s with sequence %d failed; producer %d will bump its "
+                "epoch %d once its requests in flight are answered",
+                b.tp,
+                b.sequence,
+                self._producer_id,
+                self._producer_epoch,
+            )
+        self._bump_pending = True
+
+    def _bump_epoch(self) -> None:
+        """Nothing is in flight: start the next epoch (a new producer id past int16), every
+        queued batch restamped from sequence 0 in its send order."""
+        self._bump_pending = False
+        if self._producer_epoch >= PRODUCER_EPOCH_MAX:
+            self._producer_id = self._producer_epoch = -1  # the next pass asks for a new id
+        else:
+            self._producer_epoch += 1
+        self._next_seq.clear()
+        self._acked_next.clear()
+        with self.acc.lock:
+            for q in self.acc.queues.values():
+                for b in q:
+                    b.sequence = -1
+        log.warning(
+            "producer %d bumped its epoch to %d (a partition lost sequences)",
+            self._producer_id,
+            self._producer_epoch,
+        )
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
@@ -1143,6 +1334,8 @@ class _ProducerCore:
             except Exception as e:  # any cause: see _unbuildable
                 self._unbuildable(b, e)
                 continue
+            if self._idempotent:
+                head, tail = self._stamp(b, head, tail)
             count += 1
             group = merged.get(b.tp)
             if group is None:
@@ -1169,6 +1362,9 @@ class _ProducerCore:
         body = {"acks": self._acks, "timeout_ms": self._timeout_ms, "topics": topics}
         self._in_flight[node] += 1
         self._inflight_batches += count
+        if self._idempotent:
+            for tp in merged:
+                self._tp_in_flight[tp] += 1  # one batch each
         done = functools.partial(self._on_response, node, merged, count, nbytes)
         try:
             if conn is None:
@@ -1206,8 +1402,11 @@ class _ProducerCore:
         except Exception as e:  # any cause: see _unbuildable
             self._unbuildable(b, e)
             return
-        nbytes = len(head) + len(tail)
         tp = b.tp
+        if self._idempotent:
+            head, tail = self._stamp(b, head, tail)
+            self._tp_in_flight[tp] += 1
+        nbytes = len(head) + len(tail)
         template = self._templates.get(tp)
         if template is None:
             template = self._templates[tp] = protocol.ProduceTemplate(
@@ -1254,6 +1453,9 @@ class _ProducerCore:
         for group in merged.values():
             for b in group:
                 b.in_flight = False
+        if self._idempotent:
+            for tp in merged:
+                self._tp_in_flight[tp] -= 1
         try:
             if error is not None:
                 for group in merged.values():
@@ -1280,6 +1482,8 @@ class _ProducerCore:
         self._in_flight[node] -= 1
         self._inflight_batches -= 1
         b.in_flight = False
+        if self._idempotent:
+            self._tp_in_flight[b.tp] -= 1
         self.acc.release(nbytes)
         self._space_freed()
         try:
@@ -1297,6 +1501,8 @@ class _ProducerCore:
                     r = None
                 if r is not None and not r[1]:
                     b.complete(r[2])
+                    if self._idempotent:
+                        self._acked(b)
                 else:
                     self._complete_partition(b.tp, (b,), r)
         finally:
@@ -1329,6 +1535,8 @@ class _ProducerCore:
         offset = r[2]  # type: ignore[index]
         for b in group:
             count = len(b.builder)
+            if self._idempotent:
+                self._acked(b)
             b.complete(offset)
             offset += count
 
@@ -1340,12 +1548,26 @@ class _ProducerCore:
     def _retry_or_fail(self, batch: _Batch, error: RaftlogError) -> None:
         batch.attempts += 1
         batch.last_error = error
-        if error.retriable and not self._closed and time.monotonic() >= batch.deadline:
+        retriable = error.retriable
+        if self._idempotent and batch.sequence >= 0:
+            if isinstance(error, DuplicateSequenceError):
+                self._acked(batch)
+                batch.complete(-1)  # appended long ago: delivered, its offset unknown
+                return
+            if isinstance(error, OutOfOrderSequenceError):
+                # An earlier batch of the partition is unanswered or being retried: resend in
+                # order. Else the leader lost this producer's state: a new epoch (KIP-360).
+                retriable = True
+                if batch.sequence == self._acked_next.get(batch.tp, 0):
+                    self._sequence_lost(batch)
+        if retriable and not self._closed and time.monotonic() >= batch.deadline:
             # Out of delivery time: the same error as a batch that expires waiting, naming
             # this attempt's error as the last one.
             batch.complete(-1, batch.expiry_error("not delivered"))
+            if batch.sequence >= 0:
+                self._sequence_lost(batch)
             return
-        if error.retriable and not self._closed and batch.attempts <= self.config.retries:
+        if retriable and not self._closed and batch.attempts <= self.config.retries:
             now = time.monotonic()
             if now >= self._retry_warned_until.get(batch.tp, 0.0):
                 # Kafka's producer warns at every retry; once per partition per interval
@@ -1367,6 +1589,8 @@ class _ProducerCore:
             self._schedule_refresh(batch.tp.topic)
             return
         batch.complete(-1, error)
+        if batch.sequence >= 0:
+            self._sequence_lost(batch)
 
     async def wait_idle(self) -> None:
         assert self._idle is not None

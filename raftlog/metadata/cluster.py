@@ -178,6 +178,10 @@ class ClusterMetadata:
         )
         return self.topic(name)
 
+    async def allocate_producer_ids(self, count: int) -> int:
+        """A block of `count` producer ids, unique in the cluster; returns its first id."""
+        return int(await self.quorum.propose("allocate_producer_ids", count=count))
+
     async def delete_topic(self, name: str) -> None:
         await self.quorum.propose("delete_topic", name=name)
 

@@ -53,6 +53,11 @@ class LogConfig:
     # How often (at most) a flush also rewrites the recovery-point checkpoint file. The
     # checkpoint may lag the fsynced data safely: recovery just checks more batches.
     recovery_point_checkpoint_ms: int = 1000
+    # Idempotent producers (producer_state.py): an idle producer's state is dropped after a
+    # day, Kafka's producer.id.expiration.ms; at most this many producers per partition (about
+    # 250 bytes each), beyond which the least recently appended one is evicted.
+    producer_id_expiration_ms: int = DAY_MS
+    producer_ids_max: int = 10_000
 
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, rule: str) -> None:
@@ -80,6 +85,8 @@ class LogConfig:
             f"between 1 and {INT32_MAX}",
         )
         need(self.recovery_point_checkpoint_ms >= 0, "recovery_point_checkpoint_ms", ">= 0")
+        need(self.producer_id_expiration_ms >= 1, "producer_id_expiration_ms", ">= 1")
+        need(self.producer_ids_max >= 1, "producer_ids_max", ">= 1")
 
     @classmethod
     def from_topic_config(cls, config: Mapping[str, Any], strict: bool = True) -> LogConfig:

@@ -41,6 +41,15 @@ Durability rules:
   recovery can never trust bytes that were rewritten after it, nor find the log ending below
   its recovery point after a crash in between.
 
+Producer state (producer_state.py) lives with the log, so that it changes exactly when the log
+does: the leader path checks idempotent batches before the write (a duplicate is answered with
+its original offsets and not written; a gap or a fenced epoch is that chunk's error) and
+publishes the state after the write succeeded; the follower path records what it wrote;
+truncation rebuilds it; rolls and close snapshot it (`<offset>.snapshot`, no fsync: derived
+data); open loads the newest snapshot at or below the log end and replays the batch headers
+after it. An idempotent batch must be alone in its chunk (one batch per partition per request,
+as Kafka requires), so that a duplicate's answer is one batch's offsets.
+
 One writer per log; reads and writes from one thread (the broker's event loop) or under a lock.
 """
 
@@ -61,6 +70,7 @@ from raftlog.errors import (
     CorruptRecordError,
     FencedLeaderEpochError,
     InvalidOffsetError,
+    InvalidRequestError,
     LogCorruptedError,
     LogOfflineError,
     OffsetOutOfRangeError,
@@ -73,6 +83,7 @@ from raftlog.records import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     NO_PARTITION_LEADER_EPOCH,
+    NO_PRODUCER_ID,
     STAMP,
     STAMP_SIZE,
     Record,
@@ -82,6 +93,12 @@ from raftlog.records import (
 from raftlog.storage.checkpoint import CheckpointError, OffsetCheckpoint, fsync_dir
 from raftlog.storage.config import INT32_MAX, LogConfig
 from raftlog.storage.epoch_cache import LeaderEpochCache
+from raftlog.storage.producer_state import (
+    SNAPSHOT_SUFFIX,
+    ProducerAppend,
+    ProducerState,
+    SnapshotError,
+)
 from raftlog.storage.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -98,6 +115,9 @@ LOG_START_FILE = "log-start-offset-checkpoint"
 EPOCH_CACHE_FILE = "leader-epoch-checkpoint"
 # Written by close() once everything is fsynced (holds the log end offset), deleted by open().
 CLEAN_SHUTDOWN_FILE = "clean-shutdown"
+# Producer state snapshots kept (the newest ones): recovery and a truncation near the log end
+# replay only the batches after the newest one at or below the log end.
+PRODUCER_SNAPSHOTS_KEPT = 2
 IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 # fsyncs of rolled segments run on this thread (fsync releases the GIL), so that an append
 # that rolls does not wait for a whole segment (up to 1 GiB) to reach the disk. One thread:
@@ -179,6 +199,9 @@ class PartitionLog:
         self._clean_checkpoint = OffsetCheckpoint(os.path.join(path, CLEAN_SHUTDOWN_FILE))
         self._start_checkpoint = OffsetCheckpoint(os.path.join(path, LOG_START_FILE))
         self.epoch_cache = LeaderEpochCache(os.path.join(path, EPOCH_CACHE_FILE))
+        self.producer_state = ProducerState(
+            self.name, config.producer_ids_max, config.producer_id_expiration_ms
+        )
         self._unflushed_messages = 0
         # Bumped by every truncation: an fsync started before one cannot vouch for what
         # was written after it (flush_begin / flush_end).
@@ -389,6 +412,7 @@ class PartitionLog:
         empty = self._log_start == self._next_offset
         self.epoch_cache.truncate_from_end(self._next_offset + 1 if empty else self._next_offset)
         self.epoch_cache.truncate_from_start(self._log_start)
+        self._rebuild_producer_state()
         # Everything that survived was checked; make it durable and start from a clean point.
         for seg in self._segments:
             os.fdatasync(seg.fd)
@@ -429,6 +453,84 @@ class PartitionLog:
                 epoch = h[2]
                 if epoch != NO_PARTITION_LEADER_EPOCH and epoch > self.epoch_cache.latest_epoch:
                     self.epoch_cache.assign(epoch, h[0])
+
+    # -- producer state ------------------------------------------------------------------------
+
+    def _snapshot_path(self, offset: int) -> str:
+        return os.path.join(self.path, f"{offset:020d}{SNAPSHOT_SUFFIX}")
+
+    def _snapshot_offsets(self) -> list[int]:
+        out = []
+        for entry in os.listdir(self.path):
+            stem = entry[: -len(SNAPSHOT_SUFFIX)]
+            if entry.endswith(SNAPSHOT_SUFFIX) and len(stem) == 20 and stem.isdigit():
+                out.append(int(stem))
+        return sorted(out)
+
+    def _rebuild_producer_state(self) -> None:
+        """The producer state as of the log end: the newest valid snapshot at or below it,
+        then the idempotent batches after it. Snapshots above the log end describe records
+        that are gone (a cut tail, a truncation) and are deleted, as are damaged ones."""
+        state = self.producer_state
+        state.clear()
+        replay_from = self._log_start
+        for offset in reversed(self._snapshot_offsets()):
+            path = self._snapshot_path(offset)
+            if offset <= self._next_offset:
+                try:
+                    with open(path, "rb") as f:
+                        state.load_snapshot(f.read(), path)
+                    replay_from = max(offset, self._log_start)
+                    break
+                except SnapshotError as e:
+                    log.warning("%s: ignoring a producer state snapshot: %s", self.name, e)
+            os.unlink(path)
+        state.truncate_head(self._log_start)
+        replayed = 0
+        record = state.record
+        for seg in self._segments:
+            if seg.next_offset <= replay_from:
+                continue
+            pos = seg.position_of(replay_from) if seg.base_offset < replay_from else 0
+            for _, h in seg.iter_headers(pos, seg.size):
+                # base_offset, ..., max_timestamp (8), producer_id, epoch, base_sequence, count
+                if h[9] != NO_PRODUCER_ID and h[0] + h[6] >= replay_from:
+                    record(h[9], h[10], h[11], h[12], h[0], h[8])
+                    replayed += 1
+        if replayed or len(state):
+            log.info(
+                "%s: producer state rebuilt: %d producers, %d batches replayed from offset %d",
+                self.name,
+                len(state),
+                replayed,
+                replay_from,
+            )
+
+    def _write_producer_snapshot(self) -> None:
+        """Snapshot the producer state as of the log end (at a roll, on close), keeping the
+        newest PRODUCER_SNAPSHOTS_KEPT. Derived data, written without fsync: a lost or torn
+        snapshot fails its checksum and recovery replays from an older one (or the log
+        start). A failure to write is logged, never fatal to the log."""
+        offset = self._next_offset
+        path = self._snapshot_path(offset)
+        try:
+            with open(path + ".tmp", "wb") as f:
+                f.write(self.producer_state.encode_snapshot(offset))
+            os.replace(path + ".tmp", path)
+            for old in self._snapshot_offsets()[:-PRODUCER_SNAPSHOTS_KEPT]:
+                os.unlink(self._snapshot_path(old))
+        except OSError as e:
+            log.warning(
+                "%s: writing producer state snapshot %s failed (%s); recovery will replay "
+                "more of the log",
+                self.name,
+                path,
+                os_error_text(e),
+            )
+
+    def expire_producers(self, now_ms: int | None = None) -> int:
+        """Drop idempotent producers idle for producer_id_expiration_ms; returns how many."""
+        return self.producer_state.remove_expired(self._clock_ms() if now_ms is None else now_ms)
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -503,6 +605,8 @@ class PartitionLog:
         nbytes = 0
         max_ts = -1
         stamp = STAMP.pack
+        # Idempotent batches' checks and records, published once the write succeeded.
+        producers: ProducerAppend | None = None
         for mv in chunks:
             n = len(mv)
             if n == 0:
@@ -511,6 +615,7 @@ class PartitionLog:
             chunk_offset, chunk_ts = offset, -1
             mark = len(batches)
             pos = 0
+            duplicate = None
             try:
                 while pos < n:
                     try:
@@ -522,6 +627,28 @@ class PartitionLog:
                         raise RecordTooLargeError(
                             f"{self.name}: batch of {size} bytes at byte {pos} exceeds "
                             f"max_message_bytes={max_bytes}; nothing appended"
+                        )
+                    if h.producer_id != NO_PRODUCER_ID:
+                        if size != n:
+                            raise InvalidRequestError(
+                                f"{self.name}: the batch of idempotent producer {h.producer_id} "
+                                f"must be the only batch of its partition in a request (it is "
+                                f"{size} of {n} bytes); nothing appended"
+                            )
+                        if producers is None:
+                            producers = self.producer_state.begin()
+                        duplicate = producers.check(
+                            h.producer_id, h.producer_epoch, h.base_sequence, h.record_count
+                        )
+                        if duplicate is not None:
+                            break  # appended before: answered with its offsets, not appended
+                        producers.record(
+                            h.producer_id,
+                            h.producer_epoch,
+                            h.base_sequence,
+                            h.record_count,
+                            offset,
+                            h.max_timestamp,
                         )
                     iov.append(stamp(offset, h.batch_length, leader_epoch))
                     iov.append(mv[pos + STAMP_SIZE : pos + size])
@@ -535,6 +662,19 @@ class PartitionLog:
                 offset = chunk_offset
                 outcomes.append(e)
                 continue
+            if duplicate is not None:
+                count = duplicate.last_offset - duplicate.first_offset + 1
+                outcomes.append(
+                    (
+                        duplicate.first_offset,
+                        duplicate.last_offset,
+                        count,
+                        0,
+                        0,
+                        duplicate.max_timestamp,
+                    )
+                )
+                continue
             outcomes.append(
                 (chunk_offset, offset - 1, offset - chunk_offset, len(batches) - mark, n, chunk_ts)
             )
@@ -546,6 +686,8 @@ class PartitionLog:
             if leader_epoch > latest:
                 self._assign_epoch(leader_epoch, first_offset)
             self._write(iov, nbytes, batches, offset, records, max_ts)
+        if producers is not None:
+            producers.commit()
         log_start = self._log_start
         return [o if isinstance(o, RaftlogError) else AppendInfo(*o, log_start) for o in outcomes]
 
@@ -563,6 +705,8 @@ class PartitionLog:
         max_ts = -1
         pos = 0
         latest = self.epoch_cache.latest_epoch
+        # Idempotent batches, recorded in the producer state once written.
+        idempotent: list[tuple[int, int, int, int, int, int]] = []
         while pos < n:
             try:
                 h = validate_batch(mv, pos, n)
@@ -579,6 +723,17 @@ class PartitionLog:
                 latest = epoch
             size = h.batch_length + LOG_OVERHEAD
             batches.append((h.base_offset, size, h.max_timestamp))
+            if h.producer_id != NO_PRODUCER_ID:
+                idempotent.append(
+                    (
+                        h.producer_id,
+                        h.producer_epoch,
+                        h.base_sequence,
+                        h.record_count,
+                        h.base_offset,
+                        h.max_timestamp,
+                    )
+                )
             expected = h.next_offset
             records += h.record_count
             if h.max_timestamp > max_ts:
@@ -586,7 +741,10 @@ class PartitionLog:
             pos += size
         for epoch, start in epochs:
             self._assign_epoch(epoch, start)
-        return self._write([mv], n, batches, expected, records, max_ts)
+        info = self._write([mv], n, batches, expected, records, max_ts)
+        for b in idempotent:
+            self.producer_state.record(*b)
+        return info
 
     def assign_epoch(self, epoch: int) -> None:
         """A new leader: record that `epoch` starts at the log end, before any batch of it
@@ -777,6 +935,7 @@ class PartitionLog:
         new.index_interval = self.config.index_interval_bytes
         self._segments.append(new)
         self._bases.append(new.base_offset)
+        self._write_producer_snapshot()
         self._roll_flush = _ROLL_FLUSHER.submit(old.flush)
         self._roll_flush_offset = new.base_offset
         log.debug("%s: rolled segment at offset %d", self.name, new.base_offset)
@@ -1046,6 +1205,7 @@ class PartitionLog:
                     self._start_checkpoint.write(self._log_start)
             self.epoch_cache.truncate_from_end(self._next_offset)
             self._lower_recovery_point(self._next_offset)
+            self._rebuild_producer_state()
         except OSError as e:
             self._go_offline(f"truncating to offset {offset} failed ({os_error_text(e)})", e)
         except SegmentDamage as e:
@@ -1087,6 +1247,9 @@ class PartitionLog:
         self._recovery_point = offset
         self._rp_checkpoint.write(offset)
         self.epoch_cache.clear()
+        self.producer_state.clear()
+        for snapshot in self._snapshot_offsets():
+            os.unlink(self._snapshot_path(snapshot))
 
     def delete_records_before(self, offset: int) -> int:
         """Make `offset` the log start offset; delete segments wholly below it.
@@ -1149,6 +1312,7 @@ class PartitionLog:
             self._start_checkpoint.write(offset)
             self._delete_segments_below(offset)
             self.epoch_cache.truncate_from_start(offset)
+            self.producer_state.truncate_head(offset)
         except OSError as e:
             self._go_offline(f"advancing the log start to {offset} failed ({os_error_text(e)})", e)
 
@@ -1180,6 +1344,7 @@ class PartitionLog:
                 self._recovery_point = self._next_offset
                 self._rp_checkpoint.write(self._recovery_point)
                 self._start_checkpoint.write(self._log_start)
+                self._write_producer_snapshot()  # the next open replays nothing
                 # Last: it promises that every byte up to the log end is on disk.
                 self._clean_checkpoint.write(self._next_offset)
             except (OSError, StorageError) as e:

@@ -370,3 +370,70 @@ def test_an_expired_batch_names_its_attempts_and_last_error() -> None:
         "delivery_timeout_ms=1000; last error: StorageError: t-0: no space left on device "
         "(ENOSPC)"
     )
+
+
+def test_idempotence_is_the_default_and_its_conflicts(caplog: pytest.LogCaptureFixture) -> None:
+    assert ProducerConfig().enable_idempotence is True
+    # Only the default: turned off, with a warning naming why.
+    assert ProducerConfig(acks=1).enable_idempotence is False
+    assert "acks=1" in caplog.text
+    caplog.clear()
+    cfg = ProducerConfig(max_in_flight_requests_per_connection=6)
+    assert cfg.enable_idempotence is False and "max_in_flight" in caplog.text
+    # Asked for explicitly: a configuration error.
+    with pytest.raises(InvalidConfigError, match="acks"):
+        ProducerConfig(acks="1", enable_idempotence=True)
+    with pytest.raises(InvalidConfigError, match="max_in_flight_requests_per_connection=6"):
+        ProducerConfig(enable_idempotence=True, max_in_flight_requests_per_connection=6)
+    assert ProducerConfig(acks=0, enable_idempotence=False).enable_idempotence is False
+
+
+def test_idempotent_requests_take_one_batch_per_partition_and_retries_resend_in_order() -> None:
+    core, _ = _core(linger_ms=0, batch_size=100)
+    core._producer_id, core._producer_epoch = 7, 0
+    for i in range(4):
+        _send(core, TP0, None, b"v%d" % i + b"x" * 80)  # one batch each
+    requests, _, _ = core.acc.drain(time.monotonic(), lambda tp: 0, lambda n: 5, False, core._muted)
+    assert [len(r) for r in requests[0]] == [1, 1, 1, 1]
+    batches = [r[0] for r in requests[0]]
+    for b in batches:
+        core._stamp(b, *b.builder.build_parts())
+        core._tp_in_flight[TP0] += 1
+    assert [b.sequence for b in batches] == [0, 1, 2, 3]
+    # Answers in any order: the failed batches go back in sequence order.
+    for b in (batches[2], batches[0], batches[3]):
+        core._tp_in_flight[TP0] -= 1
+        b.attempts += 1
+        core.acc.requeue(b)
+    assert [b.sequence for b in core.acc.queues[TP0]] == [0, 2, 3]
+    # Muted while its batch 1 is still in flight.
+    assert core.acc.drain(time.monotonic(), lambda tp: 0, lambda n: 5, False, core._muted)[0] == {}
+    core._tp_in_flight[TP0] -= 1
+    requests, _, _ = core.acc.drain(time.monotonic(), lambda tp: 0, lambda n: 5, False, core._muted)
+    assert [r[0].sequence for r in requests[0]] == [0, 2, 3]
+
+
+def test_a_lost_sequence_bumps_the_epoch_and_restamps_from_zero() -> None:
+    from raftlog.errors import OutOfOrderSequenceError
+
+    core, _ = _core(linger_ms=0, batch_size=100)
+    core._producer_id, core._producer_epoch = 7, 3
+    _send(core, TP0, None, b"a" * 90)
+    _send(core, TP0, None, b"b" * 90)
+    requests, _, _ = core.acc.drain(time.monotonic(), lambda tp: 0, lambda n: 5, False, core._muted)
+    first, second = (r[0] for r in requests[0])
+    for b in (first, second):
+        core._stamp(b, *b.builder.build_parts())
+    # The leader lost the state: OutOfOrderSequence for the first unacknowledged batch.
+    core._retry_or_fail(first, OutOfOrderSequenceError("lost"))
+    assert core._bump_pending
+    core._retry_or_fail(second, OutOfOrderSequenceError("after a gap"))
+    assert [b.sequence for b in core.acc.queues[TP0]] == [0, 1]
+    core._bump_epoch()
+    assert core._producer_epoch == 4 and not core._bump_pending
+    assert [b.sequence for b in core.acc.queues[TP0]] == [-1, -1]
+    head, tail = core._stamp(first, *first.builder.build_parts())
+    from raftlog.records import validate_batch
+
+    h = validate_batch(head + tail)
+    assert (h.producer_id, h.producer_epoch, h.base_sequence) == (7, 4, 0)

@@ -203,6 +203,7 @@ VALID_BODIES: dict[int, dict[str, object]] = {
     protocol.ApiKey.DESCRIBE_GROUPS: {"group_id": "g"},
     protocol.ApiKey.DELETE_GROUPS: {"group_id": "g"},
     protocol.ApiKey.RESET_OFFSETS: {"group_id": "g", "offsets": [["t", 0, 0]]},
+    protocol.ApiKey.INIT_PRODUCER_ID: {},
 }
 
 

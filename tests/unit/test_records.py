@@ -251,3 +251,21 @@ def test_hostile_header_counts_fail_at_once_naming_the_record(
         with pytest.raises(CorruptRecordError, match=match):
             decode_records(buf)
     assert time.monotonic() - started < 1.0
+
+
+def test_with_producer_stamps_the_header_and_keeps_the_checksum_valid() -> None:
+    from raftlog.records import BatchBuilder, validate_batch, with_producer
+
+    b = BatchBuilder()
+    b.append(None, b"a", 5)
+    b.append(b"k", b"bb", 6)
+    head, tail = with_producer(*b.seal(), 77, 3, 2**31 - 2)
+    h = validate_batch(head + tail)
+    assert (h.producer_id, h.producer_epoch, h.base_sequence, h.record_count) == (
+        77,
+        3,
+        2**31 - 2,
+        2,
+    )
+    again = validate_batch(b"".join(with_producer(head, tail, 78, 4, 0)))
+    assert (again.producer_id, again.producer_epoch, again.base_sequence) == (78, 4, 0)

@@ -1,0 +1,175 @@
+"""The idempotent producer against real broker processes: lost responses, a restarted broker,
+and a kill -9 of the partition leader never make a record appear twice."""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raftlog import protocol
+from raftlog.client import Admin, Producer
+from raftlog.client.connection import BrokerConnection
+from raftlog.records import encode_batch
+from tests.integration._cluster import Cluster, started_cluster
+from tests.integration._support import BrokerProcess, RawClient
+from tests.integration.test_replication import (
+    CHANGE_S,
+    SESSION_TIMEOUT_MS,
+    SETTLE_S,
+    Sender,
+    check_acked,
+    create,
+    leader_of,
+    read_everything,
+    wait_in_sync,
+)
+
+
+def values_in_log(bootstrap: str, topic: str, partitions: int = 1) -> dict[int, list[bytes]]:
+    read = read_everything(bootstrap, topic, partitions)
+    return {p: [v for _, v in sorted(by_offset.items())] for p, by_offset in read.items()}
+
+
+def check_exactly_once_in_order(values: dict[int, list[bytes]], sent: list[bytes]) -> None:
+    """Each value at most once in the whole topic, and in send order within its partition."""
+    counts = collections.Counter(v for vs in values.values() for v in vs)
+    twice = [v for v, n in counts.items() if n > 1]
+    assert not twice, f"{len(twice)} records appear more than once, e.g. {twice[:5]}"
+    rank = {v: i for i, v in enumerate(sent)}
+    for p, vs in values.items():
+        ranks = [rank[v] for v in vs]
+        assert ranks == sorted(ranks), f"partition {p} is not in send order"
+
+
+def test_lost_responses_are_retried_without_duplicates(
+    broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topic("lossy", 2)
+    # Every 3rd read from the broker's produce port is lost and its connection dropped: the
+    # broker appended those batches, the producer never hears so and resends them.
+    reads = collections.Counter[str]()
+    original = BrokerConnection.data_received
+
+    def lossy(self: BrokerConnection, data: bytes) -> None:
+        reads["all"] += 1
+        if reads["all"] > 10 and reads["all"] % 3 == 0:
+            reads["dropped"] += 1
+            self.transport.abort()
+            return
+        original(self, data)
+
+    monkeypatch.setattr(BrokerConnection, "data_received", lossy)
+    sent = [b"r-%05d" % i for i in range(3000)]
+    with Producer(bootstrap_servers=broker.bootstrap, linger_ms=1, retry_backoff_ms=20) as producer:
+        futures = []
+        for i, v in enumerate(sent):
+            futures.append(producer.send("lossy", v, partition=i % 2))
+            if i % 20 == 19:
+                time.sleep(0.005)  # many requests, so that many responses are lost
+        producer.flush(120)
+        offsets = [f.result(0) for f in futures]
+    monkeypatch.setattr(BrokerConnection, "data_received", original)
+    assert reads["dropped"] >= 5, reads
+    values = values_in_log(broker.bootstrap, "lossy", 2)
+    assert sum(map(len, values.values())) == len(sent)
+    check_exactly_once_in_order(values, sent)
+    # Each acknowledged offset, a duplicate's included, is where its record is.
+    for v, md in zip(sent, offsets, strict=True):
+        assert values[md.partition][md.offset] == v
+
+
+def _produce(raw: RawClient, batch: bytes) -> list[Any]:
+    corr = raw.send_request(
+        protocol.ApiKey.PRODUCE,
+        {"acks": -1, "timeout_ms": 10_000, "topics": [["t", [[0, len(batch)]]]]},
+        [batch],
+    )
+    frame = raw.recv_frame()
+    assert frame is not None
+    _corr, body = protocol.parse_response_header(frame[0])
+    assert _corr == corr
+    return list(body["topics"][0][1][0])
+
+
+@pytest.mark.parametrize("kill", [True, False])
+def test_a_restarted_broker_rebuilds_producer_state(broker: BrokerProcess, kill: bool) -> None:
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topic("t", 1, config={"segment.bytes": "2000"})
+    with RawClient(broker.host, broker.port) as raw:
+        raw.send_request(protocol.ApiKey.INIT_PRODUCER_ID, {})
+        frame = raw.recv_frame()
+        assert frame is not None
+        _, body = protocol.parse_response_header(frame[0])
+        pid, epoch = body["producer_id"], body["producer_epoch"]
+        batches = [
+            encode_batch(
+                [(None, b"x%d" % (3 * seq + i)) for i in range(3)],
+                timestamp=int(time.time() * 1000),
+                producer_id=pid,
+                producer_epoch=epoch,
+                base_sequence=3 * seq,
+            )
+            for seq in range(40)  # several segments: snapshots at rolls, then a tail
+        ]
+        answers = [_produce(raw, b) for b in batches]
+        assert [a[1] for a in answers] == [0] * 40 and answers[-1][2] == 117
+    if kill:
+        broker.kill9()
+        broker.start()
+    else:
+        broker.restart()
+    with RawClient(broker.host, broker.port) as raw:
+        deadline = time.monotonic() + CHANGE_S
+        while True:
+            again = _produce(raw, batches[-1])
+            if again[1] == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)  # the partition may still be electing its leader
+        assert again[1:3] == [0, 117], again  # the original offsets: deduplicated
+        older = _produce(raw, batches[-4])
+        assert older[1:3] == [0, 108], older
+        skipped = encode_batch(
+            [(None, b"y")],
+            timestamp=int(time.time() * 1000),
+            producer_id=pid,
+            producer_epoch=epoch,
+            base_sequence=200,
+        )
+        assert _produce(raw, skipped)[1] == 43  # OutOfOrderSequenceError
+    values = values_in_log(broker.bootstrap, "t")[0]
+    assert len(values) == 120 and len(set(values)) == 120
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    with started_cluster(
+        tmp_path, 3, SESSION_TIMEOUT_MS, SETTLE_S, replica_lag_time_max_ms=2000
+    ) as c:
+        yield c
+
+
+def test_kill9_of_the_leader_keeps_each_acked_record_exactly_once_in_order(
+    cluster: Cluster,
+) -> None:
+    create(cluster, "once", partitions=3)
+    victim = leader_of(cluster, "once", 0)
+    with Sender(cluster.bootstrap, "once", 6000, partitions=3) as sender:
+        sender.wait_acked(1500)
+        cluster.kill9(victim)
+        sender.wait_acked(len(sender.acked) + 300)
+        sender.done()
+    assert not sender.failed, sender.failed[:3]
+    assert len(sender.acked) == 6000
+    cluster.nodes[victim].start()
+    wait_in_sync(cluster, "once", 3)
+    read = read_everything(cluster.bootstrap, "once", 3)
+    check_acked(sender, read)
+    values = {p: [v for _, v in sorted(r.items())] for p, r in read.items()}
+    assert sum(map(len, values.values())) == 6000  # nothing twice, nothing unacknowledged
+    check_exactly_once_in_order(values, [b"v-%06d" % i for i in range(6000)])
