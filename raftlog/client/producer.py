@@ -77,6 +77,7 @@ from raftlog.errors import (
     RaftlogError,
     RaftlogTimeoutError,
     RecordTooLargeError,
+    UnknownTopicOrPartitionError,
     error_from_code,
 )
 from raftlog.metadata.model import TopicInfo
@@ -825,15 +826,20 @@ class _ProducerCore:
 
     async def topic_metadata(self, topic: str) -> TopicInfo:
         """The topic's metadata for send(). A broker that cannot be reached (restarting, or
-        the cached metadata was dropped after a failed batch) is retried until max_block_ms, as
-        send() promises; an unknown topic fails at once, unless the broker auto-creates topics
-        (a producer asks it to, as Kafka's does; the broker's setting decides)."""
+        the cached metadata was dropped after a failed batch, a metadata request that timed
+        out) is retried until max_block_ms, as send() promises; an unknown topic fails at
+        once, unless the broker auto-creates topics (a producer asks it to, as Kafka's does;
+        the broker's setting decides)."""
         deadline = time.monotonic() + self.config.max_block_ms / 1000
         while True:
             try:
                 return await self.client.topic(topic, allow_auto_create=True)
-            except BrokerNotAvailableError:
-                if time.monotonic() >= deadline:
+            except UnknownTopicOrPartitionError:
+                raise
+            except RaftlogError as e:
+                # A broker down or slow (a metadata request timing out while a node restarts):
+                # ask again, another broker if need be, until max_block_ms.
+                if not e.retriable or time.monotonic() >= deadline:
                     raise
                 await asyncio.sleep(self.config.retry_backoff_ms / 1000)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 
 from raftlog.client import Admin, Producer
@@ -75,3 +76,31 @@ def test_a_group_consumer_closes_in_bounded_time_against_a_frozen_broker(
     finally:
         os.kill(broker.proc.pid, signal.SIGCONT)
     assert took < 2 * 1.0 + 5 + 2, took  # the bound, plus slack for a loaded machine
+
+
+def test_send_waits_through_metadata_requests_that_time_out(broker: BrokerProcess) -> None:
+    """A send() that needs metadata while the broker is frozen: each Metadata request times
+    out (request_timeout_ms), and send() asks again until max_block_ms instead of raising the
+    first timeout (a node restarting in a cluster looks like this to a client)."""
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topic("thawing", 1)
+    with Producer(
+        bootstrap_servers=broker.bootstrap,
+        acks=1,
+        request_timeout_ms=500,
+        max_block_ms=20_000,
+        retry_backoff_ms=50,
+    ) as producer:
+        os.kill(broker.proc.pid, signal.SIGSTOP)
+        try:
+            # Thawed after several metadata requests have timed out, from another thread.
+            thaw = threading.Timer(2.5, os.kill, (broker.proc.pid, signal.SIGCONT))
+            thaw.start()
+            started = time.monotonic()
+            fut = producer.send("thawing", b"after-thaw")
+            blocked = time.monotonic() - started
+        finally:
+            thaw.cancel()
+            os.kill(broker.proc.pid, signal.SIGCONT)
+        assert fut.result(15).offset == 0
+    assert blocked >= 2.0, blocked  # it did wait for the broker, through the timeouts
