@@ -1,0 +1,100 @@
+"""The fault matrix: long chaos runs, one row per fault kind, for the README (not run in CI).
+
+    python -m chaos.matrix --out runs/matrix                     # the full matrix (hours)
+    python -m chaos.matrix --out runs/m --duration 120 --runs 1  # a shorter one
+
+Runs `--runs` runs of `--duration` seconds for each fault kind alone (`--kinds`), plus
+`--combined-runs` runs with every kind mixed, each with its own seed (the run's index), through
+chaos/runner.py. Each run's directory keeps its history, report and plot; `matrix.md` and
+`matrix.json` sum them up: per row the runs, acknowledged writes, lost, duplicated, other
+anomalies, the longest unavailability (the maximum over the runs) and how many runs were
+valid. Exit status 0 only when every run was valid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from chaos.runner import RunConfig, run
+
+KINDS = ("kill", "pause", "restart", "rolling-restart", "isolate", "split", "bridge", "one-way")
+OTHER_ANOMALIES = (
+    "unseen",
+    "inconsistent_offsets",
+    "nonmonotonic_send",
+    "nonmonotonic_poll",
+    "committed_offset_regressions",
+    "replica_divergence",
+)
+
+
+def row(label: str, reports: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "faults": label,
+        "runs": len(reports),
+        "valid": sum(1 for r in reports if r["valid"]),
+        "acknowledged": sum(r["acknowledged"] for r in reports),
+        "lost": sum(r["lost"] for r in reports),
+        "duplicated": sum(r["duplicated"] for r in reports),
+        "other_anomalies": sum(r[k] for r in reports for k in OTHER_ANOMALIES),
+        "max_unavailability_s": max((r["max_unavailability_s"] for r in reports), default=0.0),
+    }
+
+
+def render(rows: list[dict[str, Any]], duration_s: float) -> str:
+    lines = [
+        f"Each run {duration_s:g} s; acks=all, min.insync.replicas=2, RF 3, idempotent producers.",
+        "",
+        "| faults | runs (valid) | acknowledged | lost | duplicated | other anomalies "
+        "| longest unavailability |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['faults']} | {r['runs']} ({r['valid']}) | {r['acknowledged']:,} | {r['lost']} "
+            f"| {r['duplicated']} | {r['other_anomalies']} | {r['max_unavailability_s']:.2f} s |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m chaos.matrix", description=__doc__.split("\n")[0])
+    p.add_argument("--out", required=True, help="directory for the runs and matrix.md")
+    p.add_argument("--duration", type=float, default=600.0, help="seconds per run (600)")
+    p.add_argument("--runs", type=int, default=1, help="runs per single fault kind (1)")
+    p.add_argument("--combined-runs", type=int, default=10, help="runs mixing every kind (10)")
+    p.add_argument("--kinds", default=",".join(KINDS), help="fault kinds for single-kind rows")
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    kinds = [k for k in args.kinds.split(",") if k]
+    plan: list[tuple[str, tuple[str, ...], int]] = []
+    for k in kinds:
+        plan += [(k, (k,), i) for i in range(args.runs)]
+    plan += [("combined", tuple(kinds), i) for i in range(args.combined_runs)]
+    reports: dict[str, list[dict[str, Any]]] = {}
+    started = time.monotonic()
+    for n, (label, faults, seed) in enumerate(plan, 1):
+        sys.stderr.write(
+            f"matrix: run {n}/{len(plan)}: {label} seed {seed} "
+            f"({time.monotonic() - started:.0f} s so far)\n"
+        )
+        cfg = RunConfig(out=out / f"{label}-{seed}", duration_s=args.duration, faults=faults,
+                        seed=seed, progress=False)  # fmt: skip
+        reports.setdefault(label, []).append(run(cfg))
+    rows = [row(label, rs) for label, rs in reports.items()]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "matrix.json").write_text(json.dumps(rows, indent=2) + "\n")
+    table = render(rows, args.duration)
+    (out / "matrix.md").write_text(table)
+    print(table, end="")
+    return 0 if all(r["valid"] == r["runs"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""The chaos runner end to end, the short version CI runs (`raftlog chaos run`, real processes).
+
+- A run with kill -9, SIGSTOP and network isolation, with the safety on (acks=all, idempotent
+  producers, min.insync.replicas 2, clean elections only), must be valid: nothing acknowledged
+  lost, nothing duplicated, offsets never reused, replicas identical; every scheduled fault was
+  applied and healed, and the run wrote its history, report and plot.
+- The control run, the same faults with the safety off (acks=1, min.insync.replicas 1, unclean
+  election), must be reported invalid with lost writes: it proves the checker catches loss.
+  Isolating a node that leads a partition while clients still reach it makes its acks=1 writes
+  vanish when the majority elects another leader, so the control run loses data every time.
+
+The long runs (ten minutes each, every fault kind) are `python -m chaos.matrix`; not in CI.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from chaos import netns
+from chaos.runner import RunConfig, run
+
+pytestmark = pytest.mark.skipif(
+    netns.available() is not None, reason=f"network namespaces: {netns.available()}"
+)
+
+SHORT = {
+    "duration_s": 40.0,
+    "faults": ("kill", "pause", "isolate"),
+    "steady_s": 4.0,
+    "fault_s": (4.0, 7.0),
+    "quiet_s": (3.0, 5.0),
+    "recovery_s": 6.0,
+    "progress": False,
+}
+
+
+def test_a_short_run_with_kill_pause_and_isolation_is_valid(tmp_path: Path) -> None:
+    cfg = RunConfig(out=tmp_path / "run", seed=3, **SHORT)  # type: ignore[arg-type]
+    report = run(cfg)
+    assert report["valid"], json.dumps({k: v for k, v in report.items() if k != "config"})[:3000]
+    assert report["acknowledged"] > 1000 and report["final_read"]
+    assert report["lost"] == report["duplicated"] == report["inconsistent_offsets"] == 0
+    faults = report["faults"]
+    assert [f["kind"] for f in faults] == [s.kind for s in cfg.schedule()]
+    assert all(f["healed_s"] is not None and "error" not in f for f in faults), faults
+    for name in ("history.jsonl", "report.json", "report.png"):
+        assert (cfg.out / name).stat().st_size > 0, name
+    assert json.loads((cfg.out / "report.json").read_text())["valid"] is True
+
+
+def test_the_control_run_without_the_safety_loses_writes(tmp_path: Path) -> None:
+    cfg = RunConfig(
+        out=tmp_path / "control",
+        seed=3,
+        acks="1",
+        min_insync=1,
+        unclean=True,
+        **{**SHORT, "faults": ("isolate",)},  # type: ignore[arg-type]
+    )
+    report = run(cfg)
+    assert not report["valid"]
+    assert report["lost"] > 0, {k: report[k] for k in ("acknowledged", "lost", "invalid_because")}
