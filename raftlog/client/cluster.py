@@ -21,8 +21,8 @@ from raftlog.client.connection import BrokerConnection, ResponseT
 from raftlog.errors import (
     BrokerNotAvailableError,
     InvalidConfigError,
-    NotLeaderOrFollowerError,
     RaftlogError,
+    RaftlogTimeoutError,
     UnknownTopicOrPartitionError,
     error_from_code,
 )
@@ -32,6 +32,8 @@ from raftlog.topics import TopicPartition
 log = logging.getLogger(__name__)
 
 UNKNOWN_TOPIC_WAIT_S = 1.0
+# Brokers asked for metadata, one after the other, before a connection error reaches the caller.
+METADATA_ATTEMPTS = 3
 
 
 def parse_bootstrap(servers: str | Sequence[str]) -> list[tuple[str, int]]:
@@ -152,15 +154,26 @@ class ClusterClient:
     ) -> dict[str, Any]:
         if self._metadata_lock is None:
             self._metadata_lock = asyncio.Lock()
+        request = {
+            "topics": None if topics is None else list(topics),
+            "allow_auto_create": allow_auto_create,
+        }
         async with self._metadata_lock:
-            body, _ = await self.request(
-                None,
-                protocol.ApiKey.METADATA,
-                {
-                    "topics": None if topics is None else list(topics),
-                    "allow_auto_create": allow_auto_create,
-                },
-            )
+            # Metadata may come from any broker: one that died or froze under the request is
+            # dropped (its connection closed) and the next one asked, as Kafka's
+            # least-loaded-node choice does, before an error reaches the caller.
+            for attempt in range(METADATA_ATTEMPTS):
+                conn = await self.any_connection()
+                try:
+                    body, _ = await conn.request(
+                        protocol.ApiKey.METADATA, request, (), self.request_timeout_s
+                    )
+                    break
+                except (BrokerNotAvailableError, RaftlogTimeoutError):
+                    self._sticky = None
+                    conn.close()
+                    if attempt == METADATA_ATTEMPTS - 1:
+                        raise
         self.brokers = {b.node_id: b for b in (BrokerInfo.from_wire(w) for w in body["brokers"])}
         self.controller_id = body["controller_id"]
         if topics is None:
@@ -226,18 +239,27 @@ class ClusterClient:
     ) -> dict[TopicPartition, tuple[int, int]]:
         """{tp: -2 earliest | -1 latest | timestamp ms} -> {tp: (offset, timestamp)}.
 
-        An offset of -1 means no record has a timestamp that late."""
-        deadline = time.monotonic() + UNKNOWN_TOPIC_WAIT_S
+        An offset of -1 means no record has a timestamp that late.
+
+        Retriable errors are retried with fresh metadata: an unknown topic briefly (a topic
+        created a moment ago through another node), anything else (a leader that moved, died
+        or is being elected, a broker that cannot be reached) for up to the request timeout,
+        long enough for a failover (the broker session timeout plus an election)."""
+        started = time.monotonic()
         while True:
             try:
                 return await self._list_offsets_once(specs)
-            except (UnknownTopicOrPartitionError, NotLeaderOrFollowerError):
-                # A leader that has not applied a just-created topic yet, or a leader that
-                # moved: refresh and ask again, briefly.
-                if time.monotonic() >= deadline:
+            except RaftlogError as e:
+                if not e.retriable:
+                    raise
+                waited = time.monotonic() - started
+                if isinstance(e, UnknownTopicOrPartitionError):
+                    if waited >= UNKNOWN_TOPIC_WAIT_S:
+                        raise
+                elif waited >= max(self.request_timeout_s, UNKNOWN_TOPIC_WAIT_S):
                     raise
                 self.invalidate()
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(0.05 if waited < 1 else 0.2)
 
     async def _list_offsets_once(
         self, specs: dict[TopicPartition, int]
