@@ -87,14 +87,21 @@ def split_ranges(
     ranges: dict[TopicPartition, tuple[int, int]], min_partitions: int | None
 ) -> list[RangePartition]:
     """One RangePartition per non-empty range; with `min_partitions` above that count, each
-    range is cut into pieces in proportion to its share of all offsets (at least one)."""
+    range is cut into pieces in proportion to its share of all offsets (at least one), and
+    the pieces add up to at least `min_partitions` (largest remainders get the extra ones;
+    Kafka's source rounds each share and may end up below the minimum)."""
     live = {tp: r for tp, r in sorted(ranges.items()) if r[1] > r[0]}
     total = sum(end - start for start, end in live.values())
+    counts = dict.fromkeys(live, 1)
+    if min_partitions is not None and min_partitions > len(live):
+        shares = {tp: (end - start) / total * min_partitions for tp, (start, end) in live.items()}
+        counts = {tp: max(int(share), 1) for tp, share in shares.items()}
+        by_remainder = sorted(live, key=lambda tp: (counts[tp] - shares[tp], tp))
+        for tp in by_remainder[: max(min_partitions - sum(counts.values()), 0)]:
+            counts[tp] += 1
     out = []
     for tp, (start, end) in live.items():
-        pieces = 1
-        if min_partitions is not None and min_partitions > len(live):
-            pieces = max(round((end - start) / total * min_partitions), 1)
+        pieces = min(counts[tp], end - start)
         size = end - start
         cuts = [start + size * i // pieces for i in range(pieces)] + [end]
         for a, b in itertools.pairwise(cuts):

@@ -102,6 +102,23 @@ def test_split_ranges_one_per_partition_or_proportional_pieces() -> None:
 
 
 @given(
+    sizes=st.lists(st.integers(0, 5000), min_size=1, max_size=6),
+    minimum=st.integers(1, 40),
+)
+@settings(max_examples=300, deadline=None)
+def test_split_ranges_reach_min_partitions_and_cover_every_offset_once(
+    sizes: list[int], minimum: int
+) -> None:
+    ranges = {TopicPartition("t", i): (100, 100 + n) for i, n in enumerate(sizes)}
+    parts = split_ranges(ranges, minimum)
+    offsets = sum(sizes)
+    assert len(parts) >= min(minimum, offsets)
+    for tp, (start, end) in ranges.items():
+        mine = [p for p in parts if p.partition == tp.partition]
+        assert [o for p in mine for o in range(p.start, p.end)] == list(range(start, end))
+
+
+@given(
     backlog=st.lists(st.integers(0, 10_000), min_size=1, max_size=8),
     limit=st.integers(1, 20_000),
 )
