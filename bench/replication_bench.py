@@ -24,9 +24,11 @@ Phases (`--only` picks some):
   400,000 rec/s and at least 0.7x the baseline of the same run.
 - `rf3-all-fsync`: the same on a topic with `durability.policy=fsync` (committed = fsynced by
   every ISR member: one fsync per replica covers every append before it).
-- `e2e-rf3-all`: end-to-end latency at `--e2e-rate` (10,000 rec/s) with acks=all on RF 3: the
-  paper benchmark's method (paced sends stamped with time.monotonic_ns(), linger_ms=0, a
-  consumer in a child process that reads only what is committed). Target: p50 at most 5 ms.
+- `e2e-rf1-acks1`, `e2e-rf3-all`: end-to-end latency at `--e2e-rate` (10,000 rec/s): the paper
+  benchmark's method (paced sends stamped with time.monotonic_ns(), linger_ms=0, a consumer in
+  a child process, which reads only what is committed), first with acks=1 on RF 1 (the
+  baseline: what this machine gives without replication), then with acks=all on RF 3. Target:
+  RF 3 p50 at most 5 ms.
 - `failover`: an acks=all producer sends at `--failover-rate` (1,000 rec/s, linger_ms=0) to a
   topic with RF 3 and min.insync.replicas 2 while the partition's leader gets kill -9,
   `--failover-reps` times. Unavailability = time from the kill to the first acknowledgement of
@@ -115,7 +117,8 @@ ACK_POLL_S = 0.005
 FAILOVER_WARM_ACKS = 200
 
 THROUGHPUT_PHASES = ("rf1-acks1", "rf3-all", "rf3-all-fsync")
-PHASES = (*THROUGHPUT_PHASES, "e2e-rf3-all", "failover")
+E2E_PHASES = ("e2e-rf1-acks1", "e2e-rf3-all")
+PHASES = (*THROUGHPUT_PHASES, *E2E_PHASES, "failover")
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,7 @@ SPECS = {
     "rf1-acks1": TopicSpec(1, 1, "replication"),
     "rf3-all": TopicSpec(3, "all", "replication"),
     "rf3-all-fsync": TopicSpec(3, "all", "fsync"),
+    "e2e-rf1-acks1": TopicSpec(1, 1, "replication"),
     "e2e-rf3-all": TopicSpec(3, "all", "replication"),
     "failover": TopicSpec(3, "all", "replication"),
 }
@@ -142,6 +146,7 @@ LABELS = {
     "rf1-acks1": "RF=1 acks=1, linger 5 ms, 1 MB batches (baseline)",
     "rf3-all": "RF=3 acks=all, linger 5 ms, 1 MB batches",
     "rf3-all-fsync": "RF=3 acks=all, fsync policy, linger 5 ms, 1 MB batches",
+    "e2e_base_p50": "end-to-end latency p50, RF=1 acks=1 (baseline)",
     "e2e_p50": "end-to-end latency p50, RF=3 acks=all",
     "e2e_p99": "end-to-end latency p99, RF=3 acks=all",
     "e2e_p999": "end-to-end latency p99.9, RF=3 acks=all",
@@ -670,8 +675,25 @@ class FailoverResult:
     cpu: CpuUse = field(default_factory=CpuUse)
     errors: list[str] = field(default_factory=list)
 
-    def unavailable(self) -> list[float]:
-        return [r.unavailable_s for r in self.reps if r.unavailable_s is not None]
+    def unavailable(self, controller_too: bool | None = None) -> list[float]:
+        """Every kill's unavailability; only those where the victim was (True) or was not
+        (False) also the active controller."""
+        return [
+            r.unavailable_s
+            for r in self.reps
+            if r.unavailable_s is not None
+            and (controller_too is None or r.killed_was_controller == controller_too)
+        ]
+
+    def split_by_controller(self) -> str:
+        """'k of n victims were also the active controller (median ...); the others ...'."""
+        both, alone = self.unavailable(True), self.unavailable(False)
+        text = f"{len(both)} of {len(both) + len(alone)} victims were also the active controller"
+        if both:
+            text += f" (median {_median(both):.2f} s)"
+        if alone:
+            text += f", the others median {_median(alone):.2f} s"
+        return text
 
 
 def run_failover(cluster: LocalCluster, s: Settings, progress: Progress) -> FailoverResult:
@@ -783,7 +805,7 @@ def _pct(part: float, whole: float) -> str:
 def build_rows(
     s: Settings,
     results: dict[str, PhaseResult],
-    e2e: E2EResult | None,
+    e2es: dict[str, E2EResult],
     failover: FailoverResult | None,
 ) -> list[dict[str, Any]]:
     """One row per measurement, every row present even when its phase did not run."""
@@ -832,7 +854,14 @@ def build_rows(
             notes="; ".join(notes),
         )
         rows.append(row)
-    for key, attr in (("e2e_p50", "p50_ms"), ("e2e_p99", "p99_ms"), ("e2e_p999", "p999_ms")):
+    base_e2e = e2es.get("e2e-rf1-acks1")
+    for key, attr in (
+        ("e2e_base_p50", "p50_ms"),
+        ("e2e_p50", "p50_ms"),
+        ("e2e_p99", "p99_ms"),
+        ("e2e_p999", "p999_ms"),
+    ):
+        e2e = e2es.get("e2e-rf1-acks1" if key == "e2e_base_p50" else "e2e-rf3-all")
         row = {
             "key": key,
             "measurement": LABELS[key],
@@ -843,23 +872,28 @@ def build_rows(
         }
         if e2e is None:
             row.update(value=None, status="not run", notes="")
+            rows.append(row)
+            continue
+        value = getattr(e2e, attr)
+        if key != "e2e_base_p50" and base_e2e is not None:
+            row["ratio"] = value / getattr(base_e2e, attr)
+        notes = [
+            f"{e2e.rate:,} rec/s for {e2e.seconds:g} s (achieved {e2e.achieved_rate:,.0f}), "
+            f"first {e2e.warmup:g} s left out"
+        ]
+        if key == "e2e_base_p50":
+            notes.append(f"p99 {e2e.p99_ms:.2f} ms, p99.9 {e2e.p999_ms:.2f} ms")
+        if e2e.error:
+            notes.append(f"ERROR: {e2e.error}")
+        if e2e.error or math.isnan(value):
+            status = "failed"
+        elif key != "e2e_p50":
+            status = "—"
+        elif value > TARGET_E2E_P50_MS:
+            status = "missed"
         else:
-            value = getattr(e2e, attr)
-            notes = [
-                f"{e2e.rate:,} rec/s for {e2e.seconds:g} s (achieved {e2e.achieved_rate:,.0f}), "
-                f"first {e2e.warmup:g} s left out"
-            ]
-            if e2e.error:
-                notes.append(f"ERROR: {e2e.error}")
-            if e2e.error or math.isnan(value):
-                status = "failed"
-            elif key != "e2e_p50":
-                status = "—"
-            elif value > TARGET_E2E_P50_MS:
-                status = "missed"
-            else:
-                status = "met" if e2e.rate >= 10_000 else f"met at {e2e.rate:,} rec/s only"
-            row.update(value=value, status=status, notes="; ".join(notes))
+            status = "met" if e2e.rate >= 10_000 else f"met at {e2e.rate:,} rec/s only"
+        row.update(value=value, status=status, notes="; ".join(notes))
         rows.append(row)
     target_s = s.session_timeout_ms / 1000 + TARGET_FAILOVER_MARGIN_S
     for key in ("failover_median", "failover_max"):
@@ -884,7 +918,8 @@ def build_rows(
             value = _median(values) if key == "failover_median" else max(values)
             notes = [
                 f"{len(values)} kill -9s at {failover.rate:,} rec/s "
-                f"({min(values):.2f}-{max(values):.2f} s)"
+                f"({min(values):.2f}-{max(values):.2f} s)",
+                failover.split_by_controller(),
             ]
             notes.extend(f"ERROR: {e}" for e in failover.errors)
             if failover.errors:
@@ -924,7 +959,7 @@ def render_table(rows: list[dict[str, Any]]) -> str:
 
 def render_cpu(
     results: dict[str, PhaseResult],
-    e2e_cpu: tuple[CpuUse, dict[int, str]] | None,
+    e2e_cpu: dict[str, tuple[CpuUse, dict[int, str]]],
     failover: FailoverResult | None,
 ) -> str:
     """Where the CPU goes: per phase (summed over its runs), each process's CPU seconds, as a
@@ -947,9 +982,8 @@ def render_cpu(
         r = results.get(phase)
         if r is not None and r.runs:
             entries.append((phase, r.cpu, sum(r.records), r.roles))
-    if e2e_cpu is not None:
-        use, roles = e2e_cpu
-        entries.append(("e2e-rf3-all (incl. consumer start)", use, 0, roles))
+    for phase, (use, roles) in e2e_cpu.items():
+        entries.append((f"{phase} (paced; producer only)", use, 0, roles))
     if failover is not None:
         entries.append(("failover (paced; leaders move)", failover.cpu, 0, {}))
     for name, use, records, roles in entries:
@@ -982,7 +1016,7 @@ def render_failover(f: FailoverResult) -> str:
         lines.append(
             f"Unavailability (kill -9 -> first acknowledgement of a record sent after it): "
             f"median {_median(values):.2f} s, min {min(values):.2f} s, max {max(values):.2f} s "
-            f"over {len(values)} kills."
+            f"over {len(values)} kills; {f.split_by_controller()}."
         )
     lines += [
         "",
@@ -1134,8 +1168,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
         for p in THROUGHPUT_PHASES
         if p in s.phases
     }
-    e2e: E2EResult | None = None
-    e2e_cpu: tuple[CpuUse, dict[int, str]] | None = None
+    e2es: dict[str, E2EResult] = {}
+    e2e_cpu: dict[str, tuple[CpuUse, dict[int, str]]] = {}
     failover: FailoverResult | None = None
     cluster = LocalCluster(work, s.session_timeout_ms)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -1150,22 +1184,24 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
             for phase in THROUGHPUT_PHASES:
                 if phase in s.phases:
                     run_throughput(phase, i, cluster, s, progress, results[phase])
-        if "e2e-rf3-all" in s.phases:
-            topic = "repl-e2e"
-            cluster.create_topic(topic, SPECS["e2e-rf3-all"])
+        for phase in E2E_PHASES:
+            if phase not in s.phases:
+                continue
+            topic = f"repl-{phase}"
+            cluster.create_topic(topic, SPECS[phase])
             roles = roles_of(cluster.describe(topic))
             use = CpuUse()
             with measured(cluster, use):
-                e2e = run_e2e(
+                e2es[phase] = run_e2e(
                     topic,
                     cluster.bootstrap,
                     _paper_settings(s),
                     progress,
                     work,
-                    acks="all",
+                    acks=SPECS[phase].acks,
                     create=False,
                 )
-            e2e_cpu = (use, roles)
+            e2e_cpu[phase] = (use, roles)
         if "failover" in s.phases:
             failover = run_failover(cluster, s, progress)
     except (RuntimeError, OSError) as e:
@@ -1178,7 +1214,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
         else:
             shutil.rmtree(work, ignore_errors=True)
 
-    rows = build_rows(s, results, e2e, failover)
+    rows = build_rows(s, results, e2es, failover)
     facts["python_floor_at_end"] = f"{python_floor(s.value_bytes):,.0f} rec/s"
     facts["load_average_at_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     out_dir = Path(args.results_dir)
@@ -1187,6 +1223,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
     pngs: list[str] = []
     plot_note = "plots skipped (--no-plots)"
     if not args.no_plots:
+        e2e = e2es.get("e2e-rf3-all")
         pngs, plot_note_or_none = plot(s, rows, results, e2e, failover, prefix)
         plot_note = plot_note_or_none or ""
     md = [
@@ -1217,8 +1254,10 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
         "",
         render_cpu(results, e2e_cpu, failover),
     ]
-    if e2e is not None:
-        md += ["## End-to-end latency (RF=3, acks=all)", "", render_e2e(e2e)]
+    for phase, e2e_result in e2es.items():
+        spec = SPECS[phase]
+        title = f"## End-to-end latency (RF={spec.replication_factor}, acks={spec.acks})"
+        md += [title, "", render_e2e(e2e_result)]
     if failover is not None:
         md += ["## Failover: kill -9 of the partition leader", "", render_failover(failover)]
     if pngs:
@@ -1231,8 +1270,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
         "settings": asdict(s),
         "rows": rows,
         "phases": {k: {**asdict(v), "median": v.median} for k, v in results.items() if v.runs},
-        "e2e": asdict(e2e) if e2e is not None else None,
-        "e2e_cpu": asdict(e2e_cpu[0]) if e2e_cpu is not None else None,
+        "e2e": {k: asdict(v) for k, v in e2es.items()},
+        "e2e_cpu": {k: asdict(v[0]) for k, v in e2e_cpu.items()},
         "failover": asdict(failover) if failover is not None else None,
         "failure": failure,
         "plots": pngs,

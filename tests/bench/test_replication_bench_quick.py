@@ -22,6 +22,7 @@ EXPECTED_ROWS = [
     "RF=1 acks=1, linger 5 ms, 1 MB batches (baseline)",
     "RF=3 acks=all, linger 5 ms, 1 MB batches",
     "RF=3 acks=all, fsync policy, linger 5 ms, 1 MB batches",
+    "end-to-end latency p50, RF=1 acks=1 (baseline)",
     "end-to-end latency p50, RF=3 acks=all",
     "end-to-end latency p99, RF=3 acks=all",
     "end-to-end latency p99.9, RF=3 acks=all",
@@ -90,10 +91,16 @@ def test_quick_run_reports_every_row(tmp_path: Path) -> None:
         ratio = phases[name]["median"] / phases["rf1-acks1"]["median"]
         assert rows[name]["ratio"] == pytest.approx(ratio)
 
-    e2e = data["e2e"]
-    assert e2e["options"]["acks"] == "all"
-    assert e2e["received"] == e2e["sent"] == e2e["rate"] * e2e["seconds"]
-    assert e2e["p50_ms"] <= e2e["p99_ms"] <= e2e["p999_ms"] <= e2e["max_ms"]
+    assert set(data["e2e"]) == {"e2e-rf1-acks1", "e2e-rf3-all"}
+    for name, acks in (("e2e-rf1-acks1", 1), ("e2e-rf3-all", "all")):
+        e2e = data["e2e"][name]
+        assert e2e["options"]["acks"] == acks
+        assert e2e["received"] == e2e["sent"] == e2e["rate"] * e2e["seconds"]
+        assert e2e["p50_ms"] <= e2e["p99_ms"] <= e2e["p999_ms"] <= e2e["max_ms"]
+    assert rows["e2e_base_p50"]["value"] == data["e2e"]["e2e-rf1-acks1"]["p50_ms"]
+    assert rows["e2e_p50"]["ratio"] == pytest.approx(
+        data["e2e"]["e2e-rf3-all"]["p50_ms"] / data["e2e"]["e2e-rf1-acks1"]["p50_ms"]
+    )
 
     f = data["failover"]
     assert len(f["reps"]) == REPS
