@@ -113,6 +113,10 @@ ACK_AFTER_KILL_S_MAX = 60.0
 POLL_INTERVAL_S = 0.05
 # How often the failover phase looks for the first acknowledgement after a kill.
 ACK_POLL_S = 0.005
+# The event loop waiting for I/O: idle time, not work; left out of the --profile tables.
+IDLE_FUNCTIONS = {"<method 'poll' of 'select.epoll' objects>"}
+# Functions per node in the --profile tables.
+PROFILE_TOP_FUNCTIONS = 15
 # Acknowledgements the failover producer must see flow before a kill (the pipeline is warm).
 FAILOVER_WARM_ACKS = 200
 
@@ -223,6 +227,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=",".join(PHASES),
         help=f"comma-separated phases to run, of {', '.join(PHASES)} (default all)",
     )
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="run every node under cProfile (its event-loop thread; slower) and add each "
+        "node's top functions to the report",
+    )
     add_run_arguments(p, "the cluster")
 
 
@@ -249,6 +259,7 @@ class Settings:
     session_timeout_ms: int
     phases: list[str]
     quick: bool
+    profile: bool
 
 
 def settings_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Settings:
@@ -267,6 +278,7 @@ def settings_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         session_timeout_ms=args.session_timeout_ms,
         phases=phases,
         quick=args.quick,
+        profile=args.profile,
     )
     for name in ("messages", "runs", "failover_reps", "failover_rate", "e2e_rate"):
         if getattr(s, name) < 1:
@@ -529,6 +541,16 @@ class PhaseResult:
     @property
     def median(self) -> float:
         return _median(self.runs) if self.runs else 0.0
+
+
+def phase_roles_text(results: dict[str, PhaseResult], node_id: int) -> str:
+    """'rf3-all leader, rf3-all-fsync follower': the node's roles in the throughput phases."""
+    roles = [
+        f"{phase} {r.roles[node_id]}"
+        for phase, r in results.items()
+        if r.roles.get(node_id, "-") != "-"
+    ]
+    return ", ".join(roles) or "no throughput partition"
 
 
 def roles_of(desc: Any) -> dict[int, str]:
@@ -1118,6 +1140,43 @@ def plot(
     return paths, None
 
 
+def node_profiles(profile_dir: str, top: int = PROFILE_TOP_FUNCTIONS) -> dict[int, list[list[Any]]]:
+    """Per node, its `top` functions by own time over every incarnation's profile (written by
+    `raftlog node` under RAFTLOG_PROFILE_DIR as node-<id>-<pid>.prof): [function, calls, own s,
+    cumulative s]."""
+    import pstats
+
+    out: dict[int, list[list[Any]]] = {}
+    for node_id in range(1, NODES + 1):
+        files = sorted(Path(profile_dir).glob(f"node-{node_id}-*.prof"))
+        if not files:
+            continue
+        stats: Any = pstats.Stats(*(str(f) for f in files))
+        rows = []
+        for (path, line, func), (_, calls, own, cum, _) in stats.stats.items():
+            if func in IDLE_FUNCTIONS:
+                continue
+            where = f"{func} ({Path(path).name}:{line})" if line else func
+            rows.append([where, calls, own, cum])
+        rows.sort(key=lambda r: r[2], reverse=True)
+        out[node_id] = rows[:top]
+    return out
+
+
+def render_profiles(profiles: dict[int, list[list[Any]]], roles: dict[str, str]) -> str:
+    lines = []
+    for node_id, rows in profiles.items():
+        lines += [
+            f"Node {node_id}{roles.get(str(node_id), '')}:",
+            "",
+            "| function | calls | own s | cumulative s |",
+            "|---|---:|---:|---:|",
+            *(f"| `{f}` | {calls:,} | {own:.2f} | {cum:.2f} |" for f, calls, own, cum in rows),
+            "",
+        ]
+    return "\n".join(lines)
+
+
 def _save(plt: Any, fig: Any, path: Path) -> str:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -1172,6 +1231,13 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
     e2e_cpu: dict[str, tuple[CpuUse, dict[int, str]]] = {}
     failover: FailoverResult | None = None
     cluster = LocalCluster(work, s.session_timeout_ms)
+    profile_dir = os.path.join(work, "profiles")
+    if s.profile:
+        from raftlog.cli.dev_cmd import PROFILE_DIR_ENV
+
+        os.makedirs(profile_dir, exist_ok=True)
+        os.environ[PROFILE_DIR_ENV] = profile_dir  # the nodes (and restarted ones) inherit it
+    profiles: dict[int, list[list[Any]]] = {}
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     failure: str | None = None
     try:
@@ -1209,6 +1275,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
         progress.message(f"FAILED: {failure}")
     finally:
         cluster.stop()
+        if s.profile:
+            profiles = node_profiles(profile_dir)
         if args.keep_data:
             progress.message(f"kept the data in {work}")
         else:
@@ -1260,6 +1328,19 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
         md += [title, "", render_e2e(e2e_result)]
     if failover is not None:
         md += ["## Failover: kill -9 of the partition leader", "", render_failover(failover)]
+    if profiles:
+        roles = {str(i): f" ({phase_roles_text(results, i)})" for i in range(1, NODES + 1)}
+        md += [
+            "## Node profiles (--profile)",
+            "",
+            "cProfile of each node's main thread (the event loop: every request handler, the "
+            "replica fetchers, storage calls; not the Raft thread or the fsync thread) over its "
+            "whole life, every incarnation summed; top functions by own time (the event loop's "
+            "idle wait in epoll left out). Under the profiler the nodes run slower: the "
+            "figures above are not comparable with an unprofiled run.",
+            "",
+            render_profiles(profiles, roles),
+        ]
     if pngs:
         md += ["## Plots", "", *(f"- {p}" for p in pngs), ""]
     elif plot_note:
@@ -1274,6 +1355,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
         "e2e_cpu": {k: asdict(v[0]) for k, v in e2e_cpu.items()},
         "failover": asdict(failover) if failover is not None else None,
         "failure": failure,
+        "profiles": {str(k): v for k, v in profiles.items()},
         "plots": pngs,
     }
     write_report(prefix, "\n".join(md), data, plot_note)

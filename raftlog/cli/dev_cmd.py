@@ -36,6 +36,9 @@ from raftlog.node import NodeConfig, run_node
 from raftlog.readiness import read_ready_file, write_line
 
 RAFT_PORT_OFFSET = 100
+# `raftlog node` under this environment variable runs under cProfile and writes
+# <dir>/node-<id>-<pid>.prof when it stops (a node killed with -9 writes nothing).
+PROFILE_DIR_ENV = "RAFTLOG_PROFILE_DIR"
 # Ports `free_ports` picks from: below the ephemeral range, above the ports services usually
 # claim. If the kernel's ephemeral range leaves no room there, free_ports binds port 0.
 PICKED_PORT_MIN = 20000
@@ -190,7 +193,19 @@ def _run_in_process(config: NodeConfig) -> int:
 
 def _node(args: argparse.Namespace) -> int:
     logging.getLogger().setLevel(args.log_level)
-    return _run_in_process(NodeConfig.load(args.config))
+    config = NodeConfig.load(args.config)
+    profile_dir = os.environ.get(PROFILE_DIR_ENV)
+    if not profile_dir:
+        return _run_in_process(config)
+    # Benchmarks (bench/replication_bench.py --profile) set this to see where a node's time
+    # goes: cProfile of the main thread (the event loop), written when the node stops.
+    import cProfile
+
+    profiler = cProfile.Profile()
+    try:
+        return int(profiler.runcall(_run_in_process, config))
+    finally:
+        profiler.dump_stats(os.path.join(profile_dir, f"node-{config.node_id}-{os.getpid()}.prof"))
 
 
 def _dev(args: argparse.Namespace) -> int:

@@ -125,6 +125,35 @@ def test_quick_run_reports_every_row(tmp_path: Path) -> None:
     assert list((tmp_path / "data").iterdir()) == []
 
 
+def test_profile_adds_each_nodes_top_functions(tmp_path: Path) -> None:
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench.replication_bench",
+        "--quick",
+        "--only",
+        "rf3-all",
+        "--messages",
+        "5000",
+        "--profile",
+        "--no-plots",
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--results-dir",
+        str(tmp_path / "results"),
+    ]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "## Node profiles (--profile)" in proc.stdout
+    (js,) = (tmp_path / "results").glob("replication-*.json")
+    profiles = json.loads(js.read_text())["profiles"]
+    # Every node wrote its profile when it stopped; the rf3-all leader appended the records.
+    assert sorted(profiles) == ["1", "2", "3"]
+    assert all(len(rows) == 15 for rows in profiles.values())
+    assert all(own >= 0 and cum >= own for rows in profiles.values() for _, _, own, cum in rows)
+    assert list((tmp_path / "data").iterdir()) == []
+
+
 def topic_config(phases: dict[str, dict[str, object]], name: str) -> dict[str, str]:
     config = phases[name]["topic_config"]
     assert isinstance(config, dict)
