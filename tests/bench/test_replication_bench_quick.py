@@ -33,23 +33,18 @@ MESSAGES = 20_000
 REPS = 2
 
 
-def test_quick_run_reports_every_row(tmp_path: Path) -> None:
-    cmd = [
-        sys.executable,
-        "-m",
-        "bench.replication_bench",
-        "--quick",
-        "--messages",
-        str(MESSAGES),
-        "--failover-reps",
-        str(REPS),
-        "--data-dir",
-        str(tmp_path / "data"),
-        "--results-dir",
-        str(tmp_path / "results"),
-    ]
+def run_quick(tmp_path: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    """`python -m bench.replication_bench --quick OPTIONS` with its data and results under
+    tmp_path; asserts that it exited 0."""
+    cmd = [sys.executable, "-m", "bench.replication_bench", "--quick", *options]
+    cmd += ["--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "results")]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+def test_quick_run_reports_every_row(tmp_path: Path) -> None:
+    proc = run_quick(tmp_path, "--messages", str(MESSAGES), "--failover-reps", str(REPS))
     assert "rep 2/2: killed node" in proc.stderr  # progress on stderr
     # A measurement table (the header is `| measurement |`) on stdout and in the report.
     assert comparison_rows(proc.stdout) == EXPECTED_ROWS
@@ -126,24 +121,8 @@ def test_quick_run_reports_every_row(tmp_path: Path) -> None:
 
 
 def test_profile_adds_each_nodes_top_functions(tmp_path: Path) -> None:
-    cmd = [
-        sys.executable,
-        "-m",
-        "bench.replication_bench",
-        "--quick",
-        "--only",
-        "rf3-all",
-        "--messages",
-        "5000",
-        "--profile",
-        "--no-plots",
-        "--data-dir",
-        str(tmp_path / "data"),
-        "--results-dir",
-        str(tmp_path / "results"),
-    ]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    options = ["--only", "rf3-all", "--messages", "5000", "--profile", "--no-plots"]
+    proc = run_quick(tmp_path, *options)
     assert "## Node profiles (--profile)" in proc.stdout
     (js,) = (tmp_path / "results").glob("replication-*.json")
     profiles = json.loads(js.read_text())["profiles"]
