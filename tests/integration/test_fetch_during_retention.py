@@ -120,7 +120,7 @@ def test_queued_fetches_survive_retention_deleting_their_segments(node: Cluster)
             continue
         corr, body = protocol.parse_response_header(frame[0])
         assert corr == answered, (corr, answered)
-        [[_, [[_, error, _, _, nbytes, message]]]] = body["topics"]
+        [[_, [[_, error, _, _, nbytes, message, _]]]] = body["topics"]
         # Every request was read (and its slice taken) before retention ran.
         assert error == 0, f"fetch {corr}: {message}"
         offsets = []
