@@ -79,7 +79,7 @@ import tempfile
 import threading
 import time
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -188,6 +188,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="runs of each consumer phase, alternating buffered and sendfile brokers; the "
         "table shows the median (default 1)",
     )
+    add_e2e_arguments(p)
+    p.add_argument(
+        "--only",
+        default=",".join(PHASES),
+        help=f"comma-separated phases to run, of {', '.join(PHASES)} (default all)",
+    )
+    add_run_arguments(p, "the broker")
+
+
+def add_e2e_arguments(p: argparse.ArgumentParser) -> None:
+    """The latency phase's options (this benchmark's and the replication benchmark's)."""
     p.add_argument("--e2e-rate", type=int, help="messages/s of the latency phase (10000)")
     p.add_argument("--e2e-seconds", type=float, help="duration of the latency phase (15)")
     p.add_argument(
@@ -195,18 +206,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         help="seconds at the start of the latency phase left out of the percentiles (1)",
     )
-    p.add_argument(
-        "--only",
-        default=",".join(PHASES),
-        help=f"comma-separated phases to run, of {', '.join(PHASES)} (default all)",
-    )
+
+
+def add_run_arguments(p: argparse.ArgumentParser, whose: str) -> None:
+    """--quick, where the data and the results go, plots, a note: `whose` data ("the broker")."""
     p.add_argument("--quick", action="store_true", help="small N and short phases (for tests)")
     p.add_argument(
         "--data-dir",
-        help="parent of the broker's temporary data directory (default /var/tmp if it is a "
-        "real disk, else <repo>/.bench-tmp)",
+        help=f"parent of {whose}'s temporary data directory (default /var/tmp if it is a "
+        "real disk, else the system temp dir)",
     )
-    p.add_argument("--keep-data", action="store_true", help="keep the broker's data directory")
+    p.add_argument("--keep-data", action="store_true", help=f"keep {whose}'s data directory")
     p.add_argument(
         "--results-dir",
         default=str(DEFAULT_RESULTS_DIR),
@@ -246,17 +256,31 @@ class Settings:
     idempotence: bool | None = None
 
 
-def settings_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Settings:
-    base = QUICK if args.quick else DEFAULTS
+def option_picker(
+    args: argparse.Namespace, defaults: dict[str, Any], quick: dict[str, Any]
+) -> Callable[[str], Any]:
+    """pick(name): the option's value if given, else its --quick or normal default."""
+    base = quick if args.quick else defaults
 
     def pick(name: str) -> Any:
         value = getattr(args, name)
         return base[name] if value is None else value
 
-    phases = [x.strip() for x in args.only.split(",") if x.strip()]
-    unknown = [x for x in phases if x not in PHASES]
+    return pick
+
+
+def parse_only(only: str, known: Sequence[str], parser: argparse.ArgumentParser) -> list[str]:
+    """The phases --only names, in the order of `known`; a usage error for unknown ones."""
+    phases = [x.strip() for x in only.split(",") if x.strip()]
+    unknown = [x for x in phases if x not in known]
     if unknown or not phases:
-        parser.error(f"--only: unknown phase(s) {', '.join(unknown) or '(none)'}; of {PHASES}")
+        parser.error(f"--only: unknown phase(s) {', '.join(unknown) or '(none)'}; of {known}")
+    return [x for x in known if x in phases]
+
+
+def settings_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Settings:
+    pick = option_picker(args, DEFAULTS, QUICK)
+    phases = parse_only(args.only, PHASES, parser)
     s = Settings(
         messages=pick("messages"),
         max_seconds=pick("max_seconds"),
@@ -270,7 +294,7 @@ def settings_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         e2e_rate=pick("e2e_rate"),
         e2e_seconds=pick("e2e_seconds"),
         e2e_warmup=pick("e2e_warmup"),
-        phases=[x for x in PHASES if x in phases],
+        phases=phases,
         quick=args.quick,
     )
     for name in (
@@ -572,24 +596,10 @@ def run_producer(
     value = bytes(range(256)) * (s.value_bytes // 256 + 1)
     value = value[: s.value_bytes]
     producer = Producer(bootstrap_servers=broker.bootstrap, client_id=f"bench-{phase}", **options)
-    n, chunk = s.messages, 1000
-    sent = 0
-    last = None
-    progress.start(res.label, n, s.max_seconds)
+    progress.start(res.label, s.messages, s.max_seconds)
     try:
         with measured(res, broker):
-            send = producer.send
-            deadline = time.perf_counter() + s.max_seconds
-            while sent < n:
-                k = min(chunk, n - sent)
-                for _ in range(k):
-                    last = send(topic, value)
-                sent += k
-                progress.update(sent)
-                if time.perf_counter() >= deadline:
-                    res.budget_hit = sent < n
-                    break
-            producer.flush()
+            sent, res.budget_hit, last = send_all(producer, topic, value, s, progress)
     finally:
         progress.finish("(time budget reached)" if res.budget_hit else "")
         producer.close()
@@ -603,6 +613,30 @@ def run_producer(
         batches = (size - end * (RECORD_OVERHEAD + s.value_bytes)) / HEADER_SIZE
         res.records_per_batch = end / batches if batches > 0 else None
     return res
+
+
+def send_all(
+    producer: Any, topic: str, value: bytes, s: Any, progress: Progress
+) -> tuple[int, bool, Any]:
+    """Send `value` to `topic` `s.messages` times or until `s.max_seconds` have passed, then
+    flush: (records sent, whether the time budget ended it, the last record's future)."""
+    n, chunk = s.messages, 1000
+    sent = 0
+    last = None
+    budget_hit = False
+    send = producer.send
+    deadline = time.perf_counter() + s.max_seconds
+    while sent < n:
+        k = min(chunk, n - sent)
+        for _ in range(k):
+            last = send(topic, value)
+        sent += k
+        progress.update(sent)
+        if time.perf_counter() >= deadline:
+            budget_hit = sent < n
+            break
+    producer.flush()
+    return sent, budget_hit, last
 
 
 def run_consumer(
@@ -719,18 +753,27 @@ class E2EResult:
 
 
 def run_e2e(
-    topic: str, broker: BrokerProcess, s: Settings, progress: Progress, work_dir: str
+    topic: str,
+    bootstrap: str,
+    s: Settings,
+    progress: Progress,
+    work_dir: str,
+    acks: int | str = 1,
+    create: bool = True,
 ) -> E2EResult:
+    """The latency phase against `bootstrap` (the replication benchmark runs it too, with
+    acks="all" on a topic it created itself: create=False)."""
     from raftlog.client import Producer
 
     total = int(s.e2e_rate * s.e2e_seconds)
     options = {
-        "acks": 1,
+        "acks": acks,
         "linger_ms": 0,
         "max_in_flight_requests_per_connection": s.max_in_flight or PHASE_IN_FLIGHT["e2e"],
     }
     res = E2EResult(s.e2e_rate, s.e2e_seconds, s.e2e_warmup, options=options)
-    create_topic(broker.bootstrap, topic)
+    if create:
+        create_topic(bootstrap, topic)
     out_path = os.path.join(work_dir, "e2e-latencies.bin")
     proc = subprocess.Popen(
         [
@@ -738,7 +781,7 @@ def run_e2e(
             "-c",
             _E2E_CHILD,
             str(REPO),
-            broker.bootstrap,
+            bootstrap,
             topic,
             str(total),
             str(s.e2e_seconds + 30),
@@ -749,7 +792,7 @@ def run_e2e(
         cwd=REPO,
     )
     assert proc.stdout is not None
-    producer = Producer(bootstrap_servers=broker.bootstrap, client_id="bench-e2e", **options)
+    producer = Producer(bootstrap_servers=bootstrap, client_id="bench-e2e", **options)
     try:
         started = select.select([proc.stdout], [], [], 60)[0]
         if not started or proc.stdout.readline().strip() != "ready":
@@ -1097,25 +1140,33 @@ def plot(
     plt.close(fig)
     paths.append(str(path))
     if e2e is not None and e2e.per_second:
-        fig, ax = plt.subplots(figsize=(10, 4.5))
-        secs = [b["second"] for b in e2e.per_second]
-        ax.plot(secs, [b["p50_ms"] for b in e2e.per_second], marker="o", label="p50")
-        ax.plot(secs, [b["p99_ms"] for b in e2e.per_second], marker="s", label="p99")
-        ax.axhline(KAFKA_2014["e2e_p50_ms"], color="green", ls="--", label="Kafka 2014 median")
-        if e2e.warmup:
-            ax.axvspan(-0.5, e2e.warmup - 0.5, color="grey", alpha=0.15, label="warm-up")
-        ax.set_xlabel("second of the run (by send time)")
-        ax.set_ylabel("end-to-end latency, ms")
-        ax.set_ylim(bottom=0)
-        ax.grid(alpha=0.3)
-        ax.set_title(f"End-to-end latency at {e2e.rate:,} msg/s (acks=1, linger_ms=0)")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
         path = Path(f"{prefix}-latency.png")
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
+        title = f"End-to-end latency at {e2e.rate:,} msg/s (acks=1, linger_ms=0)"
+        plot_latency(plt, e2e, path, title, (KAFKA_2014["e2e_p50_ms"], "Kafka 2014 median"))
         paths.append(str(path))
     return paths, None
+
+
+def plot_latency(
+    plt: Any, e2e: E2EResult, path: Path, title: str, reference: tuple[float, str]
+) -> None:
+    """The latency phase's p50 and p99 per second, with a reference line (ms, label)."""
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    secs = [b["second"] for b in e2e.per_second]
+    ax.plot(secs, [b["p50_ms"] for b in e2e.per_second], marker="o", label="p50")
+    ax.plot(secs, [b["p99_ms"] for b in e2e.per_second], marker="s", label="p99")
+    ax.axhline(reference[0], color="green", ls="--", label=reference[1])
+    if e2e.warmup:
+        ax.axvspan(-0.5, e2e.warmup - 0.5, color="grey", alpha=0.15, label="warm-up")
+    ax.set_xlabel("second of the run (by send time)")
+    ax.set_ylabel("end-to-end latency, ms")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 # -- machine facts ------------------------------------------------------------------------------
@@ -1186,7 +1237,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
                     r = run_consumer(phase, consume_topic, n, b, s, progress)
                     merge_run(results, phase, r)
         if "e2e" in s.phases:
-            e2e = run_e2e("paper-e2e", broker(False), s, progress, work)
+            e2e = run_e2e("paper-e2e", broker(False).bootstrap, s, progress, work)
     finally:
         for b in brokers:
             b.stop()
@@ -1213,9 +1264,6 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
         plot_note = plot_note_or_none or ""
     facts["load_average_at_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
 
-    met = [r["measurement"] for r in rows if r["status"].startswith("met")]
-    missed = [r["measurement"] for r in rows if r["status"] == "missed"]
-    failed = [r["measurement"] for r in rows if r["status"] == "failed"]
     md = [
         f"# raftlog vs the Kafka paper ({facts['date']})",
         "",
@@ -1227,12 +1275,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
         + f", date={facts['date']}",
         "",
         table,
-        f"Targets met: {len(met)}"
-        + (f" ({'; '.join(met)})" if met else "")
-        + f". Missed: {len(missed)}"
-        + (f" ({'; '.join(missed)})" if missed else "")
-        + (f". FAILED: {'; '.join(failed)}" if failed else "")
-        + ".",
+        targets_line(rows),
         "",
         "Kafka figures: the 2011 paper (Kreps, Narkhede, Rao: NetDB'11; 200-byte messages, the "
         "producer did not wait for acknowledgements then) and the 2014 benchmark "
@@ -1267,32 +1310,44 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
         md += ["## Plots", "", *(f"- {p}" for p in pngs), ""]
     elif plot_note:
         md += [plot_note, ""]
-    text = "\n".join(md)
-    md_path = Path(f"{prefix}.md")
-    md_path.write_text(text)
-    Path(f"{prefix}.json").write_text(
-        json.dumps(
-            {
-                "command": command,
-                "machine": facts,
-                "settings": asdict(s),
-                "rows": rows,
-                "phases": {
-                    k: {**asdict(v), "records_per_s": v.records_per_s} for k, v in results.items()
-                },
-                "e2e": asdict(e2e) if e2e is not None else None,
-                "plots": pngs,
-            },
-            indent=2,
-            default=str,
-        )
-    )
-    print(text)
-    print(f"wrote {md_path}, {prefix}.json" + "".join(f", {p}" for p in pngs))
-    if plot_note:
-        print(plot_note)
+    data = {
+        "command": command,
+        "machine": facts,
+        "settings": asdict(s),
+        "rows": rows,
+        "phases": {k: {**asdict(v), "records_per_s": v.records_per_s} for k, v in results.items()},
+        "e2e": asdict(e2e) if e2e is not None else None,
+        "plots": pngs,
+    }
+    write_report(prefix, "\n".join(md), data, plot_note)
     failed = [r for r in rows if r["status"] == "failed"]
     return 1 if failed else 0
+
+
+def targets_line(rows: list[dict[str, Any]]) -> str:
+    """'Targets met: N (...). Missed: M (...).' from the rows' statuses."""
+    met = [r["measurement"] for r in rows if r["status"].startswith("met")]
+    missed = [r["measurement"] for r in rows if r["status"].startswith("missed")]
+    failed = [r["measurement"] for r in rows if r["status"] == "failed"]
+    return (
+        f"Targets met: {len(met)}"
+        + (f" ({'; '.join(met)})" if met else "")
+        + f". Missed: {len(missed)}"
+        + (f" ({'; '.join(missed)})" if missed else "")
+        + (f". FAILED: {'; '.join(failed)}" if failed else "")
+        + "."
+    )
+
+
+def write_report(prefix: Path, text: str, data: dict[str, Any], plot_note: str) -> None:
+    """<prefix>.md and <prefix>.json; the report on stdout, then what was written."""
+    md_path = Path(f"{prefix}.md")
+    md_path.write_text(text)
+    Path(f"{prefix}.json").write_text(json.dumps(data, indent=2, default=str))
+    print(text)
+    print(f"wrote {md_path}, {prefix}.json" + "".join(f", {p}" for p in data["plots"]))
+    if plot_note:
+        print(plot_note)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,9 +1,12 @@
-"""`raftlog bench`: the Kafka-paper benchmark (bench/paper_bench.py) from the command line.
+"""`raftlog bench`: the benchmarks in bench/ from the command line.
 
-The benchmark lives in the source tree, not in the installed package: this command finds it
-when `bench` is importable, or when the `raftlog` package in use sits in a checkout next to
-`bench/paper_bench.py` (an editable install run from anywhere). Elsewhere it says so and exits 1.
-The options are the benchmark's own (`raftlog bench --help` lists them).
+`raftlog bench [options]` runs the Kafka-paper benchmark (bench/paper_bench.py);
+`raftlog bench replication [options]` runs the replication benchmark on a three-node local
+cluster (bench/replication_bench.py). The benchmarks live in the source tree, not in the
+installed package: this command finds them when `bench` is importable, or when the `raftlog`
+package in use sits in a checkout next to `bench/` (an editable install run from anywhere).
+Elsewhere it says so and exits 1. The options are each benchmark's own (`raftlog bench --help`,
+`raftlog bench replication --help` list them).
 """
 
 from __future__ import annotations
@@ -19,29 +22,31 @@ from typing import Any
 import raftlog
 
 
-def _load() -> ModuleType | None:
+def _load(name: str) -> ModuleType | None:
     try:
-        return importlib.import_module("bench.paper_bench")
+        return importlib.import_module(f"bench.{name}")
     except ImportError:
         pass
     root = Path(raftlog.__file__).resolve().parents[1]
-    if not (root / "bench" / "paper_bench.py").is_file():
+    if not (root / "bench" / f"{name}.py").is_file():
         return None
     sys.path.insert(0, str(root))
     try:
-        return importlib.import_module("bench.paper_bench")
+        return importlib.import_module(f"bench.{name}")
     except ImportError:
         sys.path.remove(str(root))
         return None
 
 
 def register(sub: Any) -> None:
-    module = _load()
+    module = _load("paper_bench")
     p = sub.add_parser(
         "bench",
-        help="run the Kafka-paper benchmark (producer, consumer, latency) against a local broker",
+        help="run the Kafka-paper benchmark (producer, consumer, latency) against a local "
+        "broker, or `bench replication`",
         description="The Kafka paper's experiment against a `raftlog dev` broker in its own "
-        "process; results go to bench/results/paper-<timestamp>.{md,json,png}.",
+        "process; results go to bench/results/paper-<timestamp>.{md,json,png}. "
+        "`raftlog bench replication` runs the replication benchmark instead.",
     )
     if module is None:
         p.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
@@ -49,6 +54,19 @@ def register(sub: Any) -> None:
         return
     module.add_arguments(p)
     p.set_defaults(func=lambda args: _run(module, p, args))
+    replication = _load("replication_bench")
+    if replication is None:
+        return
+    suites = p.add_subparsers(dest="suite", metavar="SUITE")
+    r = suites.add_parser(
+        "replication",
+        help="replicated throughput (RF=1 vs RF=3 acks=all, fsync), end-to-end latency and "
+        "leader failover on a 3-node local cluster",
+        description="The replication benchmark on `raftlog dev --nodes 3`; results go to "
+        "bench/results/replication-<timestamp>.{md,json,png}.",
+    )
+    replication.add_arguments(r)
+    r.set_defaults(func=lambda args: _run(replication, r, args))
 
 
 def _run(module: ModuleType, parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:

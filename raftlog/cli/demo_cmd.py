@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any
+from typing import IO, Any
 
 from raftlog.cli.client_cmd import positive_int
 from raftlog.client import Admin, Consumer, Producer
@@ -65,11 +65,11 @@ def node_data_dirs(data_dir: str, nodes: int) -> list[str]:
 
 
 def start_node(
-    data_dir: str, extra: list[str] | None = None, nodes: int = 1
+    data_dir: str, extra: list[str] | None = None, nodes: int = 1, stderr: IO[Any] | None = None
 ) -> tuple[subprocess.Popen[bytes], str]:
     """Start `raftlog dev` on free ports; returns (process, "host:port,...") once every node
     is ready. The cluster runs in its own process group, so stop_node (or a failure here)
-    takes every node down with it.
+    takes every node down with it. The nodes' stderr goes to `stderr` (default: ours).
 
     Readiness comes from each node's ready file (raftlog/node.py), never from parsing the
     nodes' output: they share one stdout, where lines from different processes can merge.
@@ -95,7 +95,11 @@ def start_node(
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(d, READY_FILE))
     proc = subprocess.Popen(
-        cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True
+        cmd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+        start_new_session=True,
     )
     deadline = time.monotonic() + READY_TIMEOUT_S
     try:

@@ -40,6 +40,9 @@ RAFT_PORT_OFFSET = 100
 # `raftlog node --health`: a healthy node answers a DescribeCluster in milliseconds; a container
 # health check's own timeout (docker/compose.yaml) must be longer than this.
 HEALTH_TIMEOUT_MS = 3000
+# `raftlog node` under this environment variable runs under cProfile and writes
+# <dir>/node-<id>-<pid>.prof when it stops (a node killed with -9 writes nothing).
+PROFILE_DIR_ENV = "RAFTLOG_PROFILE_DIR"
 # Ports `free_ports` picks from: below the ephemeral range, above the ports services usually
 # claim. If the kernel's ephemeral range leaves no room there, free_ports binds port 0.
 PICKED_PORT_MIN = 20000
@@ -212,7 +215,18 @@ def _node(args: argparse.Namespace) -> int:
         write_line(sys.stdout, f"raftlog: node {config.node_id} is healthy")
         return 0
     logging.getLogger().setLevel(args.log_level)
-    return _run_in_process(config)
+    profile_dir = os.environ.get(PROFILE_DIR_ENV)
+    if not profile_dir:
+        return _run_in_process(config)
+    # Benchmarks (bench/replication_bench.py --profile) set this to see where a node's time
+    # goes: cProfile of the main thread (the event loop), written when the node stops.
+    import cProfile
+
+    profiler = cProfile.Profile()
+    try:
+        return int(profiler.runcall(_run_in_process, config))
+    finally:
+        profiler.dump_stats(os.path.join(profile_dir, f"node-{config.node_id}-{os.getpid()}.prof"))
 
 
 def node_health_problem(config: NodeConfig) -> str | None:

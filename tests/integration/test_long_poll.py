@@ -13,8 +13,8 @@ import time
 
 from raftlog import protocol
 from raftlog.client import Admin, AsyncConsumer, AsyncProducer, Consumer, Producer, TopicPartition
-from raftlog.records import iter_records
-from tests.integration._support import BrokerProcess, RawClient, fetch_body
+from raftlog.records import encode_batch, iter_records
+from tests.integration._support import BrokerProcess, RawClient, fetch_body, produce_body
 from tests.integration.conftest import MakeBroker
 
 LONG_WAIT_MS = 30_000
@@ -209,3 +209,45 @@ def test_sendfile_and_buffered_fetches_serve_the_same_bytes(make_broker: MakeBro
         assert f"fetches served with {mode}" in broker.stderr_path.read_text()
     values = [r.value for r in iter_records(answers[0][-1][1])]
     assert values == [b"late"]
+
+
+def test_a_record_produced_in_the_same_read_as_a_long_poll_wakes_it(
+    broker: BrokerProcess,
+) -> None:
+    """A Fetch at the log end and a Produce in one socket read: the broker handles the fetch
+    (nothing to read: it will wait), then appends the record, and only then does the fetch's
+    wait start running. The fetch must count as waiting from its read on, so the append wakes
+    it; a wait registered later misses the wake-up and sits out its whole max wait. (Under
+    load a produce from another connection lands in that gap too: acks=all then stalls for a
+    follower's 500 ms replica_fetch_wait_max_ms.)"""
+    topic = "same-read"
+    create_topic(broker, topic)
+    tp = TopicPartition(topic, 0)
+    batch = encode_batch([(None, b"together")])
+    frames = [
+        *protocol.encode_request(
+            protocol.ApiKey.FETCH, 0, 1, "raw-test", fetch_body({tp: 0}, LONG_WAIT_MS), ()
+        ),
+        *protocol.encode_request(
+            protocol.ApiKey.PRODUCE,
+            0,
+            2,
+            "raw-test",
+            produce_body(topic, {0: len(batch)}),
+            [batch],
+        ),
+    ]
+    with RawClient(broker.host, broker.port, timeout_s=LONG_WAIT_MS / 1000 + 10) as raw:
+        sent = time.monotonic()
+        raw.sock.sendall(b"".join(bytes(p) for p in frames))  # one write, one read
+        fetch_corr, body, payload = raw.recv_response()
+        returned = time.monotonic()
+        produce_corr, produce_response, _ = raw.recv_response()
+    assert (fetch_corr, produce_corr) == (1, 2)
+    assert returned - sent < LONG_WAIT_MS / 1000 / 2, (
+        f"the fetch returned after {returned - sent:.1f} s: it waited out its max wait, the "
+        "append in the same read did not wake it"
+    )
+    [[_, [[partition, error, hw, _, nbytes, *_]]]] = body["topics"]
+    assert (partition, error, hw) == (0, 0, 1), produce_response
+    assert [r.value for r in iter_records(payload[:nbytes])] == [b"together"]

@@ -21,11 +21,17 @@ Rules:
 - A follower's fetch is its progress report: it is given to the replication core once, when
   the request arrives (moving the high watermark, maybe the ISR); a long-poll then re-reads
   only data. Followers wait for appends, consumers for the high watermark to move.
+- A long-poll waits from its read on: its waiter is registered before the handler returns,
+  in the same step as the read that found too little. The wait itself runs later (a task), and
+  an append in between (a Produce in the same socket read, or from another connection first
+  in the event loop's queue) must wake it, not leave it to sit out max_wait_ms; a follower's
+  missed wake-up stalls every acks=all produce on the partition for its 500 ms wait.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -79,7 +85,12 @@ def handle_fetch(
     response, total, urgent = _read(broker, wanted, max_bytes, follower)
     if total >= min_bytes or max_wait_ms == 0 or urgent:
         return response
-    return _wait_and_read(broker, wanted, max_bytes, min_bytes, max_wait_ms, follower)
+    # Waiting starts now, not when the coroutine first runs (see the module rules).
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max_wait_ms / 1000
+    woken: asyncio.Future[None] = loop.create_future()
+    broker.replicas.add_waiter([w.tp for w in wanted], woken, follower)
+    return _wait_and_read(broker, wanted, max_bytes, min_bytes, deadline, follower, woken)
 
 
 def _check_follower(
@@ -107,28 +118,30 @@ async def _wait_and_read(
     wanted: list[_Want],
     max_bytes: int,
     min_bytes: int,
-    max_wait_ms: int,
+    deadline: float,
     follower: bool,
+    woken: asyncio.Future[None],
 ) -> Response:
+    """Wait on `woken` (registered by the caller) until `deadline` (loop time), re-reading
+    after each wake-up; a new waiter is registered in the same step as each re-read."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + max_wait_ms / 1000
     tps = [w.tp for w in wanted]
     replicas = broker.replicas
-    while True:
-        remaining = deadline - loop.time()
-        if remaining <= 0 or broker.stopping:
-            break
-        fut: asyncio.Future[None] = loop.create_future()
-        replicas.add_waiter(tps, fut, follower)
-        try:
-            await asyncio.wait_for(fut, remaining)
-        except TimeoutError:
-            pass
-        finally:
-            replicas.remove_waiter(tps, fut, follower)
-        response, total, urgent = _read(broker, wanted, max_bytes, follower)
-        if total >= min_bytes or urgent:
-            return response
+    try:
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0 or broker.stopping:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(woken, remaining)
+            replicas.remove_waiter(tps, woken, follower)
+            response, total, urgent = _read(broker, wanted, max_bytes, follower)
+            if total >= min_bytes or urgent:
+                return response
+            woken = loop.create_future()
+            replicas.add_waiter(tps, woken, follower)
+    finally:
+        replicas.remove_waiter(tps, woken, follower)
     return _read(broker, wanted, max_bytes, follower)[0]
 
 
