@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 from typing import Any
@@ -48,6 +49,8 @@ EVENT_SCHEMA = StructType(
 )
 VIEWS = "views_per_minute"
 USERS = "users_per_page"
+# run_batch's staging directory under out_dir, removed when the job ends.
+EVENTS_STAGED = "_events"
 
 
 def source_options(
@@ -91,12 +94,17 @@ def run_batch(
         .option("endingOffsets", ending_offsets)
         .load()
     )
-    ev = events(raw).cache()
+    # The events are read from the log once and staged as Parquet, which both aggregates read:
+    # not Spark's block-manager cache, whose blocks a local session short of memory can lose
+    # under a task ("Block rdd_N does not exist").
+    staged = os.path.join(out_dir, EVENTS_STAGED)
+    events(raw).write.mode("overwrite").parquet(staged)
     try:
+        ev = spark.read.parquet(staged)
         views_per_minute(ev).write.mode("overwrite").parquet(os.path.join(out_dir, VIEWS))
         users_per_page(ev).write.mode("overwrite").parquet(os.path.join(out_dir, USERS))
     finally:
-        ev.unpersist()
+        shutil.rmtree(staged, ignore_errors=True)
 
 
 def activity(ev: DataFrame) -> DataFrame:
@@ -146,14 +154,12 @@ def run_streaming(
 
 def finalize(spark: SparkSession, out_dir: str) -> None:
     """Merge the streaming job's partials into the batch job's two tables."""
-    partials = spark.read.parquet(os.path.join(out_dir, "partials")).cache()
-    try:
-        partials.groupBy("minute", "page").agg(F.sum("views").alias("views")).write.mode(
-            "overwrite"
-        ).parquet(os.path.join(out_dir, VIEWS))
-        users_per_page(partials).write.mode("overwrite").parquet(os.path.join(out_dir, USERS))
-    finally:
-        partials.unpersist()
+    # Read twice from their files (no block-manager cache: see run_batch).
+    partials = spark.read.parquet(os.path.join(out_dir, "partials"))
+    partials.groupBy("minute", "page").agg(F.sum("views").alias("views")).write.mode(
+        "overwrite"
+    ).parquet(os.path.join(out_dir, VIEWS))
+    users_per_page(partials).write.mode("overwrite").parquet(os.path.join(out_dir, USERS))
 
 
 def read_results(spark: SparkSession, out_dir: str) -> tuple[list[Any], list[Any]]:
