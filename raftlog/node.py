@@ -404,6 +404,10 @@ class Node:
                 if not stop.is_set():
                     self._signal_ready()
                 await stop.wait()
+                if self.broker is not None:
+                    # Metadata changes still land on the loop while the TaskGroup winds down:
+                    # a stopping broker no longer reconciles its logs with them.
+                    self.broker.stopping = True
                 raise _Stop
         except* _Stop:
             pass

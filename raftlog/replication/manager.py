@@ -209,7 +209,13 @@ class ReplicaManager:
             tg.create_task(self._tick_loop())
             for fetcher in self._fetchers.values():
                 fetcher.start(tg)
-            await asyncio.Event().wait()
+            try:
+                await asyncio.Event().wait()
+            finally:
+                # Cancelled (the node stops, or a loop crashed): the group is shutting down
+                # and refuses new tasks, yet metadata changes still arrive on the loop while
+                # it waits for its tasks. Fetchers created from now on are not started.
+                self._task_group = None
 
     def close(self) -> None:
         """Stop fetching, answer every waiting produce, checkpoint every high watermark."""

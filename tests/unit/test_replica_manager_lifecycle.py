@@ -1,0 +1,68 @@
+"""ReplicaManager's lifecycle: metadata that arrives while its loops wind down.
+
+A node stops by cancelling its TaskGroup; while that group waits for its tasks, the Raft thread
+still hands metadata changes to the event loop. One that makes this broker follow a new leader
+used to start a fetcher in the shutting-down group: `RuntimeError: TaskGroup ... is shutting
+down` in the node's log and a coroutine never awaited (seen in a Docker rolling restart).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from raftlog.metadata.model import PartitionInfo, TopicInfo
+from raftlog.replication.manager import ReplicaManager, ReplicationConfig
+from raftlog.storage import LogConfig, PartitionLog
+from raftlog.topics import TopicPartition
+
+
+async def _never_connect(node_id: int) -> None:
+    raise AssertionError(f"no fetch may run here (asked for broker {node_id})")
+
+
+async def _no_isr_changes(*args: object) -> None:
+    raise AssertionError("no ISR change expected")
+
+
+def _follower_of(leader: int, epoch: int) -> list[TopicInfo]:
+    info = PartitionInfo(0, leader, epoch, (1, 2, 3), (1, 2, 3), epoch)
+    return [TopicInfo("t", "id-t", (info,))]
+
+
+@pytest.mark.asyncio
+async def test_a_metadata_change_while_the_loops_wind_down_starts_no_fetcher(tmp_path) -> None:
+    manager = ReplicaManager(1, ReplicationConfig(), _no_isr_changes, _never_connect, lambda: 7)
+    plog = PartitionLog.open(str(tmp_path / "t-0"), LogConfig())
+    try:
+        manager.add(TopicPartition("t", 0), plog, {})
+        runner = asyncio.create_task(manager.run())
+        await asyncio.sleep(0)  # the group exists and the tick loop runs
+        assert manager._task_group is not None
+
+        # A task of the group that takes a while to finish: the group is "shutting down"
+        # for that long after the cancel, as a node's group is while its broker stops.
+        release = asyncio.Event()
+
+        async def slow_to_stop() -> None:
+            try:
+                await asyncio.Event().wait()
+            finally:
+                await release.wait()
+
+        manager._task_group.create_task(slow_to_stop())
+        await asyncio.sleep(0)
+        runner.cancel()
+        await asyncio.sleep(0.01)
+        assert not runner.done(), "the group must still be waiting for slow_to_stop"
+
+        manager.apply_metadata(_follower_of(2, 1), {2: 1})  # raised RuntimeError before
+
+        assert list(manager._fetchers) == [2]
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(runner, 5)
+    finally:
+        manager.close()
+        plog.close()
