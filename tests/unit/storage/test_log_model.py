@@ -160,6 +160,9 @@ class Model:
 
     def truncate_to(self, offset: int) -> None:
         if offset >= self.log_end:
+            # No record goes, but epochs starting at or after `offset` do (the log's
+            # truncate_to): in an empty log, that includes the entry covering its start.
+            self.epochs_truncate_from_end(offset)
             return
         if offset <= self.segments[0].base or offset < self.log_start:
             self.segments = [MSegment(offset)]

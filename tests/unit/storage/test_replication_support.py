@@ -31,6 +31,22 @@ def test_truncation_at_the_log_end_still_drops_an_unwritten_epoch(tmp_path: Path
         assert log.latest_epoch == 1
 
 
+def test_truncation_of_an_emptied_log_at_its_end_drops_the_epoch_covering_its_start(
+    tmp_path: Path,
+) -> None:
+    """An emptied log keeps the epoch covering its start at its end; a truncation there drops
+    it by the same rule (found by the log model test), and a reopen keeps it dropped."""
+    path = str(tmp_path / "p")
+    with PartitionLog.open(path) as log:
+        log.append(batch_of(6), 1)
+        log.delete_records_before(6)
+        assert log.epoch_cache.entries() == [(1, 6)]
+        assert log.truncate_to(6) == 6
+        assert (log.epoch_cache.entries(), log.latest_epoch) == ([], -1)
+    with PartitionLog.open(path) as log:
+        assert (log.log_start_offset, log.log_end_offset, log.latest_epoch) == (6, 6, -1)
+
+
 def test_truncate_fully_restarts_at_the_leaders_log_start(tmp_path: Path) -> None:
     path = str(tmp_path / "p")
     with PartitionLog.open(path) as log:
