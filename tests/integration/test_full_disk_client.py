@@ -20,6 +20,7 @@ import pytest
 
 from raftlog.client import Admin, Producer
 from raftlog.errors import RaftlogTimeoutError
+from tests._tmpfs import tmpfs
 from tests.integration._support import BrokerProcess, _child_env, cli_command
 
 FS_BYTES = 1024 * 1024
@@ -33,31 +34,22 @@ STDERR_DEADLINE_S = 20.0
 
 @pytest.fixture
 def full_disk_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root: run the tests as root (CI does)")
     data = tmp_path / "data"
     logs = data / "logs"
     logs.mkdir(parents=True)
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={FS_BYTES}", "tmpfs", str(logs)],
-        capture_output=True,
-        text=True,
-    )
-    assert mounted.returncode == 0, f"mount -t tmpfs failed as root: {mounted.stderr}"
-    broker = BrokerProcess(data, tmp_path / "broker-logs")
-    try:
-        broker.start()
-        with Admin(broker.bootstrap) as admin:
-            admin.create_topic(TOPIC, 1)
-        yield broker
-    finally:
-        # Space comes back before the broker stops: this test is about what the client
-        # sees; what a broker does when it must stop on a full disk (its close writes
-        # checkpoints) is the storage tests' subject.
-        subprocess.run(["mount", "-o", "remount,size=16m", str(logs)], check=True)
-        problems = broker.shutdown_and_check()
-        if subprocess.run(["umount", str(logs)], capture_output=True).returncode:
-            subprocess.run(["umount", "-l", str(logs)], check=True)
+    with tmpfs(logs, FS_BYTES):
+        broker = BrokerProcess(data, tmp_path / "broker-logs")
+        try:
+            broker.start()
+            with Admin(broker.bootstrap) as admin:
+                admin.create_topic(TOPIC, 1)
+            yield broker
+        finally:
+            # Space comes back before the broker stops: this test is about what the client
+            # sees; what a broker does when it must stop on a full disk (its close writes
+            # checkpoints) is the storage tests' subject.
+            subprocess.run(["mount", "-o", "remount,size=16m", str(logs)], check=True)
+            problems = broker.shutdown_and_check()
         if problems:
             pytest.fail("\n".join(problems), pytrace=False)
 

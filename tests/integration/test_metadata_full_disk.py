@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +29,7 @@ from raftlog.metadata import quorum as quorum_module
 from raftlog.metadata.quorum import MetadataQuorum
 from raftlog.protocol import ApiKey
 from raftlog.topics import TopicPartition
+from tests._tmpfs import fill, tmpfs
 from tests.integration._support import BrokerProcess, RawClient, wait_for
 
 FS_BYTES = 2 * 1024 * 1024
@@ -44,21 +43,10 @@ COMMITS_MAX = 500
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
     """A 2 MiB tmpfs, unmounted afterwards whatever happens."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root: run the tests as root (CI does)")
     mount_point = tmp_path / "small-fs"
     mount_point.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={FS_BYTES}", "tmpfs", str(mount_point)],
-        capture_output=True,
-        text=True,
-    )
-    assert mounted.returncode == 0, f"mount -t tmpfs failed as root: {mounted.stderr}"
-    try:
+    with tmpfs(mount_point, FS_BYTES):
         yield mount_point
-    finally:
-        if subprocess.run(["umount", str(mount_point)], capture_output=True).returncode:
-            subprocess.run(["umount", "-l", str(mount_point)], check=True)
 
 
 @pytest.fixture
@@ -71,21 +59,6 @@ def node(small_fs: Path, tmp_path: Path) -> Iterator[BrokerProcess]:
         problems = b.shutdown_and_check()
         if problems:
             pytest.fail("\n".join(problems), pytrace=False)
-
-
-def fill(path: Path) -> None:
-    """Write a ballast file until the file system refuses another byte."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    try:
-        for size in (1 << 16, 1 << 12, 1):
-            while True:
-                try:
-                    os.write(fd, b"\0" * size)
-                except OSError as e:
-                    assert e.errno == 28, e
-                    break
-    finally:
-        os.close(fd)
 
 
 def commit(client: RawClient, group: str, offset: int) -> dict[str, object]:

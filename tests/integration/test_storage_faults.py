@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import struct
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +29,7 @@ from raftlog.client import Admin, Producer
 from raftlog.errors import LogOfflineError
 from raftlog.records import HEADER, LOG_OVERHEAD, encode_batch
 from raftlog.topics import TopicPartition
+from tests._tmpfs import tmpfs
 from tests.integration._support import (
     BrokerProcess,
     RawClient,
@@ -162,21 +161,10 @@ def test_a_corrupt_segment_takes_only_its_partition_offline_and_deletes_nothing(
 @pytest.fixture
 def full_disk_broker(make_broker: MakeBroker, tmp_path: Path) -> Iterator[BrokerProcess]:
     """A broker whose `logs` directory is a 2 MiB tmpfs (its Raft journal is not on it)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root: run the integration tests as root (CI does)")
     logs = tmp_path / "node1-data" / "logs"
     logs.mkdir(parents=True)
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(logs)],
-        capture_output=True,
-        text=True,
-    )
-    assert mounted.returncode == 0, f"mount -t tmpfs failed as root: {mounted.stderr}"
-    try:
+    with tmpfs(logs, "2m"):
         yield make_broker()
-    finally:
-        if subprocess.run(["umount", str(logs)], capture_output=True).returncode:
-            subprocess.run(["umount", "-l", str(logs)], check=True)
 
 
 def test_a_full_disk_refuses_produce_naming_enospc_and_recovers_by_itself(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from raftlog.metadata.raft_journal import (
     JournalFullError,
     RaftJournal,
 )
+from tests._tmpfs import fill, tmpfs
 
 ENTRIES = [(b"\x01" + bytes([i % 256]) * (i * 37 % 500), i + 1, 1 + i // 10) for i in range(60)]
 
@@ -110,36 +110,10 @@ FS_BYTES = 2 * 1024 * 1024
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
     """A 2 MiB tmpfs, unmounted afterwards whatever happens."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root: run the tests as root (CI does)")
     mount_point = tmp_path / "small-fs"
     mount_point.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={FS_BYTES}", "tmpfs", str(mount_point)],
-        capture_output=True,
-        text=True,
-    )
-    assert mounted.returncode == 0, f"mount -t tmpfs failed as root: {mounted.stderr}"
-    try:
+    with tmpfs(mount_point, FS_BYTES):
         yield mount_point
-    finally:
-        if subprocess.run(["umount", str(mount_point)], capture_output=True).returncode:
-            subprocess.run(["umount", "-l", str(mount_point)], check=True)
-
-
-def fill(path: Path) -> None:
-    """Write a ballast file until the file system refuses another byte."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    try:
-        for size in (1 << 16, 1 << 12, 1):
-            while True:
-                try:
-                    os.write(fd, b"\0" * size)
-                except OSError as e:
-                    assert e.errno == 28, e
-                    break
-    finally:
-        os.close(fd)
 
 
 def test_a_full_disk_refuses_then_recovers(small_fs: Path) -> None:
