@@ -61,7 +61,7 @@ import struct
 import sys
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import groupby
+from itertools import chain, groupby, repeat
 from typing import Any, NamedTuple, TypeVar
 
 import xxhash
@@ -344,6 +344,48 @@ class BatchBuilder:
         lengths.append(n + RECORD_MIN_SIZE)
         self.size_bytes += 4 + RECORD_MIN_SIZE + n
         return len(lengths) - 1
+
+    def append_values(
+        self, values: Sequence[bytes], timestamp: int, start: int, size_bytes_max: int
+    ) -> int:
+        """Append `values[start:]` (non-empty `bytes`, no key, no headers, one timestamp) while
+        the batch stays within `size_bytes_max`, at least one record into an empty batch;
+        returns the index of the first value not appended (`len(values)` when all were).
+
+        The many-record hot path (`send_many`): runs of values of one length are appended
+        with one struct call and C-level list extends, not a Python step per record."""
+        assert self._built is None, "a sealed batch takes no more records"
+        lengths = self._lengths
+        parts = self._parts
+        size = self.size_bytes
+        end = len(values)
+        i = start
+        if not lengths and i < end:
+            self._first_ts = timestamp
+        while i < end:
+            n = len(values[i])
+            added = 4 + RECORD_MIN_SIZE + n
+            room = (size_bytes_max - size) // added
+            if room <= 0:
+                if lengths:
+                    break
+                room = 1  # a batch holds at least one record
+            chunk = values[i : min(end, i + room)]
+            run = len(chunk)
+            if run > 1 and set(map(len, chunk)) != {n}:
+                run = next(k for k, v in enumerate(chunk) if len(v) != n)
+                chunk = chunk[:run]
+            fixed = _FIXED_AND_VLEN.pack(0, timestamp, -1, n)
+            parts += chain.from_iterable(
+                zip(repeat(fixed, run), chunk, repeat(_NO_HEADERS, run), strict=True)
+            )
+            lengths += repeat(RECORD_MIN_SIZE + n, run)
+            size += added * run
+            i += run
+        if i > start and timestamp > self._max_ts:
+            self._max_ts = timestamp
+        self.size_bytes = size
+        return i
 
     def build(
         self, base_offset: int = 0, partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH

@@ -51,6 +51,7 @@ only touches the accumulator under a lock and wakes the sender when a batch beco
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import concurrent.futures
 import contextlib
@@ -62,7 +63,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
 
 import xxhash
 
@@ -442,6 +443,70 @@ class RecordFuture:
                     timer.cancel()
             if not batch.done():
                 batch.expire(batch.overdue_error())
+        return self.result(0)
+
+
+class RecordFutures(Sequence[RecordFuture]):
+    """The futures of one `send_many` call, in send order, made only when asked for.
+
+    A sequence of RecordFuture (index it, iterate it) plus whole-call waits: `result()` gives
+    every record's RecordMetadata or raises the first failed batch's error, and awaiting it
+    does the same. It holds one (batch, first index, count) span per batch the records went
+    to, not an object per record: the per-record future was most of send_many's CPU.
+    """
+
+    __slots__ = ("_spans", "_starts", "_timestamp")
+
+    def __init__(self, spans: list[tuple[BatchResult, int, int]], timestamp: int):
+        self._spans = spans
+        self._timestamp = timestamp
+        starts, total = [], 0
+        for _, _, count in spans:
+            starts.append(total)
+            total += count
+        starts.append(total)
+        self._starts = starts
+
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    @overload
+    def __getitem__(self, i: int) -> RecordFuture: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[RecordFuture]: ...
+    def __getitem__(self, i: int | slice) -> RecordFuture | list[RecordFuture]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"record {i} of {n}")
+        span = bisect.bisect_right(self._starts, i) - 1
+        batch, first, _ = self._spans[span]
+        return RecordFuture(batch, first + i - self._starts[span], self._timestamp)
+
+    def done(self) -> bool:
+        return all(batch.done() for batch, _, _ in self._spans)
+
+    def result(self, timeout: float | None = None) -> list[RecordMetadata]:
+        """Every record's metadata, in send order; the first failed batch's error otherwise.
+        `timeout` bounds the whole wait (None: until each batch's delivery timeout)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        out: list[RecordMetadata] = []
+        for batch, first, count in self._spans:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            head = RecordFuture(batch, first, self._timestamp).result(left)
+            base = head.offset - first if head.offset >= 0 else None
+            out += [
+                head._replace(offset=base + k if base is not None else -1)
+                for k in range(first, first + count)
+            ]
+        return out
+
+    def __await__(self) -> Any:
+        for batch, first, _ in self._spans:
+            yield from RecordFuture(batch, first, self._timestamp).__await__()
         return self.result(0)
 
 
@@ -974,15 +1039,23 @@ class _ProducerCore:
             # Close the open batch before this record would take it past batch_size (a batch
             # holds at least one record): batches then never outgrow what was configured, so a
             # batch_size near the broker's max_message_bytes cannot produce refused batches.
+            new_batch = self._needs_new_batch(q, record_bytes)
+            moved_wake = False
+            if new_batch and sticky and q and not q[-1].sealed and partitions > 1:
+                # The sticky partition's open batch cannot take this record, so it is done:
+                # the record goes to the next sticky partition (Kafka's abortOnNewBatch), not
+                # alone into a new batch here. (A sealed batch moved the partition already.)
+                # The batch is closed for appends, as Kafka's accumulator closes one that a
+                # record did not fit: it goes with the next sender pass, not after linger_ms.
+                q[-1].seal()
+                moved_wake = self._batch_filled(topic, partition, True)
+                partition = self._sticky[topic]
+                q = entry[0][partition]
+                new_batch = self._needs_new_batch(q, record_bytes)
             if q:
                 batch = q[-1]
                 builder = batch.builder
                 before = builder.size_bytes
-                new_batch = (
-                    before + record_bytes > batch_size and before > HEADER_SIZE
-                ) or batch.sealed
-            else:
-                new_batch = True
             if new_batch and HEADER_SIZE + record_bytes >= batch_size:
                 # The record fills a batch on its own (one message per request): encode it
                 # at once, with no builder lists to fill and drop.
@@ -1014,16 +1087,98 @@ class _ProducerCore:
             # Wake the sender when a batch is ready, or a partition's first batch starts its
             # linger clock; once per sender pass.
             if size >= batch_size or new_batch:
-                wake = self._batch_filled(
-                    topic, partition, sticky and (size >= batch_size or len(q) > 1)
-                )
+                wake = self._batch_filled(topic, partition, sticky and size >= batch_size)
             else:
                 wake = False
         finally:
             lock.release()
-        if wake:
+        if wake or moved_wake:
             self._wake()
         return RecordFuture(batch, index, ts)
+
+    def _needs_new_batch(self, q: collections.deque[_Batch], record_bytes: int) -> bool:
+        """Whether a record of `record_bytes` must open a new batch in partition queue `q`."""
+        if not q:
+            return True
+        batch = q[-1]
+        before = batch.builder.size_bytes
+        return batch.sealed or (before + record_bytes > self._batch_size and before > HEADER_SIZE)
+
+    def append_many(
+        self, topic: str, values: Sequence[bytes], partition: int | None, block: bool
+    ) -> RecordFutures | None:
+        """Add records with these values (no key, no headers, the current time) in this order;
+        None if the topic's metadata is not known yet (as `append`).
+
+        The batch hot path: the lock is taken once, and each batch is filled by one builder
+        call (`BatchBuilder.append_values`). Records go to `partition`, or to the sticky
+        partition, which moves on as batches fill, exactly as the same records sent one by
+        one would. Values other than non-empty `bytes` take `append` one by one (checked
+        there)."""
+        ts = _time_ns() // 1_000_000
+        if not all(type(v) is bytes and v for v in values):
+            out: list[tuple[BatchResult, int, int]] = []
+            for v in values:
+                fut = self.append(topic, v, None, None, partition, ts, block)
+                if fut is None:
+                    return None  # nothing was queued: the first record needs the metadata
+                out.append((fut._batch, fut._index, 1))
+            return RecordFutures(out, ts)
+        if type(topic) is not str or (partition is not None and type(partition) is not int):
+            _checked_record(topic, b"x", None, None, partition, None)  # raises, naming which
+        if self.dead is not None:
+            raise self.dead
+        info = self._topics.get(topic)
+        if info is None:
+            return None
+        partitions = len(info.partitions)
+        if partition is not None and not 0 <= partition < partitions:
+            raise RaftlogError(
+                f"partition {partition} of topic {topic!r} does not exist (it has {partitions})"
+            )
+        spans: list[tuple[BatchResult, int, int]] = []
+        acc = self.acc
+        batch_size = self._batch_size
+        sticky = partition is None
+        wake = False
+        i, end = 0, len(values)
+        with acc.lock:
+            while i < end:
+                if block and acc.buffered_bytes >= self._buffer_memory:
+                    self._wait_for_space_locked()
+                p = partition
+                if p is None:
+                    p = self._sticky.get(topic)
+                    if p is None or p >= partitions:
+                        p = self._sticky[topic] = random.randrange(partitions)
+                entry = acc.by_topic.get(topic)
+                if entry is None or len(entry[0]) <= p:
+                    entry = acc.topic_queues(topic, partitions)
+                q = entry[0][p]
+                new_batch = not q or q[-1].sealed or q[-1].builder.size_bytes >= batch_size
+                if new_batch:
+                    batch = _Batch(entry[1][p], time.monotonic(), self._delivery_timeout_s)
+                    q.append(batch)
+                else:
+                    batch = q[-1]
+                builder = batch.builder
+                before = 0 if new_batch else builder.size_bytes  # a new batch adds its header
+                first = len(builder)
+                i_next = builder.append_values(values, ts, i, batch_size)
+                acc.added_bytes += builder.size_bytes - before
+                spans.append((batch, first, i_next - i))
+                i = i_next
+                # Stopped before the end: the next record did not fit, so this batch is done.
+                full = i < end or builder.size_bytes >= batch_size
+                if full:
+                    batch.seal()
+                if sticky:
+                    self._open[topic] = batch
+                if full or new_batch:
+                    wake = self._batch_filled(topic, p, sticky and full) or wake
+        if wake:
+            self._wake()
+        return RecordFutures(spans, ts)
 
     def _batch_filled(self, topic: str, partition: int, move_sticky: bool) -> bool:
         """A batch is ready (or a partition's first batch opened): with the lock held, move a
@@ -1683,6 +1838,23 @@ class AsyncProducer:
                 return fut
             await asyncio.wait_for(core.topic_metadata(topic), self.config.max_block_ms / 1000)
 
+    async def send_many(
+        self, topic: str, values: Sequence[bytes], partition: int | None = None
+    ) -> RecordFutures:
+        """Queue records with these values (no key, no headers, the current time), in order;
+        returns their futures. The same records and guarantees as `send` for each value, at
+        a fraction of the CPU per record: the way to move many small records from Python."""
+        if not self._started:
+            raise RaftlogError("AsyncProducer.start() must be awaited before send_many()")
+        core = self._core
+        if core.acc.buffered_bytes >= self.config.buffer_memory:
+            await self._wait_for_space()
+        while True:
+            futures = core.append_many(topic, values, partition, False)
+            if futures is not None:
+                return futures
+            await asyncio.wait_for(core.topic_metadata(topic), self.config.max_block_ms / 1000)
+
     async def _wait_for_space(self) -> None:
         core = self._core
         assert core.space is not None
@@ -1785,6 +1957,23 @@ class Producer:
             fut = core.append(topic, value, key, headers, partition, timestamp_ms, True)
             if fut is not None:
                 return fut
+            self._call(self._core.topic_metadata(topic), self.config.max_block_ms / 1000)
+
+    def send_many(
+        self, topic: str, values: Sequence[bytes], partition: int | None = None
+    ) -> RecordFutures:
+        """Queue records with these values (no key, no headers, the current time), in order;
+        returns their futures. The same records and guarantees as `send` for each value, at
+        a fraction of the CPU per record: the way to move many small records from Python.
+        Blocks while buffer_memory is full, as `send` does."""
+        if self._closed:
+            raise RaftlogError("send_many() on a closed producer")
+        while True:
+            futures = self._core.append_many(topic, values, partition, True)
+            if futures is not None:
+                # Let the sender thread send what is queued (see send()).
+                time.sleep(0)
+                return futures
             self._call(self._core.topic_metadata(topic), self.config.max_block_ms / 1000)
 
     def flush(self, timeout: float | None = None) -> None:

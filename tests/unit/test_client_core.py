@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from raftlog.client.cluster import parse_bootstrap
 from raftlog.client.consumer import ConsumerConfig
@@ -18,7 +21,7 @@ from raftlog.client.producer import (
 )
 from raftlog.errors import InvalidConfigError, RaftlogTimeoutError
 from raftlog.metadata.model import PartitionInfo, TopicInfo
-from raftlog.records import BatchBuilder
+from raftlog.records import BatchBuilder, decode_records
 from raftlog.topics import TopicPartition
 
 TP0, TP1 = TopicPartition("t", 0), TopicPartition("t", 1)
@@ -439,3 +442,69 @@ def test_a_lost_sequence_bumps_the_epoch_and_restamps_from_zero() -> None:
 
     h = validate_batch(head + tail)
     assert (h.producer_id, h.producer_epoch, h.base_sequence) == (7, 4, 0)
+
+
+# -- send_many ---------------------------------------------------------------------------------
+
+
+@given(
+    sizes=st.lists(st.sampled_from([1, 1, 1, 7, 200, 200, 900]), min_size=1, max_size=60),
+    batch_size=st.integers(1, 3000),
+    partition=st.sampled_from([None, 1]),
+)
+@settings(max_examples=60, deadline=None)
+def test_send_many_builds_the_batches_that_sends_one_by_one_build(
+    sizes: list[int], batch_size: int, partition: int | None
+) -> None:
+    """The same records, batch boundaries, sticky partition moves and sizes as send() called
+    for each value in order (mixed lengths: runs of one length take the fast path)."""
+    values = [bytes([i % 251]) * n for i, n in enumerate(sizes)]
+    one, _ = _core(linger_ms=60_000, batch_size=batch_size)
+    many, _ = _core(linger_ms=60_000, batch_size=batch_size)
+    random.seed(7)
+    futs = [
+        one.append("t", v, None, None, partition, 1234, True) for v in values
+    ]  # the timestamp send_many will use
+    random.seed(7)
+    group = many.append_many("t", values, partition, True)
+    assert group is not None and len(group) == len(values)
+    for f, g in zip(futs, group, strict=True):
+        assert f is not None
+        assert f._batch.topic_partition == g._batch.topic_partition and f._index == g._index
+    for tp, batches in one.acc.queues.items():
+        theirs = many.acc.queues[tp]
+        assert [len(b.builder) for b in batches] == [len(b.builder) for b in theirs]
+        for a, b in zip(batches, theirs, strict=True):
+            built = b.builder.build()
+            assert len(built) == b.builder.size_bytes
+            assert [r.value for r in decode_records(built)] == [
+                r.value for r in decode_records(a.builder.build())
+            ]
+    assert one.acc.added_bytes - many.acc.added_bytes == 0
+
+
+def test_send_many_results_and_a_failed_batch() -> None:
+    core, wakes = _core(linger_ms=60_000, batch_size=1000)
+    group = core.append_many("t", [b"v" * 100] * 20, 0, True)
+    assert group is not None and len(group) == 20 and not group.done()
+    batches = core.acc.queues[TP0]
+    assert [len(b.builder) for b in batches] == [7, 7, 6] and wakes
+    assert [f._index for f in group[5:9]] == [5, 6, 0, 1] and group[-1]._index == 5
+    with pytest.raises(RaftlogTimeoutError):
+        group.result(timeout=0)
+    batches[0].complete(100)
+    batches[1].complete(300)
+    batches[2].complete(-1, RaftlogTimeoutError("batch 3 expired"))
+    assert group.done()
+    with pytest.raises(RaftlogTimeoutError, match="batch 3 expired"):
+        group.result()
+    assert [f.result(0).offset for f in group[:14]] == [*range(100, 107), *range(300, 307)]
+    with pytest.raises(IndexError, match="record 20 of 20"):
+        group[20]
+    ok, _ = _core(linger_ms=60_000, batch_size=1000)
+    g2 = ok.append_many("t", [b"a", b"", b"c"], 1, True)  # an empty value: the checked path
+    assert g2 is not None
+    ok.acc.queues[TP1][0].complete(50)
+    assert [m.offset for m in g2.result(0)] == [50, 51, 52]
+    with pytest.raises(TypeError, match="value"):
+        ok.append_many("t", [b"a", "text"], 1, True)  # type: ignore[list-item]
