@@ -21,6 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 EXPECTED_ROWS = [
     "RF=1 acks=1, linger 5 ms, 1 MB batches (baseline)",
     "RF=3 acks=all, linger 5 ms, 1 MB batches",
+    "RF=3 acks=all, send_many (1,000 values a call), linger 5 ms, 1 MB batches",
     "RF=3 acks=all, fsync policy, linger 5 ms, 1 MB batches",
     "end-to-end latency p50, RF=1 acks=1 (baseline)",
     "end-to-end latency p50, RF=3 acks=all",
@@ -62,7 +63,7 @@ def test_quick_run_reports_every_row(tmp_path: Path) -> None:
     assert [k for k, r in rows.items() if r["status"] in ("failed", "not run")] == []
 
     phases = data["phases"]
-    assert set(phases) == {"rf1-acks1", "rf3-all", "rf3-all-fsync"}
+    assert set(phases) == {"rf1-acks1", "rf3-all", "rf3-all-many", "rf3-all-fsync"}
     for name, p in phases.items():
         # One run each, every record sent (the high watermark was checked against it).
         assert p["records"] == [MESSAGES], name
@@ -82,7 +83,7 @@ def test_quick_run_reports_every_row(tmp_path: Path) -> None:
     }
     assert topic_config(phases, "rf1-acks1")["min.insync.replicas"] == "1"
     # The ratio is the replicated median over the baseline median of this run.
-    for name in ("rf3-all", "rf3-all-fsync"):
+    for name in ("rf3-all", "rf3-all-many", "rf3-all-fsync"):
         ratio = phases[name]["median"] / phases["rf1-acks1"]["median"]
         assert rows[name]["ratio"] == pytest.approx(ratio)
 
