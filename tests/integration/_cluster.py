@@ -213,6 +213,31 @@ class Cluster:
         except AssertionError as e:
             raise AssertionError(f"{e}; last views: {last}") from None
 
+    def wait_views_agree(
+        self, predicate: Callable[[Describe], bool], timeout_s: float, what: str
+    ) -> Describe:
+        """Poll until every live node's view satisfies `predicate` and all of them hold the
+        same brokers and partitions (the metadata may still move meanwhile: a follower
+        rejoining an ISR, a broker re-registering; they must agree on where it is now)."""
+
+        def same(d: Describe) -> tuple[object, object]:
+            return d["brokers"], d["partitions"]
+
+        def check(d: Describe) -> bool:
+            return predicate(d) and same(d) == same(views[0])
+
+        views: list[Describe] = []
+
+        def agree() -> Describe | None:
+            views[:] = list(self._views())
+            ok = len(views) == len(self.live()) and all(check(d) for d in views)
+            return views[0] if ok else None
+
+        try:
+            return wait_for(agree, timeout_s, what, interval_s=POLL_INTERVAL_S)
+        except AssertionError as e:
+            raise AssertionError(f"{e}; last views: {views}") from None
+
     def wait_controller(self, timeout_s: float, exclude: int | None = None) -> int:
         """The node every live node names as controller, once it says it leads; polls."""
 
