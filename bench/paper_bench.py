@@ -6,6 +6,8 @@ Run from the repository root::
     .venv/bin/python -m bench.paper_bench --messages 2000000   # fewer messages
     .venv/bin/python -m bench.paper_bench --quick              # small and short (tests)
     .venv/bin/python -m bench.paper_bench --only single        # one phase (for profiling)
+    .venv/bin/python -m bench.paper_bench --only batch50,linger --idempotence --max-seconds 10 \
+        --producer-runs 5                                       # the cost of idempotence
     raftlog bench [same options]                               # the same, from the CLI
 
 The broker runs in its own process (`raftlog dev` on a free port, with a fresh data directory
@@ -42,6 +44,12 @@ Phases (`--only` picks some; the consumers need the data of the producer phase t
   it. The first `--e2e-warmup` seconds are left out of the percentiles (not of the plot).
   Kafka 2014: 2 ms median.
 
+`--idempotence` adds, in each producer run, the `batch50` and `linger` phases (those of them
+that run) with acks=all and at most 5 requests in flight (what idempotence allows), once with
+idempotence off and once on, in turns (the order alternates from run to run), on the same
+broker: the cost of idempotence, in a table of its own with each run's load average (the
+machine is shared: only figures of the same run compare).
+
 Each producer phase sends `--messages` records or stops sending after `--max-seconds`, whichever
 comes first (the report says when the time budget ended a phase and how many records were sent);
 its time runs from the first send to the end of `flush()`, so a phase cut by the budget also
@@ -62,6 +70,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime
 import json
 import math
@@ -100,6 +109,10 @@ PHASES = ("single", "batch50", "linger", "consumer", "sendfile", "e2e")
 # pipeline, the nearest acks=1 equivalent; the others keep Kafka's default of 5.
 PHASE_IN_FLIGHT = {"single": 1000, "batch50": 1000, "linger": 5, "e2e": 5}
 PRODUCER_PHASES = ("single", "batch50", "linger")
+# The producer phases that --idempotence also runs with acks=all, idempotence off and on (the
+# issue's "batches of 50 and lingered batches"; one record per request at acks=all with 5 in
+# flight measures the round trip, not idempotence).
+IDEMPOTENCE_PHASES = ("batch50", "linger")
 
 # The published figures (records of 200 bytes in 2011, 100 bytes in 2014).
 PAPER_2011 = {"single": 50_000.0, "batch50": 400_000.0, "consumer": 22_000.0}
@@ -188,6 +201,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="runs of each consumer phase, alternating buffered and sendfile brokers; the "
         "table shows the median (default 1)",
     )
+    p.add_argument(
+        "--idempotence",
+        action="store_true",
+        help="also run the batch50 and linger phases with acks=all and 5 requests in flight, "
+        "idempotence off and on in turns, each producer run: the cost of idempotence",
+    )
     add_e2e_arguments(p)
     p.add_argument(
         "--only",
@@ -252,8 +271,10 @@ class Settings:
     phases: list[str]
     quick: bool
     # None: the paper's setup (acks=1, deep pipelines, no idempotence). True / False: acks=all
-    # with at most 5 requests in flight, with / without idempotence (bench.idempotence_bench).
+    # with at most 5 requests in flight, with / without idempotence (run_idempotence_pair).
     idempotence: bool | None = None
+    # --idempotence: each producer run also runs IDEMPOTENCE_PHASES with idempotence off and on.
+    idempotence_rows: bool = False
 
 
 def option_picker(
@@ -296,6 +317,7 @@ def settings_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         e2e_warmup=pick("e2e_warmup"),
         phases=phases,
         quick=args.quick,
+        idempotence_rows=bool(getattr(args, "idempotence", False)),
     )
     for name in (
         "messages",
@@ -637,6 +659,66 @@ def send_all(
             break
     producer.flush()
     return sent, budget_hit, last
+
+
+@dataclass
+class IdempotenceRun:
+    """One run of a phase with acks=all, idempotence off or on."""
+
+    phase: str
+    idempotence: bool
+    records_per_s: float
+    seconds: float
+    load_average: float  # the 1-minute load average when the run started
+
+
+def run_idempotence_pair(
+    run_index: int,
+    phases: Sequence[str],
+    broker: BrokerProcess,
+    s: Settings,
+    progress: Progress,
+    runs: list[IdempotenceRun],
+) -> None:
+    """Each of `phases` with acks=all, idempotence off then on (on then off in odd runs), each
+    on a topic of its own; appends to `runs`. A phase that fails raises SystemExit."""
+    order = (False, True) if run_index % 2 == 0 else (True, False)
+    for phase in phases:
+        for idem in order:
+            load = os.getloadavg()[0]
+            topic = f"paper-{phase}-idempotence-{'on' if idem else 'off'}-{run_index}"
+            settings = dataclasses.replace(s, idempotence=idem)
+            r = run_producer(phase, topic, broker, settings, progress)
+            if r.error:
+                raise SystemExit(f"{phase} acks=all idempotence={idem}: {r.error}")
+            runs.append(IdempotenceRun(phase, idem, r.records_per_s, r.seconds, load))
+
+
+def render_idempotence(runs: Sequence[IdempotenceRun]) -> str:
+    """The cost of idempotence per phase: medians of the runs off and on, and every run's
+    records/s with the load average it started at."""
+    head = (
+        "| phase (acks=all, 5 in flight) | idempotence off rec/s | on rec/s | cost "
+        "| cost, median of the runs' on / off "
+        "| runs off (rec/s @ load) | runs on (rec/s @ load) |\n|---|---:|---:|---:|---:|---|---|\n"
+    )
+    lines = []
+    for phase in dict.fromkeys(r.phase for r in runs):
+        off = [r for r in runs if r.phase == phase and not r.idempotence]
+        on = [r for r in runs if r.phase == phase and r.idempotence]
+        m_off = _median([r.records_per_s for r in off])
+        m_on = _median([r.records_per_s for r in on])
+
+        def each(rs: list[IdempotenceRun]) -> str:
+            return ", ".join(f"{r.records_per_s:,.0f} @ {r.load_average:.2f}" for r in rs)
+
+        # Each run's pair ran back to back: the load they saw is closer than across runs.
+        paired = _median([b.records_per_s / a.records_per_s for a, b in zip(off, on, strict=True)])
+        lines.append(
+            f"| {LABELS[phase]} | {m_off:,.0f} | {m_on:,.0f} | {(m_on / m_off - 1) * 100:+.1f}% "
+            f"| {(paired - 1) * 100:+.1f}% | {each(off)} | {each(on)} |"
+        )
+    return head + "\n".join(lines) + "\n"
 
 
 def run_consumer(
@@ -1209,6 +1291,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
         return b
 
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    idempotence_runs: list[IdempotenceRun] = []
+    idempotence_phases = [p for p in IDEMPOTENCE_PHASES if p in s.phases]
     try:
         produced: list[str] = []
         for i in range(s.producer_runs):
@@ -1220,6 +1304,10 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
                     merge_run(results, phase, r)
                     if r.error:
                         progress.message(f"  {phase}: {r.error}")
+            if s.idempotence_rows:
+                run_idempotence_pair(
+                    i, idempotence_phases, broker(False), s, progress, idempotence_runs
+                )
         source = results.get(s.consume_from)
         consumer_phases = [p for p in ("consumer", "sendfile") if p in s.phases]
         if consumer_phases and source is not None:
@@ -1304,6 +1392,16 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
             f"faster here: {faster} ({abs(rb - rz) / max(min(rb, rz), 1) * 100:.1f}% apart).",
             "",
         ]
+    if idempotence_runs:
+        md += [
+            "## The cost of idempotence",
+            "",
+            f"Each producer run ({s.producer_runs}) ran these phases with acks=all and at most "
+            "5 requests in flight, idempotence off and on in turns (alternating which goes "
+            "first); medians, and every run with the 1-minute load average at its start.",
+            "",
+            render_idempotence(idempotence_runs),
+        ]
     if e2e is not None:
         md += ["## End-to-end latency", "", render_e2e(e2e)]
     if pngs:
@@ -1317,6 +1415,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
         "rows": rows,
         "phases": {k: {**asdict(v), "records_per_s": v.records_per_s} for k, v in results.items()},
         "e2e": asdict(e2e) if e2e is not None else None,
+        "idempotence": [asdict(r) for r in idempotence_runs],
         "plots": pngs,
     }
     write_report(prefix, "\n".join(md), data, plot_note)

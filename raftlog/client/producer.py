@@ -34,8 +34,12 @@ partition gets a hole (a batch with a sequence failed or expired, or the leader 
 OutOfOrderSequence for the first unacknowledged batch: it lost the producer's state), the
 producer bumps its epoch (Kafka's KIP-360): it stops sending, waits for every batch in flight,
 then starts epoch + 1 (a new producer id past int16) with every queued batch restamped from
-sequence 0. Caveat, as in Kafka: a queued batch whose earlier attempt had an unknown outcome
-(timed out, connection lost) and that is restamped by a bump may then be appended twice.
+sequence 0, except a batch whose outcome is unknown: one of its sends was written and no
+answer proved it was not appended (a lost connection, a timeout, NotLeaderOrFollower or
+NotEnoughReplicasAfterAppend after an acks=all wait, a storage error: anything but
+REFUSED_BEFORE_APPEND). It may be in the log under its old sequence, and restamped it would be
+appended again: it fails with OutOfOrderSequenceError saying its outcome is unknown (Kafka
+never changes the sequence of a batch that was sent, for this reason).
 DuplicateSequenceError counts as delivered (offset -1), InvalidProducerEpochError fails the
 batch. Configuration: acks other than all, or more than 5 requests in flight, with
 `enable_idempotence=True` is an InvalidConfigError; with idempotence left to its default they
@@ -72,8 +76,12 @@ from raftlog.client.cluster import ClusterClient
 from raftlog.client.connection import BrokerConnection
 from raftlog.errors import (
     BrokerNotAvailableError,
+    CorruptRecordError,
     DuplicateSequenceError,
     InvalidConfigError,
+    InvalidProducerEpochError,
+    InvalidRequestError,
+    NotEnoughReplicasError,
     OutOfOrderSequenceError,
     RaftlogError,
     RaftlogTimeoutError,
@@ -112,6 +120,18 @@ RETRY_WARNING_INTERVAL_S = 10.0
 IDEMPOTENT_IN_FLIGHT_MAX = 5
 SEQUENCE_MODULUS = 2**31  # sequences are int32 >= 0, wrapping to 0
 PRODUCER_EPOCH_MAX = 2**15 - 1  # int16: past it the producer asks for a new producer id
+# A broker answers these to a Produce only for a batch it did not append. Any other error of a
+# written request (a lost connection, a timeout, NotLeaderOrFollower or
+# NotEnoughReplicasAfterAppend after an acks=all wait, a storage error) leaves the outcome
+# unknown: the records may be in the log.
+REFUSED_BEFORE_APPEND: tuple[type[RaftlogError], ...] = (
+    CorruptRecordError,
+    InvalidProducerEpochError,
+    InvalidRequestError,
+    NotEnoughReplicasError,
+    OutOfOrderSequenceError,
+    RecordTooLargeError,
+)
 
 # A record's encoded size must fit the batch's 32-bit length fields (with the batch header).
 RECORD_BYTES_MAX = 2**31 - 1 - HEADER_SIZE
@@ -528,6 +548,7 @@ class _Batch(BatchResult):
         "in_flight",
         "last_error",
         "order",
+        "outcome_unknown",
         "producer_epoch",
         "sealed",
         "sequence",
@@ -555,6 +576,10 @@ class _Batch(BatchResult):
         self.sequence = -1
         self.producer_epoch = -1
         self.order = -1
+        # A send of it was written and no answer proved it was not appended (see
+        # REFUSED_BEFORE_APPEND): it may be in the log under its sequence, which therefore
+        # must not change (an epoch bump fails it instead of restamping it).
+        self.outcome_unknown = False
 
     def complete(self, base_offset: int, error: BaseException | None = None) -> bool:
         """On the sender's thread only (it drops the builder, which the sender reads); a
@@ -1410,23 +1435,59 @@ class _ProducerCore:
 
     def _bump_epoch(self) -> None:
         """Nothing is in flight: start the next epoch (a new producer id past int16), every
-        queued batch restamped from sequence 0 in its send order."""
+        queued batch restamped from sequence 0 in its send order, except the batches whose
+        outcome is unknown: they fail (see `_unknown_outcome_error`)."""
         self._bump_pending = False
+        old_id, old_epoch = self._producer_id, self._producer_epoch
         if self._producer_epoch >= PRODUCER_EPOCH_MAX:
             self._producer_id = self._producer_epoch = -1  # the next pass asks for a new id
         else:
             self._producer_epoch += 1
         self._next_seq.clear()
         self._acked_next.clear()
+        unknown: list[_Batch] = []
         with self.acc.lock:
             for q in self.acc.queues.values():
+                if any(b.outcome_unknown and b.sequence >= 0 for b in q):
+                    unknown += (b for b in q if b.outcome_unknown and b.sequence >= 0)
+                    kept = [b for b in q if not (b.outcome_unknown and b.sequence >= 0)]
+                    q.clear()
+                    q.extend(kept)
                 for b in q:
                     b.sequence = -1
+            self.acc.released_bytes += sum(b.builder.size_bytes for b in unknown)
         log.warning(
-            "producer %d bumped its epoch to %d (a partition lost sequences)",
+            "producer %d bumped its epoch to %d (a partition lost sequences)%s",
             self._producer_id,
             self._producer_epoch,
+            f"; {len(unknown)} batch(es) of unknown outcome fail" if unknown else "",
         )
+        for b in unknown:
+            b.complete(-1, self._unknown_outcome_error(b, old_id, old_epoch))
+        if unknown:
+            self._space_freed()
+
+    def _unknown_outcome_error(
+        self, b: _Batch, producer_id: int, epoch: int
+    ) -> OutOfOrderSequenceError:
+        """The error of a queued batch that an epoch bump cannot restamp: a send of it may have
+        been appended under its old epoch and sequence, and the new epoch starts the
+        partition's sequences at 0 again, so the broker would append it a second time. Kafka
+        never changes the sequence of a batch that was sent, for this reason (KIP-360)."""
+        error = OutOfOrderSequenceError(
+            f"record batch for {b.tp} (producer {producer_id}, epoch {epoch}, sequence "
+            f"{b.sequence}, {len(b.builder)} record(s)) failed after {b.attempts} attempt(s): "
+            "its outcome is unknown, it may or may not be in the log; the producer bumped its "
+            "epoch after another batch left a hole in its sequences, and resending this one "
+            "under the new epoch could append it twice"
+            + (
+                f"; last error: {type(b.last_error).__name__}: {b.last_error}"
+                if b.last_error is not None
+                else ""
+            )
+        )
+        error.__cause__ = b.last_error
+        return error
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
@@ -1611,8 +1672,10 @@ class _ProducerCore:
         self._inflight_batches -= count
         self.acc.release(nbytes)
         self._space_freed()
+        written = False  # in flight once queued on a connection (_sent_to)
         for group in merged.values():
             for b in group:
+                written = written or b.in_flight
                 b.in_flight = False
         if self._idempotent:
             for tp in merged:
@@ -1621,7 +1684,7 @@ class _ProducerCore:
             if error is not None:
                 for group in merged.values():
                     for b in group:
-                        self._retry_or_fail(b, error)
+                        self._retry_or_fail(b, error, written)
             elif body is None:
                 for group in merged.values():
                     for b in group:
@@ -1642,6 +1705,7 @@ class _ProducerCore:
         """`_on_response` for a one-batch request, with the success case kept short."""
         self._in_flight[node] -= 1
         self._inflight_batches -= 1
+        written = b.in_flight  # set once queued on a connection (_send_one)
         b.in_flight = False
         if self._idempotent:
             self._tp_in_flight[b.tp] -= 1
@@ -1649,7 +1713,7 @@ class _ProducerCore:
         self._space_freed()
         try:
             if error is not None:
-                self._retry_or_fail(b, error)
+                self._retry_or_fail(b, error, written)
             elif body is None:
                 b.complete(-1)
             else:
@@ -1706,11 +1770,15 @@ class _ProducerCore:
         if self.space is not None and self.acc.buffered_bytes <= self.acc.resume_below:
             self.space.set()
 
-    def _retry_or_fail(self, batch: _Batch, error: RaftlogError) -> None:
+    def _retry_or_fail(self, batch: _Batch, error: RaftlogError, written: bool = True) -> None:
+        """A send of `batch` failed with `error`; `written`: its request reached a connection
+        (else the broker cannot have seen it)."""
         batch.attempts += 1
         batch.last_error = error
         retriable = error.retriable
         if self._idempotent and batch.sequence >= 0:
+            if written and not isinstance(error, REFUSED_BEFORE_APPEND):
+                batch.outcome_unknown = True
             if isinstance(error, DuplicateSequenceError):
                 self._acked(batch)
                 batch.complete(-1)  # appended long ago: delivered, its offset unknown

@@ -40,25 +40,18 @@ def comparison_rows(text: str) -> list[str]:
     return rows
 
 
-def test_quick_run_reports_every_row(tmp_path: Path) -> None:
-    cmd = [
-        sys.executable,
-        "-m",
-        "bench.paper_bench",
-        "--quick",
-        "--messages",
-        "2000",
-        "--e2e-rate",
-        "500",
-        "--e2e-seconds",
-        "1",
-        "--data-dir",
-        str(tmp_path / "data"),
-        "--results-dir",
-        str(tmp_path / "results"),
-    ]
+def run_quick(tmp_path: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    """`python -m bench.paper_bench --quick <options>` with its data and results in tmp_path;
+    it must succeed."""
+    cmd = [sys.executable, "-m", "bench.paper_bench", "--quick", *options]
+    cmd += ["--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "results")]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+def test_quick_run_reports_every_row(tmp_path: Path) -> None:
+    proc = run_quick(tmp_path, "--messages", "2000", "--e2e-rate", "500", "--e2e-seconds", "1")
     assert comparison_rows(proc.stdout) == EXPECTED_ROWS
     (md,) = (tmp_path / "results").glob("paper-*.md")
     text = md.read_text()
@@ -107,3 +100,29 @@ def test_cli_command_takes_the_same_options() -> None:
     args = parser.parse_args(["bench", "--quick", "--messages", "10", "--only", "single"])
     assert (args.quick, args.messages, args.only) == (True, 10, "single")
     assert callable(args.func)
+
+
+def test_idempotence_rows_off_and_on_in_the_same_run(tmp_path: Path) -> None:
+    proc = run_quick(
+        tmp_path,
+        *("--messages", "1000", "--only", "batch50,linger", "--idempotence"),
+        *("--producer-runs", "2", "--no-plots"),
+    )
+    lines = proc.stdout.splitlines()
+    start = lines.index("## The cost of idempotence")
+    table = [line for line in lines[start:] if line.startswith("| producer,")]
+    assert [row.split("|")[1].strip() for row in table] == EXPECTED_ROWS[1:3]
+    (js,) = (tmp_path / "results").glob("paper-*.json")
+    runs = json.loads(js.read_text())["idempotence"]
+    # Two runs of each phase, off and on, the order alternating between runs.
+    assert [(r["phase"], r["idempotence"]) for r in runs] == [
+        ("batch50", False),
+        ("batch50", True),
+        ("linger", False),
+        ("linger", True),
+        ("batch50", True),
+        ("batch50", False),
+        ("linger", True),
+        ("linger", False),
+    ]
+    assert all(r["records_per_s"] > 0 for r in runs)

@@ -4,6 +4,7 @@ and a kill -9 of the partition leader never make a record appear twice."""
 from __future__ import annotations
 
 import collections
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 from raftlog import protocol
 from raftlog.client import Admin, Producer
 from raftlog.client.connection import BrokerConnection
+from raftlog.errors import OutOfOrderSequenceError, RecordTooLargeError
 from raftlog.records import encode_batch
 from tests.integration._cluster import Cluster, started_cluster
 from tests.integration._support import BrokerProcess, RawClient
@@ -82,6 +84,47 @@ def test_lost_responses_are_retried_without_duplicates(
     # Each acknowledged offset, a duplicate's included, is where its record is.
     for v, md in zip(sent, offsets, strict=True):
         assert values[md.partition][md.offset] == v
+
+
+def test_an_epoch_bump_fails_a_batch_of_unknown_outcome_instead_of_appending_it_twice(
+    broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """KIP-360's hole: batch A is appended but its response is lost (outcome unknown to the
+    producer) and it waits to be retried; meanwhile batch B of another topic fails for good
+    (too large for its topic), a hole in the sequences that bumps the producer's epoch. A
+    restamped under the new epoch from sequence 0 would be appended a second time: it must
+    fail instead, saying that its outcome is unknown."""
+    with Admin(broker.bootstrap) as admin:
+        admin.create_topic("unknown", 1)
+        admin.create_topic("small", 1, config={"max.message.bytes": "300"})
+    drop, dropped = threading.Event(), threading.Event()
+    original = BrokerConnection.data_received
+
+    def lossy(self: BrokerConnection, data: bytes) -> None:
+        if drop.is_set() and not dropped.is_set():
+            dropped.set()
+            self.transport.abort()  # the response to A is lost with its connection
+            return
+        original(self, data)
+
+    monkeypatch.setattr(BrokerConnection, "data_received", lossy)
+    # A waits retry_backoff_ms for the metadata refresh its retry asks for: B fails first.
+    with Producer(bootstrap_servers=broker.bootstrap, linger_ms=0, retry_backoff_ms=1500) as p:
+        p.send("unknown", b"warm-up").result(30)
+        p.send("small", b"warm-up").result(30)
+        drop.set()
+        a = p.send("unknown", b"A")
+        assert dropped.wait(30), "the response to A never came"
+        b = p.send("small", b"B" * 1000)
+        with pytest.raises(RecordTooLargeError):
+            b.result(30)
+        a_error = a.exception(30)
+        # The producer goes on under its new epoch.
+        p.send("unknown", b"C").result(30)
+    values = values_in_log(broker.bootstrap, "unknown")[0]
+    assert values == [b"warm-up", b"A", b"C"]  # A once: its first attempt
+    assert isinstance(a_error, OutOfOrderSequenceError), a_error
+    assert "outcome is unknown" in str(a_error)
 
 
 def _produce(raw: RawClient, batch: bytes) -> list[Any]:

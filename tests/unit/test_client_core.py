@@ -444,6 +444,50 @@ def test_a_lost_sequence_bumps_the_epoch_and_restamps_from_zero() -> None:
     assert (h.producer_id, h.producer_epoch, h.base_sequence) == (7, 4, 0)
 
 
+def test_an_epoch_bump_fails_the_batches_of_unknown_outcome_and_restamps_the_rest() -> None:
+    from raftlog.errors import (
+        BrokerNotAvailableError,
+        NotLeaderOrFollowerError,
+        OutOfOrderSequenceError,
+    )
+
+    core, _ = _core(linger_ms=0, batch_size=100)
+    core._spawn = lambda coro: coro.close()  # type: ignore[method-assign]
+    core._producer_id, core._producer_epoch = 7, 3
+    topic = core.client.topics["t"]
+    futures = [_send(core, tp, None, v * 90) for tp, v in ((TP0, b"a"), (TP0, b"b"), (TP1, b"c"))]
+    requests, _, _ = core.acc.drain(time.monotonic(), lambda tp: 0, lambda n: 5, False, core._muted)
+    lost, refused, other = (b for r in requests[0] for b in r)
+    for b in (lost, refused, other):
+        core._stamp(b, *b.builder.build_parts())
+    core._retry_or_fail(lost, BrokerNotAvailableError("connection lost"))  # maybe appended
+    core._retry_or_fail(refused, OutOfOrderSequenceError("after a gap"))  # certainly not
+    # A written request that fails on its connection, then a later attempt that is refused:
+    # the first attempt may still have been appended.
+    core._retry_or_fail(other, NotLeaderOrFollowerError("moved"))
+    assert core.acc.queues[TP1].popleft() is other  # drained again
+    core._retry_or_fail(other, NotLeaderOrFollowerError("no connection yet"), written=False)
+    assert [lost.outcome_unknown, refused.outcome_unknown, other.outcome_unknown] == [
+        True,
+        False,
+        True,
+    ]
+    core.client.topics["t"] = topic  # the retries dropped it (a refresh would restore it)
+    never = _send(core, TP1, None, b"d" * 90)  # queued, never sent
+    core._sequence_lost(refused)
+    failing_bytes = lost.builder.size_bytes + other.builder.size_bytes
+    before = core.acc.buffered_bytes
+    core._bump_epoch()
+    assert core._producer_epoch == 4
+    for f in (futures[0], futures[2]):
+        error = f.exception(0)
+        assert isinstance(error, OutOfOrderSequenceError) and "outcome is unknown" in str(error)
+    assert not futures[1].done() and not never.done()
+    assert [b.sequence for q in core.acc.queues.values() for b in q] == [-1, -1]
+    assert list(core.acc.queues[TP0]) == [refused]
+    assert core.acc.buffered_bytes == before - failing_bytes
+
+
 # -- send_many ---------------------------------------------------------------------------------
 
 
