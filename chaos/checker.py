@@ -412,6 +412,11 @@ def faults(ops: Sequence[Op]) -> list[dict[str, Any]]:
             started[o.id] = {**(o.value or {}), "started_s": o.time, "healed_s": None}
         elif o.id in started:
             started[o.id]["healed_s"] = o.time
+            # What the injector found or did (a toxic's effect, the damage it wrote, ...).
+            if isinstance(o.value, dict) and "result" in o.value:
+                started[o.id]["result"] = o.value["result"]
+            if o.get("error") is not None:
+                started[o.id]["error"] = o.get("error")
     return [started[k] for k in sorted(started, key=lambda k: started[k]["started_s"])]
 
 
