@@ -30,7 +30,9 @@ of a replica's log below the high watermark. From it:
   offset, and every ISR member holds every offset.
 - hw_above_isr_leo: the high watermark must not exceed the log end offset of any ISR member.
 - availability: the longest time without an acknowledged send, over the whole workload and
-  within each fault's window (Redpanda's chaos suite measures unavailability this way).
+  within each fault's window (Redpanda's chaos suite measures unavailability this way); and per
+  partition over the workload (`max_partition_unavailability_s`): one partition without a
+  quorum while the others go on shows only there.
 
 Rules: the report's top-level anomaly entries are counts; `anomalies` holds the cases, at most
 `examples_max` of each kind (the counts are always exact); `valid` is true only when every
@@ -412,6 +414,11 @@ def faults(ops: Sequence[Op]) -> list[dict[str, Any]]:
             started[o.id] = {**(o.value or {}), "started_s": o.time, "healed_s": None}
         elif o.id in started:
             started[o.id]["healed_s"] = o.time
+            # What the injector found or did (a toxic's effect, the damage it wrote, ...).
+            if isinstance(o.value, dict) and "result" in o.value:
+                started[o.id]["result"] = o.value["result"]
+            if o.get("error") is not None:
+                started[o.id]["error"] = o.get("error")
     return [started[k] for k in sorted(started, key=lambda k: started[k]["started_s"])]
 
 
@@ -441,6 +448,22 @@ def availability(
         hi = after[0] if after else end
         per_fault.append({**f, "max_unavailability_s": round(_longest_gap(acks, lo, hi), 6)})
     return round(overall, 6), per_fault
+
+
+def partition_availability(sends: Sequence[Send]) -> dict[str, float]:
+    """Per partition, the longest time without an acknowledged send to it, over the workload.
+    The overall figure hides a partition that stays unwritable while the others go on; this
+    shows it. Only partitions that something was sent to are listed."""
+    if not sends:
+        return {}
+    start = min(s.invoke_time for s in sends)
+    end = max(s.complete_time for s in sends)
+    acks: dict[str, list[float]] = {}
+    for s in sends:
+        times = acks.setdefault(s.tp, [])  # listed even if none of its sends was acknowledged
+        if s.type == "ok":
+            times.append(s.complete_time)
+    return {tp: round(_longest_gap(sorted(ts), start, end), 6) for tp, ts in sorted(acks.items())}
 
 
 # -- the report --------------------------------------------------------------------------------
@@ -493,6 +516,9 @@ def check(ops: Sequence[Op], examples_max: int = EXAMPLES_MAX) -> dict[str, Any]
     for kind, cases in anomalies.items():
         report[kind] = len(cases)
     report["max_unavailability_s"] = max_unavailability_s
+    by_partition = partition_availability(sends)
+    report["max_partition_unavailability_s"] = max(by_partition.values(), default=0.0)
+    report["partition_unavailability_s"] = by_partition
     report["faults"] = fault_report
     report["anomalies"] = {k: v[:examples_max] for k, v in anomalies.items() if v}
     return report

@@ -26,11 +26,14 @@ import os
 import random
 import struct
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
-from chaos.faults import FaultError, ProcessControl
+from chaos.faults import FaultError, FaultSpec, ProcessControl, heal_all
+from raftlog.errors import RaftlogError
 from raftlog.storage.tools import scan_segment, segment_files
 
 log = logging.getLogger(__name__)
@@ -284,3 +287,151 @@ def flipped_byte(
         yield flip
     finally:
         unflip(flip)
+
+
+# -- the runner's disk faults ------------------------------------------------------------------
+
+
+class DiskCluster(ProcessControl, Protocol):
+    """What the disk fault injectors need from a cluster (chaos/local_cluster.py has it)."""
+
+    def partition_dir(self, node_id: int, tp: str) -> Path: ...
+
+    def describe(self, node_id: int) -> dict[str, Any]: ...
+
+    def high_watermarks(self, tps: list[str], without: int) -> dict[str, int]: ...
+
+
+# After kill -9 a broker is fenced after its session timeout and then leaves every ISR; a
+# healthy cluster does this in 1.5-3 s here, a loaded 2-core machine in several more.
+OUT_OF_ISR_TIMEOUT_S = 30.0
+POLL_S = 0.1
+
+
+def _partitions(view: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {f"{p['topic']}-{p['partition']}": p for p in view["partitions"]}
+
+
+def _live_view(cluster: DiskCluster, without: int) -> dict[str, Any]:
+    for n in cluster.node_ids():
+        if n == without or cluster.pid(n) is None:
+            continue
+        try:
+            return cluster.describe(n)
+        except RaftlogError:
+            continue
+    raise FaultError(f"no live node other than {without} answers describe_cluster")
+
+
+def wait_out_of_isr(cluster: DiskCluster, node_id: int, timeout_s: float) -> dict[str, Any]:
+    """Poll the other nodes until node `node_id` is in no partition's ISR; their view."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            view = _live_view(cluster, node_id)
+            if not any(node_id in p["isr"] for p in view["partitions"]):
+                return view
+        except FaultError:
+            if time.monotonic() >= deadline:
+                raise
+        if time.monotonic() >= deadline:
+            raise FaultError(f"node {node_id} still in an ISR {timeout_s:g} s after kill -9")
+        time.sleep(POLL_S)
+
+
+@contextlib.contextmanager
+def torn_tails(
+    spec: FaultSpec, cluster: DiskCluster, topic: str, rng: random.Random
+) -> Iterator[list[dict[str, Any]]]:
+    """kill -9 each target, then cut or garble (spec.options["mode"]) the active segment of
+    each of its replicas of `topic` from a random point past the high watermark it is no longer
+    counted for; heal: start it again. Yields the damage done, as data.
+
+    Why past that point: the fault models a power loss, which loses only what the replica had
+    not fsynced, and under the fsync policy everything below the high watermark was fsynced by
+    every ISR member. The other nodes are asked for the high watermark only once the target is
+    out of every ISR, so it cannot grow on the target's old word any more; anything past it
+    may be gone from the target after a power loss, and must not be missed."""
+    mode = spec.options.get("mode", "cut")
+    damage: list[dict[str, Any]] = []
+    killed: list[int] = []
+    try:
+        for n in spec.targets:
+            killed.append(n)
+            cluster.kill9(n)
+            view = wait_out_of_isr(cluster, n, OUT_OF_ISR_TIMEOUT_S)
+            tps = sorted(tp for tp, p in _partitions(view).items()
+                         if tp.startswith(f"{topic}-") and n in p["replicas"])  # fmt: skip
+            hws = cluster.high_watermarks(tps, without=n)
+            for tp in tps:
+                path = cluster.partition_dir(n, tp)
+                if not path.is_dir() or not segment_files(str(path)):
+                    continue
+                segment = active_segment(path)
+                keep = position_after_offset(segment, hws[tp])
+                d = damage_tail(segment, keep, mode, rng).to_json()
+                damage.append({"node": n, "tp": tp, "high_watermark": hws[tp], **d})
+        yield damage
+    finally:
+        heal_all([(f"start nodes {killed}", lambda: cluster.start(*killed))] if killed else [])
+
+
+@contextlib.contextmanager
+def full_disks(spec: FaultSpec, disks: dict[int, SmallDisk]) -> Iterator[list[dict[str, Any]]]:
+    """Each target's small disk filled (ENOSPC on its next write); emptied on exit, always."""
+    filled: list[int] = []
+    done: list[dict[str, Any]] = []
+    try:
+        for n in spec.targets:
+            if n not in disks:
+                raise FaultError(f"fault disk-full: node {n} has no small disk (mount it first)")
+            filled.append(n)
+            done.append({"node": n, "filler_bytes": disks[n].fill(), "path": str(disks[n].path)})
+        yield done
+    finally:
+        heal_all([(f"empty the disk of node {n}", disks[n].drain) for n in filled])
+
+
+@contextlib.contextmanager
+def flipped_follower(
+    spec: FaultSpec,
+    cluster: DiskCluster,
+    topic: str,
+    rng: random.Random,
+    read: Callable[[str], None],
+    stop: Callable[[float], bool],
+) -> Iterator[dict[str, Any]]:
+    """A byte flipped in an old segment of a partition that the target follows; that
+    partition's leader killed (so the damaged follower may be elected) and the partition read
+    from offset 0 (`read(tp)`) until `stop(wait_s)` says the window is over. On exit the leader
+    is started again and the byte restored if it is still there (nobody set the log aside).
+    Yields {node, tp, leader, flip, detected}; `detected` is filled in on exit: True when the
+    damaged file was set aside or rewritten (the broker found the damage), False otherwise."""
+    (n,) = spec.targets
+    view = _live_view(cluster, -1)
+    followed = sorted(tp for tp, p in _partitions(view).items()
+                      if tp.startswith(f"{topic}-") and n in p["replicas"]
+                      and p["leader"] not in (n, -1))  # fmt: skip
+    if not followed:
+        raise FaultError(f"fault bitflip: node {n} follows no partition of {topic} now")
+    tp = rng.choice(followed)
+    leader = int(_partitions(view)[tp]["leader"])
+    flip = flip_byte(old_segment(cluster.partition_dir(n, tp)), rng)
+    result: dict[str, Any] = {"node": n, "tp": tp, "leader": leader, "flip": flip.to_json()}
+    killed = False
+    try:
+        cluster.kill9(leader)
+        killed = True
+        while not stop(0.5):
+            read(tp)
+        yield result
+    finally:
+        actions: list[tuple[str, Callable[[], object]]] = []
+        if killed:
+            actions.append((f"start node {leader}", lambda: cluster.start(leader)))
+
+        def restore() -> None:
+            result["detected"] = not unflip(flip)
+
+        actions.append(("restore the flipped byte", restore))
+        heal_all(actions)

@@ -23,10 +23,21 @@ because which node leads is only known then: "controller", "leader:<topic>-<part
     split             the targets on one side, the other nodes on the other (network)
     bridge            targets[0] sees both sides; the other nodes are split around it
     one-way           packets from targets[0] to targets[1:] are dropped, not the reverse
+    link              a toxic (`options`: toxic, stream, attributes) on the TCP proxy in front
+                      of each target, so on every client and replica-fetch connection to it
+                      (chaos/link_faults.py); heal: the toxic is removed
+    disk-full         each target's log directory (a small tmpfs) filled; heal: emptied
+    torn-tail         kill -9 each target, its unsynced tails cut or garbled (`options`: mode);
+                      heal: started again (chaos/disk_faults.py)
+    bitflip           a byte flipped in an old segment of each partition the target follows,
+                      its leader killed, the partition read from offset 0 while the window
+                      lasts; heal: leader started, byte restored if no one set it aside
 
 Network faults need a `network` with `apply(grudge)` / `heal()` (chaos/netns.py); process
-faults need a `cluster` with the small ProcessControl interface below. The disk faults are in
-chaos/disk_faults.py (their wiring to a cluster comes with the runner).
+faults need a `cluster` with the small ProcessControl interface below; `inject` handles these
+two. Link and disk faults have their own injectors (chaos/link_faults.py, chaos/disk_faults.py),
+which the runner picks by kind. The options of link and torn-tail faults are drawn from a
+second generator seeded by the seed alone, so adding them left every older schedule as it was.
 """
 
 from __future__ import annotations
@@ -43,7 +54,15 @@ from raftlog.errors import RaftlogError
 
 PROCESS_KINDS = ("kill", "kill-all", "pause", "restart", "rolling-restart")
 NETWORK_KINDS = ("isolate", "split", "bridge", "one-way")
-KINDS = PROCESS_KINDS + NETWORK_KINDS
+# Toxics on the proxy in front of a node (chaos/link_faults.py).
+LINK_KINDS = ("link",)
+# Damage to a replica's files (chaos/disk_faults.py).
+DISK_KINDS = ("disk-full", "torn-tail", "bitflip")
+KINDS = PROCESS_KINDS + NETWORK_KINDS + LINK_KINDS + DISK_KINDS
+# The toxics a `link` fault picks from (Toxiproxy's names), in the order a schedule cycles
+# through them after a seeded shuffle, so that any six link faults in a row cover them all.
+LINK_TOXICS = ("latency", "bandwidth", "slicer", "reset_peer", "timeout", "limit_data")
+TAIL_MODES = ("cut", "garble")
 
 # Schedule defaults, after Redpanda's chaos phases: a steady phase before the first fault, a
 # fault window, a quiet period to recover before the next, a recovery phase at the end. A
@@ -117,6 +136,8 @@ def _targets(kind: str, nodes: Sequence[int], rng: random.Random) -> tuple[int, 
     n = len(nodes)
     if kind == "kill-all":
         return tuple(nodes)
+    if kind in LINK_KINDS or kind in DISK_KINDS:
+        return (rng.choice(list(nodes)),)
     if kind in ("kill", "pause", "restart", "isolate"):
         # At most a minority at once: the promise under test holds while a majority lives.
         return tuple(sorted(rng.sample(list(nodes), rng.randint(1, max((n - 1) // 2, 1)))))
@@ -156,6 +177,7 @@ def schedule(
     if not (0 < fault_s[0] <= fault_s[1] and 0 <= quiet_s[0] <= quiet_s[1]):
         raise FaultError(f"bad ranges: fault_s={fault_s}, quiet_s={quiet_s}")
     rng = random.Random(seed)
+    options = _Options(seed)
     out: list[FaultSpec] = []
     t = steady_s
     end = duration_s - recovery_s
@@ -164,8 +186,53 @@ def schedule(
         if t + length > end:
             return out
         kind = rng.choice(list(kinds))
-        out.append(FaultSpec(kind, _targets(kind, nodes, rng), round(t, 3), length))
+        out.append(
+            FaultSpec(kind, _targets(kind, nodes, rng), round(t, 3), length, "", options.next(kind))
+        )
         t += length + rng.uniform(*quiet_s)
+
+
+class _Options:
+    """The options of a schedule's faults: toxics cycle through a seeded order of LINK_TOXICS
+    with seeded attributes; torn tails alternate cut and garble from a seeded start."""
+
+    def __init__(self, seed: int):
+        self.rng = random.Random(f"options-{seed}")
+        self.toxics = list(LINK_TOXICS)
+        self.rng.shuffle(self.toxics)
+        self.count: dict[str, int] = {}
+
+    def next(self, kind: str) -> dict[str, Any]:
+        n = self.count[kind] = self.count.get(kind, -1) + 1
+        if kind == "link":
+            toxic = self.toxics[n % len(self.toxics)]
+            return toxic_options(toxic, self.rng)
+        if kind == "torn-tail":
+            return {"mode": TAIL_MODES[(n + self.rng.randrange(2)) % 2]}
+        return {}
+
+
+def toxic_options(toxic: str, rng: random.Random) -> dict[str, Any]:
+    """A toxic's stream and attributes (Toxiproxy's), drawn in ranges that hurt a run of
+    seconds without stopping it, except timeout 0: a black hole for the fault's window."""
+    stream = rng.choice(("upstream", "downstream"))
+    if toxic == "latency":
+        attributes = {"latency": rng.randint(50, 400), "jitter": rng.randint(0, 100)}
+    elif toxic == "bandwidth":
+        attributes = {"rate": rng.randint(2, 50)}  # KB/s
+    elif toxic == "slicer":
+        average = rng.randint(1, 64)
+        attributes = {"average_size": average, "size_variation": rng.randint(0, average - 1),
+                      "delay": rng.randint(0, 2000)}  # fmt: skip
+    elif toxic == "reset_peer":
+        attributes = {"timeout": rng.randint(0, 2000)}
+    elif toxic == "timeout":
+        attributes = {"timeout": 0}
+    elif toxic == "limit_data":
+        attributes = {"bytes": rng.randint(1000, 100_000)}
+    else:
+        raise FaultError(f"toxic {toxic!r}: must be one of {', '.join(LINK_TOXICS)}")
+    return {"toxic": toxic, "stream": stream, "attributes": attributes}
 
 
 def resolve_role(spec: FaultSpec, view: dict[str, Any], rng: random.Random) -> FaultSpec:
@@ -265,7 +332,7 @@ def grudge_for(spec: FaultSpec, nodes: Sequence[int]) -> Grudge:
     return {n: frozenset(s) for n, s in grudge.items() if s}
 
 
-def _heal_all(actions: Sequence[tuple[str, Any]]) -> None:
+def heal_all(actions: Sequence[tuple[str, Any]]) -> None:
     """Run every healing action; raise the first failure after all were tried."""
     errors: list[str] = []
     for what, action in actions:
@@ -293,6 +360,10 @@ def inject(
     """Break what `spec` says on entry; heal on exit, always. Yields the spec."""
     if spec.role:
         raise FaultError(f"fault {spec.kind}: resolve role {spec.role!r} into targets first")
+    if spec.kind in LINK_KINDS or spec.kind in DISK_KINDS:
+        raise FaultError(
+            f"fault {spec.kind}: injected by chaos/link_faults.py or chaos/disk_faults.py"
+        )
     if spec.kind in NETWORK_KINDS:
         if network is None:
             raise FaultError(f"fault {spec.kind} needs a network (chaos/netns.py)")
@@ -302,7 +373,7 @@ def inject(
             net.apply(grudge)
             yield spec
         finally:
-            _heal_all([("network rules", net.heal)])
+            heal_all([("network rules", net.heal)])
         return
     if cluster is None:
         raise FaultError(f"fault {spec.kind} needs a cluster")
@@ -319,7 +390,7 @@ def inject(
                 stopped.remove(n)
             yield spec
         finally:
-            _heal_all([(f"start node {n}", lambda n=n: c.start(n)) for n in stopped])
+            heal_all([(f"start node {n}", lambda n=n: c.start(n)) for n in stopped])
         return
     broken: list[int] = []
     try:
@@ -334,9 +405,9 @@ def inject(
         yield spec
     finally:
         if spec.kind == "pause":
-            _heal_all(
+            heal_all(
                 [(f"SIGCONT node {n}", lambda n=n: _signal(c, n, signal.SIGCONT)) for n in broken]
             )
         elif broken:
             # Started together: nodes killed at once may each wait for a quorum of the others.
-            _heal_all([(f"start nodes {broken}", lambda: c.start(*broken))])
+            heal_all([(f"start nodes {broken}", lambda: c.start(*broken))])

@@ -29,8 +29,9 @@ from typing import Any, TypeVar
 from chaos.faults import FaultError
 from chaos.netns import NetnsNetwork
 from raftlog.cli.dev_cmd import free_ports, write_node_config
-from raftlog.client import Admin
+from raftlog.client import Admin, Consumer
 from raftlog.errors import RaftlogError
+from raftlog.topics import TopicPartition
 
 T = TypeVar("T")
 
@@ -195,7 +196,11 @@ class LocalCluster:
         network: NetnsNetwork | None = None,
         session_timeout_ms: int = 1500,
         settings: dict[str, Any] | None = None,
+        advertise: Callable[[int, str], str] | None = None,
     ):
+        """`advertise(node_id, client_address)`, if given, returns the address the node
+        advertises instead of its own (a link-fault proxy in front of it: chaos/link_faults.py);
+        the suite itself keeps dialling `client_address`."""
         self.root = root
         self.network = network
         ids = list(range(1, n + 1))
@@ -215,20 +220,23 @@ class LocalCluster:
         for i in ids:
             path = root / "data" / f"node-{i}" / "node.toml"
             path.parent.mkdir(parents=True, exist_ok=True)
+            address = f"{hosts[i]}:{client[i]}"
+            advertised = {"advertised_listener": advertise(i, address)} if advertise else {}
             write_node_config(
                 str(path),
                 {
                     "node_id": i,
                     "roles": ["controller", "broker"],
                     "data_dir": str(path.parent),
-                    "client_listener": f"{hosts[i]}:{client[i]}",
+                    "client_listener": address,
                     "controller_voters": voters,
                     "broker_session_timeout_ms": session_timeout_ms,
+                    **advertised,
                     **(settings or {}),
                 },
             )
             prefix = network.exec_prefix(i) if network is not None else []
-            self.nodes[i] = Node(i, path, f"{hosts[i]}:{client[i]}", root / "logs", prefix)
+            self.nodes[i] = Node(i, path, address, root / "logs", prefix)
 
     # -- ProcessControl ----------------------------------------------------------------------
 
@@ -297,6 +305,19 @@ class LocalCluster:
             return wait_until(check, timeout_s, what)
         except FaultError as e:
             raise FaultError(f"{e}; last view of node {node_id}: {last[0]}") from None
+
+    def partition_dir(self, node_id: int, tp: str) -> Path:
+        """Where node `node_id` keeps partition `tp`'s log ("<topic>-<partition>")."""
+        return self.nodes[node_id].config_path.parent / "logs" / tp
+
+    def high_watermarks(self, tps: list[str], without: int = 0) -> dict[str, int]:
+        """Each partition's high watermark ("<topic>-<partition>" -> offset), asked of the
+        nodes other than `without` (a node the caller has just killed)."""
+        bootstrap = ",".join(self.nodes[i].client_address for i in self.node_ids() if i != without)
+        parts = [TopicPartition(tp.rpartition("-")[0], int(tp.rpartition("-")[2])) for tp in tps]
+        with Consumer(bootstrap_servers=bootstrap, request_timeout_ms=DESCRIBE_TIMEOUT_MS) as c:
+            ends = c.end_offsets(parts)
+        return {f"{tp.topic}-{tp.partition}": int(ends[tp]) for tp in parts}
 
     # -- teardown ----------------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import os
 import random
 import sys
 import threading
@@ -40,9 +41,19 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chaos import checker
-from chaos.faults import NETWORK_KINDS, FaultError, FaultSpec, inject, resolve_role, schedule
+from chaos import checker, disk_faults
+from chaos.faults import (
+    DISK_KINDS,
+    LINK_KINDS,
+    NETWORK_KINDS,
+    FaultError,
+    FaultSpec,
+    inject,
+    resolve_role,
+    schedule,
+)
 from chaos.history import HistoryWriter, op, read_history
+from chaos.link_faults import Links, inject_link
 from chaos.local_cluster import LocalCluster
 from raftlog.client import Admin, Consumer, Producer
 from raftlog.errors import RaftlogError
@@ -59,6 +70,14 @@ DELIVERY_TIMEOUT_MS = 20_000
 # How long the nodes get after the last fault to be whole again before the final reads.
 SETTLE_S = 90.0
 FINAL_READ_S = 120.0
+# disk-full: the size of the tmpfs mounted over a target's log directory. A 60 s run writes
+# about 2 MB per replica; 64 MiB leaves room for a ten-minute run before the filler comes.
+SMALL_DISK_BYTES = 64 << 20
+# bitflip: segments this small roll every few seconds at the workload's rate, so that a
+# follower has old segments to damage early in a short run.
+BITFLIP_SEGMENT_BYTES = 16384
+# bitflip: one read of the damaged partition from offset 0 gives up after this.
+SCRUB_READ_S = 10.0
 
 
 @dataclass
@@ -88,6 +107,8 @@ class RunConfig:
     recovery_s: float | None = None
     progress: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
+    # Topic configs added to the run's own (e.g. {"segment.bytes": "16384"}).
+    topic_config: dict[str, str] = field(default_factory=dict)
 
     def schedule(self) -> list[FaultSpec]:
         kw: dict[str, Any] = {}
@@ -302,25 +323,32 @@ class ConsumerWorker(threading.Thread):
         self.rec.complete(self.process, "ok", "commit", i, value, group=self.GROUP)
 
 
+@dataclass
+class Targets:
+    """What the nemesis breaks: the nodes, and the network, proxies and small disks if any."""
+
+    cluster: LocalCluster
+    topic: str
+    network: Any = None
+    links: Links | None = None
+    disks: dict[int, disk_faults.SmallDisk] = field(default_factory=dict)
+
+
 class Nemesis(threading.Thread):
     """Applies the schedule; each fault is healed when its window ends, or at once on stop."""
 
     def __init__(
         self,
         specs: list[FaultSpec],
-        cluster: LocalCluster,
-        network: Any,
+        targets: Targets,
         rec: Recorder,
         stop: threading.Event,
+        bootstrap: str,
     ):
         super().__init__(name="nemesis", daemon=True)
-        self.specs, self.cluster, self.network, self.rec, self.stop = (
-            specs,
-            cluster,
-            network,
-            rec,
-            stop,
-        )
+        self.specs, self.targets, self.rec, self.stop = specs, targets, rec, stop
+        self.bootstrap = bootstrap
+        self.cluster = targets.cluster
         self.applied: list[dict[str, Any]] = []
         self.error: BaseException | None = None
         self.started = time.monotonic()  # the schedule's time 0: set again when the run starts
@@ -342,15 +370,56 @@ class Nemesis(threading.Thread):
             live = next(iter(n for n in self.cluster.node_ids() if self.cluster.pid(n)), 1)
             spec = resolve_role(spec, self.cluster.describe(live), _rng(spec))
         i = self.rec.invoke("nemesis", "fault", spec.to_json())
+        ends_at = time.monotonic() + spec.duration_s
+        result: Any = None
         try:
-            with inject(spec, self.cluster, self.network):
-                self.stop.wait(spec.duration_s)
+            with self._inject(spec, ends_at) as result:
+                self.stop.wait(max(ends_at - time.monotonic(), 0))
         except FaultError as e:
             self.rec.complete("nemesis", "info", "fault", i, spec.to_json(), error=str(e)[:500])
             self.applied.append({**spec.to_json(), "error": str(e)})
             return
-        self.rec.complete("nemesis", "ok", "fault", i, spec.to_json())
-        self.applied.append(spec.to_json())
+        done = spec.to_json()
+        if result is not None and not isinstance(result, FaultSpec):
+            done["result"] = result
+        self.rec.complete("nemesis", "ok", "fault", i, done)
+        self.applied.append(done)
+
+    def _inject(self, spec: FaultSpec, ends_at: float) -> contextlib.AbstractContextManager[Any]:
+        """The injector for the spec's kind (chaos/faults.py, link_faults.py, disk_faults.py)."""
+        t = self.targets
+        if spec.kind in LINK_KINDS:
+            if t.links is None:
+                raise FaultError("fault link: the run has no proxies (link not in its faults)")
+            return inject_link(spec, t.links)
+        if spec.kind == "disk-full":
+            return disk_faults.full_disks(spec, t.disks)
+        if spec.kind == "torn-tail":
+            return disk_faults.torn_tails(spec, t.cluster, t.topic, _rng(spec))
+        if spec.kind == "bitflip":
+
+            def window_over(wait_s: float) -> bool:
+                left = ends_at - time.monotonic()
+                return left <= 0 or self.stop.wait(min(wait_s, left))
+
+            return disk_faults.flipped_follower(
+                spec, t.cluster, t.topic, _rng(spec), self._scrub, window_over
+            )
+        assert spec.kind not in DISK_KINDS, spec.kind
+        return inject(spec, t.cluster, t.network)
+
+    def _scrub(self, tp: str) -> None:
+        """Read `tp` from offset 0 to its high watermark, recorded as a new assignment's poll
+        (the checker compares every value it returns with what was acknowledged there)."""
+        topic, _, partition = tp.rpartition("-")
+        self.rec.standalone("scrubber", "assign", [tp], group="scrubber")
+        i = self.rec.invoke("scrubber", "poll", group="scrubber")
+        try:
+            value = final_read(self.bootstrap, topic, [int(partition)], SCRUB_READ_S)
+        except (RaftlogError, RuntimeError) as e:
+            self.rec.complete("scrubber", "info", "poll", i, group="scrubber", error=str(e)[:200])
+            return
+        self.rec.complete("scrubber", "ok", "poll", i, value, group="scrubber")
 
 
 def _rng(spec: FaultSpec) -> random.Random:
@@ -383,9 +452,13 @@ def wait_whole(cluster: LocalCluster, topic: str, timeout_s: float) -> dict[str,
     return None
 
 
-def final_read(bootstrap: str, topic: str, partitions: int, timeout_s: float) -> dict[str, Any]:
-    """Every partition from offset 0 to its high watermark: {tp: [[offset, value], ...]}."""
-    tps = [TopicPartition(topic, p) for p in range(partitions)]
+def final_read(
+    bootstrap: str, topic: str, partitions: int | list[int], timeout_s: float
+) -> dict[str, Any]:
+    """Every partition (or those listed) from offset 0 to its high watermark:
+    {tp: [[offset, value], ...]}."""
+    numbers = range(partitions) if isinstance(partitions, int) else partitions
+    tps = [TopicPartition(topic, p) for p in numbers]
     out: dict[str, list[list[Any]]] = {tp_name(tp): [] for tp in tps}
     with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest") as consumer:
         consumer.assign(tps)
@@ -436,6 +509,35 @@ def _network(cfg: RunConfig) -> Iterator[Any]:
         yield net
 
 
+@contextlib.contextmanager
+def _links(cfg: RunConfig) -> Iterator[Links | None]:
+    """The proxies of link faults: on TOXIPROXY_URL's Toxiproxy, or on our own server."""
+    if not any(k in LINK_KINDS for k in cfg.faults):
+        yield None
+        return
+    if any(k in NETWORK_KINDS for k in cfg.faults):
+        # The proxies listen on the host: traffic through them would pass a partition's rules.
+        raise FaultError("link faults cannot share a run with network faults (namespaces)")
+    with Links.open(os.environ.get("TOXIPROXY_URL")) as links:
+        yield links
+
+
+@contextlib.contextmanager
+def _small_disks(
+    cluster: LocalCluster, specs: list[FaultSpec]
+) -> Iterator[dict[int, disk_faults.SmallDisk]]:
+    """A small tmpfs over the log directory of every disk-full target, before it starts;
+    unmounted on exit (after the replica reads, which read them)."""
+    nodes = sorted({n for s in specs if s.kind == "disk-full" for n in s.targets})
+    with contextlib.ExitStack() as stack:
+        disks: dict[int, disk_faults.SmallDisk] = {}
+        for n in nodes:
+            path = cluster.nodes[n].config_path.parent / "logs"
+            path.mkdir(parents=True, exist_ok=True)
+            disks[n] = stack.enter_context(disk_faults.SmallDisk(path, SMALL_DISK_BYTES))
+        yield disks
+
+
 def run(cfg: RunConfig) -> dict[str, Any]:
     """One chaos run; returns the report (also written to OUT/report.json)."""
     cfg.out.mkdir(parents=True, exist_ok=True)
@@ -451,14 +553,18 @@ def run(cfg: RunConfig) -> dict[str, Any]:
     )
     problems: list[str] = []
     workers: list[Any] = []
-    with _network(cfg) as net:
+    with contextlib.ExitStack() as stack:
+        net = stack.enter_context(_network(cfg))
+        links = stack.enter_context(_links(cfg))
         cluster = LocalCluster(
             cfg.out / "cluster",
             cfg.nodes,
             network=net,
             session_timeout_ms=cfg.session_timeout_ms,
             settings={"replica_lag_time_max_ms": cfg.replica_lag_time_max_ms, **cfg.extra},
+            advertise=links.proxy if links is not None else None,
         )
+        disks = stack.enter_context(_small_disks(cluster, specs))
         try:
             _say(cfg, f"chaos: starting {cfg.nodes} nodes under {cfg.out / 'cluster'}")
             cluster.start()
@@ -477,7 +583,8 @@ def run(cfg: RunConfig) -> dict[str, Any]:
                 ConsumerWorker(n, cfg, cluster.bootstrap, rec, stop)
                 for n in range(1, cfg.consumers + 1)
             ]
-            nemesis = Nemesis(specs, cluster, net, rec, stop)
+            targets = Targets(cluster, cfg.topic, net, links, disks)
+            nemesis = Nemesis(specs, targets, rec, stop, cluster.bootstrap)
             nemesis.started = time.monotonic()  # the schedule counts from here
             for w in [*workers, nemesis]:
                 w.start()
@@ -535,6 +642,9 @@ def run(cfg: RunConfig) -> dict[str, Any]:
 
 def _create_topic(cluster: LocalCluster, cfg: RunConfig) -> None:
     config = {"min.insync.replicas": str(cfg.min_insync), "durability.policy": cfg.durability}
+    if "bitflip" in cfg.faults:
+        config["segment.bytes"] = str(BITFLIP_SEGMENT_BYTES)
+    config.update(cfg.topic_config)
     if cfg.unclean:
         config["unclean.leader.election.enable"] = "true"
     with Admin(cluster.bootstrap) as admin:
@@ -633,6 +743,7 @@ def summary(report: dict[str, Any]) -> str:
         "committed_offset_regressions",
         "replica_divergence",
         "max_unavailability_s",
+        "max_partition_unavailability_s",
     )
     head = "VALID" if report["valid"] else "INVALID (" + ", ".join(report["invalid_because"]) + ")"
     return head + ": " + ", ".join(f"{k} {report.get(k)}" for k in keys)

@@ -9,7 +9,11 @@ It owns one `Partition` (a PartitionLog plus its PartitionCore) per hosted parti
   log grows, consumers when its high watermark moves;
 - runs one `ReplicaFetcher` per broker it follows: a loop that pulls the partitions it follows
   from that leader with one Fetch request at a time (many partitions per request,
-  long-polling), like a consumer;
+  long-polling), like a consumer; a partition whose fetched data could not be appended (a full
+  disk) or was rejected is left out of the fetches for a backoff that doubles per failure in a
+  row (`replica_fetch_backoff_ms` up to `replica_append_backoff_ms_max`), so a broken disk
+  neither spins the loop nor floods the log; a fetch answer is waited for at most the long-poll
+  wait plus the lag bound (`fetch_response_timeout_ms`), then the connection is dropped;
 - with the fsync policy, fsyncs appended data on a background thread (one fsync covers every
   append made before it: group commit) and tells the cores what is durable;
 - ticks the cores (ISR shrink, expired produce requests) and checkpoints high watermarks.
@@ -92,12 +96,30 @@ class ReplicationConfig:
     replica_fetch_response_max_bytes: int = 10 * 1024 * 1024
     # replica.fetch.backoff.ms: after a failed fetch (leader unreachable, an error).
     replica_fetch_backoff_ms: int = 200
+    # A partition whose fetched data cannot be appended (a full disk) waits
+    # replica_fetch_backoff_ms, doubling per failure up to this, before it is fetched again:
+    # without it the follower refetched the same bytes at once, about a thousand times a second
+    # with two log lines each, for as long as the disk stayed full.
+    replica_append_backoff_ms_max: int = 5_000
     # replica.high.watermark.checkpoint.interval.ms
     high_watermark_checkpoint_interval_ms: int = 5_000
     # How often leaders look for lagging followers and expired produce requests.
     tick_interval_ms: int = 50
-    # Request timeout of a follower's fetch (over the long-poll wait).
+    # Request timeout of a follower's fetch (over the long-poll wait); see
+    # fetch_response_timeout_ms for the bound that applies.
     replica_socket_timeout_ms: int = 30_000
+
+    @property
+    def fetch_response_timeout_ms(self) -> int:
+        """How long a follower waits for a fetch's answer before it drops the connection and
+        fetches again: the long-poll wait plus the lag bound, at most the socket timeout.
+        A request that a link swallowed (a half-open connection, a proxy or middlebox that lost
+        it) is never answered; waiting past the lag bound only keeps the follower out of the
+        ISR after the link is back (the chaos suite saw 28 s with a 3 s lag bound)."""
+        return min(
+            self.replica_socket_timeout_ms,
+            self.replica_fetch_wait_max_ms + self.replica_lag_time_max_ms,
+        )
 
 
 class Partition:
@@ -130,6 +152,10 @@ class Partition:
         # fsync policy: a flush is running / another one is needed after it.
         self.flushing = False
         self.flush_again = False
+        # Follower: fetched data that could not be appended (a full disk, a failed write) or
+        # was rejected; the partition is left out of fetches until `fetch_backoff_until_ms`.
+        self.append_failures = 0
+        self.fetch_backoff_until_ms = 0
         self.flush_done: asyncio.Future[None] | None = None
 
     def partition_config(self) -> PartitionConfig:
@@ -533,13 +559,32 @@ class ReplicaManager:
         except (CorruptRecordError, InvalidOffsetError) as e:
             # The leader sent bytes that do not continue our log: drop them and fetch again.
             log.warning("%s: fetched data rejected: %s", p.tp, e)
+            self._back_off_fetch(p, now)
             return False
         except StorageError as e:
-            log.error("%s: appending fetched data failed: %s", p.tp, e)
+            # Logged on the first failure and then once per backoff, which doubles.
+            log.error(
+                "%s: appending fetched data failed (%d in a row): %s",
+                p.tp,
+                p.append_failures + 1,
+                e,
+            )
+            self._back_off_fetch(p, now)
             return False
+        p.append_failures = 0
         if core.role is Role.FOLLOWER and (error is None or out_of_range):
             self._perform(p, core.after_follower_write(now), now)
         return p.log.log_end_offset != end_before or bool(actions)
+
+    def _back_off_fetch(self, p: Partition, now: int) -> None:
+        """Leave `p` out of fetches for a backoff that doubles with each failure in a row."""
+        cfg = self.config
+        delay_ms = min(
+            cfg.replica_fetch_backoff_ms << min(p.append_failures, 16),
+            max(cfg.replica_append_backoff_ms_max, cfg.replica_fetch_backoff_ms),
+        )
+        p.append_failures += 1
+        p.fetch_backoff_until_ms = now + delay_ms
 
     # -- durability (fsync policy) ---------------------------------------------------------------
 
@@ -640,6 +685,10 @@ class ReplicaFetcher:
             raise NotLeaderOrFollowerError("this broker is not registered yet")
         specs: dict[TopicPartition, tuple[Partition, FollowerFetch]] = {}
         by_topic: dict[str, list[list[int]]] = {}
+        now = manager.clock_ms()
+        partitions = [p for p in partitions if p.fetch_backoff_until_ms <= now]
+        if not partitions:
+            return False  # every partition backs off after failed appends: the loop sleeps
         for p in partitions:
             spec = p.core.fetch_spec()
             specs[p.tp] = (p, spec)
@@ -663,7 +712,7 @@ class ReplicaFetcher:
         }
         conn = await manager._connect(self.leader_id)
         resp, payload = await conn.request(
-            protocol.ApiKey.FETCH, body, (), cfg.replica_socket_timeout_ms / 1000
+            protocol.ApiKey.FETCH, body, (), cfg.fetch_response_timeout_ms / 1000
         )
         changed = False
         pos = 0

@@ -230,6 +230,24 @@ def test_availability_overall_and_per_fault() -> None:
     assert abs(pause["max_unavailability_s"] - 1.4) < 1e-6
 
 
+def test_availability_per_partition_shows_one_partition_down_while_others_go_on() -> None:
+    h = HistoryBuilder()
+    other = "t-1"
+    # t-1 is acknowledged every 0.5 s; TP only at the start and the end.
+    h.send("p1", TP, "a0", 0, at=0.0)
+    for i in range(9):
+        h.send("p2", other, f"b{i}", i, at=0.5 * i + 0.2)
+    h.send("p1", TP, "a1", None, type="info", at=2.0)
+    h.send("p1", TP, "a2", 1, at=4.5)
+    h.final_read({TP: [(0, "a0"), (1, "a2")], other: [(i, f"b{i}") for i in range(9)]})
+    report = check(h.ops)
+    assert report["valid"]
+    assert report["max_unavailability_s"] < 1.0  # the other partition hides the outage
+    assert abs(report["partition_unavailability_s"][TP] - 4.5) < 1e-6  # 0.01 -> 4.51
+    assert report["max_partition_unavailability_s"] == report["partition_unavailability_s"][TP]
+    assert report["partition_unavailability_s"][other] < 1.0
+
+
 def test_nothing_acknowledged_is_not_valid() -> None:
     h = HistoryBuilder()
     h.send("p1", TP, "a", None, type="info")

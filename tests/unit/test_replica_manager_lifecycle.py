@@ -66,3 +66,14 @@ async def test_a_metadata_change_while_the_loops_wind_down_starts_no_fetcher(tmp
     finally:
         manager.close()
         plog.close()
+
+
+def test_a_followers_fetch_is_given_up_after_the_lag_bound_not_the_socket_timeout() -> None:
+    """A fetch request a link swallowed is never answered: the follower waits at most the
+    long-poll wait plus replica.lag.time.max.ms before it reconnects, so it is back in the ISR
+    soon after the link heals (tests/chaos/test_link_faults.py shows it on real nodes)."""
+    from raftlog.replication.manager import ReplicationConfig
+
+    short = ReplicationConfig(replica_lag_time_max_ms=3000, replica_fetch_wait_max_ms=500)
+    assert short.fetch_response_timeout_ms == 3500
+    assert ReplicationConfig().fetch_response_timeout_ms == 30_000  # the socket timeout bounds
