@@ -30,6 +30,7 @@ Offline logs (rules):
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 import os
 import shutil
@@ -149,6 +150,8 @@ class LogManager:
         # The topic each open log was opened for (its id and config, for a reopen).
         self._topics: dict[TopicPartition, TopicInfo] = {}
         self._offline: dict[TopicPartition, OfflineLog] = {}
+        # The scrubber's turn: it goes on with the partition after this one.
+        self._scrub_last = TopicPartition("", -1)
         # Long-polling fetches waiting for a partition to grow.
         self._waiters: dict[TopicPartition, set[asyncio.Future[None]]] = {}
         self.errors = RateLimitedLog(ERROR_LOG_INTERVAL_S, clock)
@@ -426,6 +429,25 @@ class LogManager:
                     logging.ERROR, (tp, "retention"), "retention on %s failed: %s", tp, e
                 )
         return deleted
+
+    def scrub(self, budget_bytes: int) -> int:
+        """Check about `budget_bytes` of closed segments' checksums, the logs taking turns
+        from where the last call stopped (PartitionLog.scrub); returns the bytes checked. A
+        log found damaged goes offline (`check_offline` moves it)."""
+        logs = sorted(self._logs.items())
+        if not logs:
+            return 0
+        start = bisect.bisect_right([tp for tp, _ in logs], self._scrub_last)
+        checked = 0
+        for tp, plog in logs[start:] + logs[:start]:
+            if checked >= budget_bytes:
+                break
+            self._scrub_last = tp
+            try:
+                checked += plog.scrub(budget_bytes - checked)
+            except RaftlogError as e:
+                self.errors.log(logging.ERROR, (tp, "scrub"), "checking %s failed: %s", tp, e)
+        return checked
 
     def maybe_flush(self) -> None:
         for tp, plog in list(self._logs.items()):

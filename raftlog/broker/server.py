@@ -11,8 +11,10 @@ Shutdown (`stop`): stop accepting, let in-flight requests finish (bounded by
 instead, the next start runs storage recovery and every acknowledged record is there.
 
 Housekeeping (every `flush_check_interval_ms`): flush by `flush.ms`, retention every
-`retention_check_interval_ms`, move logs that went offline to the LogManager's offline table
-and reopen offline ones whose backoff passed. A partition's error never stops the others (the
+`retention_check_interval_ms`, check closed segments' checksums (`scrub_bytes_per_s`: fetches
+serve trusted data unchecked, so a flipped byte is found here, not by a consumer), move logs
+that went offline to the LogManager's offline table and reopen offline ones whose backoff
+passed. A partition's error never stops the others (the
 LogManager catches and rate-limits them); a bug that ends the task is logged at once.
 
 Offline replicas: whenever the set of this broker's offline logs changes, the broker proposes
@@ -117,6 +119,9 @@ class BrokerConfig:
     log_defaults: dict[str, Any] = field(default_factory=dict)
     retention_check_interval_ms: int = 5 * 60 * 1000
     flush_check_interval_ms: int = 1000
+    # The background checksum check of closed segments, bytes per second over all partitions
+    # (0: off). 8 MiB/s checks a 10 GiB broker every ~21 min at well under 1% of a core.
+    scrub_bytes_per_s: int = 8 * 1024 * 1024
     shutdown_timeout_ms: int = 10_000
     # Replication settings (replica.lag.time.max.ms, replica fetch sizes and waits, ...).
     replication: ReplicationConfig = field(default_factory=ReplicationConfig)
@@ -274,6 +279,10 @@ class Broker:
         while True:
             await asyncio.sleep(self.config.flush_check_interval_ms / 1000)
             self.logs.maybe_flush()
+            if self.config.scrub_bytes_per_s > 0:
+                self.logs.scrub(
+                    self.config.scrub_bytes_per_s * self.config.flush_check_interval_ms // 1000
+                )
             if loop.time() >= next_retention:
                 self.logs.enforce_retention(self.replicas.high_watermarks())
                 next_retention = loop.time() + self.config.retention_check_interval_ms / 1000

@@ -32,6 +32,10 @@ Durability rules:
 - A read that finds damaged batches (in trusted data, which the open does not scan) raises
   LogCorruptedError and takes the log offline; `open(check_segments=...)` then checks the
   named segments batch by batch.
+- Fetches serve trusted data without checking checksums (zero copy), so `scrub(budget)` checks
+  the closed segments' batch checksums in the background, `budget` bytes a call, from where
+  the last call stopped, round and round: damage it finds takes the log offline exactly as a
+  read's would (the broker then sets a follower's damaged log aside and refetches it).
 - A failed write is rolled back (ftruncate to the old size) and raised as StorageError; if even
   the rollback fails, or an fsync fails, the log goes offline (LogOfflineError: reads and writes
   refused) until reopened, which recovers it.
@@ -60,7 +64,7 @@ import errno
 import logging
 import os
 import time
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -81,6 +85,7 @@ from raftlog.errors import (
 from raftlog.records import (
     HEADER,
     HEADER_SIZE,
+    INT32,
     LOG_OVERHEAD,
     NO_PARTITION_LEADER_EPOCH,
     NO_PRODUCER_ID,
@@ -109,6 +114,9 @@ from raftlog.storage.segment import (
 )
 
 log = logging.getLogger(__name__)
+
+# What the scrubber reads at a time (whole batches of it are checked).
+SCRUB_CHUNK_BYTES = 256 * 1024
 
 RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
 LOG_START_FILE = "log-start-offset-checkpoint"
@@ -208,6 +216,8 @@ class PartitionLog:
         self._truncations = 0
         self._last_flush_ms = clock_ms()
         self._last_rp_checkpoint_ms = 0
+        # Where the scrubber goes on: (segment base offset, byte position).
+        self._scrub_at = (0, 0)
         # Set when the log goes offline (or is closed): every later call raises a copy.
         self._offline: LogOfflineError | None = None
         # The fsync of the segment rolled last, running on _ROLL_FLUSHER, and the recovery
@@ -984,6 +994,68 @@ class PartitionLog:
         """A read found damaged batches: they lie below the recovery point (recovery checked
         the rest), so the log goes offline as the open would have taken it."""
         self._set_offline(self._corrupted(damage), None)
+
+    def scrub(self, budget_bytes: int) -> int:
+        """Check the checksums of about `budget_bytes` of closed segments' batches, going on
+        from where the last call stopped; returns the bytes checked (0 when there is no closed
+        segment). A full pass ends a call, so one call never checks a byte twice. Damage takes
+        the log offline (LogCorruptedError naming the file and byte, as a read's damage does).
+        """
+        self._check_writable()
+        closed = self._segments[:-1]
+        if not closed:
+            return 0
+        base, pos = self._scrub_at
+        i = bisect_left(self._bases, base, hi=len(closed))
+        if i == len(closed) or self._bases[i] != base:
+            pos = 0  # that segment went (retention, truncation): go on with the next one
+            if i == len(closed):
+                i = 0
+        checked = 0
+        seg = closed[i]
+        try:
+            while checked < budget_bytes:
+                if pos >= seg.size:
+                    i, pos = i + 1, 0
+                    if i == len(closed):
+                        self._scrub_at = (closed[0].base_offset, 0)
+                        return checked  # a full pass
+                    seg = closed[i]
+                    continue
+                done = self._scrub_chunk(seg, pos)
+                pos += done
+                checked += done
+        except OSError as e:
+            self._go_offline(f"reading {seg.log_path} to check it failed ({os_error_text(e)})", e)
+        self._scrub_at = (seg.base_offset, pos)
+        return checked
+
+    def _scrub_chunk(self, seg: LogSegment, pos: int) -> int:
+        """Check the whole batches of one chunk of `seg` from `pos` (at least one batch);
+        returns the bytes they take."""
+        buf = seg.read_at(pos, min(SCRUB_CHUNK_BYTES, seg.size - pos))
+        rel = 0
+        while True:
+            if len(buf) - rel < LOG_OVERHEAD:
+                if rel:
+                    return rel
+                self._damaged(SegmentDamage(seg.log_path, pos, -1, "torn batch header"))
+            total = INT32.unpack_from(buf, rel + 8)[0] + LOG_OVERHEAD
+            if total < HEADER_SIZE or pos + rel + total > seg.size:
+                why = f"impossible batch length {total - LOG_OVERHEAD}"
+                self._damaged(SegmentDamage(seg.log_path, pos + rel, -1, why))
+            if rel + total > len(buf):
+                if rel:
+                    return rel
+                buf = seg.read_at(pos, total)  # one batch larger than a chunk
+            try:
+                validate_batch(buf, rel, rel + total)
+            except CorruptRecordError as e:
+                why = f"{e} (found by the scrubber)".replace(
+                    f"at byte {rel}", f"at byte {pos + rel}"
+                )
+                self._damaged(SegmentDamage(seg.log_path, pos + rel, -1, why))
+            rel += total
 
     def _check_writable(self) -> None:
         if self._offline is not None:

@@ -375,12 +375,9 @@ def test_a_deposed_leader_truncates_what_only_it_had(cluster: Cluster) -> None:
     check_replicas_identical(cluster, "audit")
 
 
-def test_a_damaged_follower_leaves_the_isr_and_heals_from_the_leader(cluster: Cluster) -> None:
-    """Damage below a follower's recovery point (4 bytes of a batch length in a middle segment
-    of a cleanly stopped log): the follower reports its replica offline, the metadata takes it
-    out of the ISR, and it heals by itself: its files are set aside under `damaged/` (nothing
-    deleted) and it refetches the partition from the leader, rejoins the ISR, ends identical."""
-    topic = "healing"
+def written_with_old_segments(cluster: Cluster, topic: str) -> tuple[Sender, int, Path]:
+    """`topic` (RF 3, 16 KiB segments) with 4,000 acknowledged records: the sender, a follower
+    and a segment file in the middle of that follower's log."""
     with Admin(cluster.bootstrap) as admin:
         admin.create_topic(topic, 1, 3, {"min.insync.replicas": "2", "segment.bytes": "16384"})
     wait_in_sync(cluster, topic)
@@ -388,12 +385,21 @@ def test_a_damaged_follower_leaves_the_isr_and_heals_from_the_leader(cluster: Cl
         sender.done()
     assert len(sender.acked) == 4000, sender.failed[:3]
     victim = next(n for n in cluster.nodes if n != leader_of(cluster, topic))
-    node = cluster.nodes[victim]
-    assert node.stop() == 0, node.log_tail()
-    part = node.data_dir / "logs" / f"{topic}-0"
+    part = cluster.nodes[victim].data_dir / "logs" / f"{topic}-0"
     segments = sorted(part.glob("*.log"))
     assert len(segments) >= 5, segments
-    target = segments[len(segments) // 2]
+    return sender, victim, segments[len(segments) // 2]
+
+
+def test_a_damaged_follower_leaves_the_isr_and_heals_from_the_leader(cluster: Cluster) -> None:
+    """Damage below a follower's recovery point (4 bytes of a batch length in a middle segment
+    of a cleanly stopped log): the follower reports its replica offline, the metadata takes it
+    out of the ISR, and it heals by itself: its files are set aside under `damaged/` (nothing
+    deleted) and it refetches the partition from the leader, rejoins the ISR, ends identical."""
+    topic = "healing"
+    sender, victim, target = written_with_old_segments(cluster, topic)
+    node = cluster.nodes[victim]
+    assert node.stop() == 0, node.log_tail()
     data = target.read_bytes()
     pos = last = 0
     while pos < len(data):
@@ -412,6 +418,36 @@ def test_a_damaged_follower_leaves_the_isr_and_heals_from_the_leader(cluster: Cl
     )
     (aside,) = list(damaged.iterdir())
     assert (aside / target.name).read_bytes()[last + 8 : last + 12] == struct.pack("<i", 0x7FFFFFF0)
+    wait_in_sync(cluster, topic)
+    check_acked(sender, read_everything(cluster.bootstrap, topic))
+    check_replicas_identical(cluster, topic)
+
+
+def test_a_flipped_byte_in_a_running_followers_old_segment_is_found_and_healed(
+    cluster: Cluster,
+) -> None:
+    """A byte flipped in an old segment of a follower that keeps running: reads would serve it
+    (no checksum check on the fetch path), so the broker's scrubber must find it, take the
+    replica offline, set its files aside and refetch them: never a consumer's job."""
+    topic = "scrubbed"
+    sender, victim, target = written_with_old_segments(cluster, topic)
+    node = cluster.nodes[victim]
+    size = HEADER.unpack_from(target.read_bytes(), 0)[1] + LOG_OVERHEAD
+    with open(target, "r+b") as f:  # the first batch's last byte: a record, checksummed
+        f.seek(size - 1)
+        byte = f.read(1)
+        f.seek(size - 1)
+        f.write(bytes([byte[0] ^ 0xFF]))
+
+    damaged = node.data_dir / "damaged"
+    wait_for(
+        lambda: (damaged.is_dir() and any(damaged.iterdir())) or None,
+        CHANGE_S,
+        f"node {victim} found the flipped byte and set its log aside",
+    )
+    (aside,) = list(damaged.iterdir())
+    assert (aside / target.name).read_bytes()[size - 1] == byte[0] ^ 0xFF
+    assert "found by the scrubber" in node.stderr_path.read_text(errors="replace")
     wait_in_sync(cluster, topic)
     check_acked(sender, read_everything(cluster.bootstrap, topic))
     check_replicas_identical(cluster, topic)

@@ -322,3 +322,34 @@ def test_verify_reports_a_corrupt_length_once_not_as_index_or_gap_problems(
     assert len(problems) == 1, problems
     assert problems[0].startswith(f"{seg_path(path, bases[1])}: byte {pos}: ")
     assert "below the recovery point" in problems[0] and "offline" in problems[0]
+
+
+def test_the_scrubber_finds_a_flipped_byte_that_reads_would_serve(tmp_path: str) -> None:
+    """Fetches serve trusted data without checking it; the scrubber checks every closed
+    segment's checksums, a budget at a time, and takes the log offline at the damage."""
+    path = str(tmp_path / "t-0")
+    log = build(path, segments=6)
+    bases = log.segment_base_offsets
+    # An undamaged log: passes go round and round; a call stops at the end of a pass.
+    closed_bytes = sum(os.path.getsize(seg_path(path, b)) for b in bases[:-1])
+    assert sum(log.scrub(4096) for _ in range(200)) >= closed_bytes
+    assert log.scrub(10 * closed_bytes) <= closed_bytes
+    # One byte of a record in the fourth segment: after the checksum field, so a read
+    # serves it as it is.
+    damaged = seg_path(path, bases[3])
+    pos, base, size = batches_of(damaged)[2]
+    with open(damaged, "r+b") as f:
+        f.seek(pos + size - 3)
+        byte = f.read(1)
+        f.seek(pos + size - 3)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    assert log.read(base, 1)  # served, unchecked
+    with pytest.raises(LogCorruptedError) as raised:
+        for _ in range(1000):
+            log.scrub(8192)
+    text = str(raised.value)
+    assert damaged in text and f"byte {pos}" in text and "checksum" in text, text
+    assert isinstance(log.offline_error, LogCorruptedError)
+    with pytest.raises(LogOfflineError):
+        log.read(0, 1)
+    log.close()
