@@ -102,17 +102,21 @@ class SmallDisk:
     def fill(self, leave_bytes: int = 0) -> int:
         """Write a filler file until at most `leave_bytes` are free; return the filler size."""
         written = self.filler.stat().st_size if self.filler.exists() else 0
-        with open(self.filler, "ab") as f:
+        # Unbuffered: the node writes to the same disk meanwhile, so a write may take fewer
+        # bytes than were free a moment ago. A buffered file kept the rest and raised ENOSPC
+        # again when it was closed (a CI failure); a raw write says what it took.
+        with open(self.filler, "ab", buffering=0) as f:
             while (free := self.free_bytes()) > leave_bytes:
                 n = min(FILL_CHUNK_BYTES, free - leave_bytes)
                 try:
-                    f.write(b"\0" * n)
-                    f.flush()
+                    took = f.write(b"\0" * n)
                 except OSError as e:
                     if e.errno != errno.ENOSPC:
                         raise
                     break
-                written += n
+                if not took:
+                    break
+                written += took
         return written
 
     def drain(self) -> None:

@@ -192,6 +192,21 @@ def test_full_disk_fails_writes_with_enospc_until_healed(small_disk: SmallDisk) 
 
 
 @needs_root
+def test_filling_a_disk_another_writer_shrinks_meanwhile_ends_full(
+    small_disk: SmallDisk, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The node writes to its disk while the filler fills it, so a write can find less room
+    than statvfs said a moment before. (A buffered filler kept the rest and raised ENOSPC when
+    it was closed.) Here statvfs overstates the room by 3,000 bytes every time."""
+    real = SmallDisk.free_bytes
+    monkeypatch.setattr(SmallDisk, "free_bytes", lambda self: real(self) + 3000)
+    with disk_full(small_disk):
+        assert real(small_disk) == 0
+        assert small_disk.filler.stat().st_size > 128 * 1024
+    assert not small_disk.filler.exists()
+
+
+@needs_root
 def test_small_disk_refuses_to_hide_existing_files(tmp_path: Path) -> None:
     d = tmp_path / "busy"
     d.mkdir()
