@@ -103,6 +103,12 @@ def local_session(app_name: str = "raftlog", cores: int = 2, **conf: str) -> Any
         # Small local jobs: a handful of shuffle partitions, not Spark's 200.
         .config("spark.sql.shuffle.partitions", str(max(cores, 2)))
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+        # A local session has no remote executor to lose, yet the driver still expires its own
+        # executor and block manager after spark.network.timeout (120 s) without a heartbeat,
+        # judged by wall-clock time. A VM whose clock jumps (this one's has, by minutes) then
+        # drops the blocks of running jobs: "[INTERNAL_ERROR_STORAGE] Block broadcast_0 does
+        # not exist" in the main job elsewhere. An hour cannot be reached by a live session.
+        .config("spark.network.timeout", "3600s")
     )
     for key, value in conf.items():
         builder = builder.config(key, value)
