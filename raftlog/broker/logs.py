@@ -430,21 +430,23 @@ class LogManager:
                 )
         return deleted
 
-    def scrub(self, budget_bytes: int) -> int:
-        """Check about `budget_bytes` of closed segments' checksums, the logs taking turns
-        from where the last call stopped (PartitionLog.scrub); returns the bytes checked. A
-        log found damaged goes offline (`check_offline` moves it)."""
+    def scrub(self, budget_bytes: int, budget_s: float) -> int:
+        """Check about `budget_bytes` of closed segments' checksums, and for at most about
+        `budget_s` seconds, the logs taking turns from where the last call stopped
+        (PartitionLog.scrub); returns the bytes checked. A log found damaged goes offline
+        (`check_offline` moves it)."""
         logs = sorted(self._logs.items())
         if not logs:
             return 0
         start = bisect.bisect_right([tp for tp, _ in logs], self._scrub_last)
         checked = 0
+        deadline = time.monotonic() + budget_s
         for tp, plog in logs[start:] + logs[:start]:
-            if checked >= budget_bytes:
+            if checked >= budget_bytes or time.monotonic() >= deadline:
                 break
             self._scrub_last = tp
             try:
-                checked += plog.scrub(budget_bytes - checked)
+                checked += plog.scrub(budget_bytes - checked, deadline)
             except RaftlogError as e:
                 self.errors.log(logging.ERROR, (tp, "scrub"), "checking %s failed: %s", tp, e)
         return checked
