@@ -391,6 +391,24 @@ def written_with_old_segments(cluster: Cluster, topic: str) -> tuple[Sender, int
     return sender, victim, segments[len(segments) // 2]
 
 
+def healed_from_the_leader(
+    cluster: Cluster, topic: str, sender: Sender, victim: int, target: Path
+) -> Path:
+    """Waits for `victim` to set its damaged log aside under `damaged/`, rejoin the ISR and
+    hold every acknowledged record, identical to the others; the damaged copy of `target`."""
+    damaged = cluster.nodes[victim].data_dir / "damaged"
+    wait_for(
+        lambda: (damaged.is_dir() and any(damaged.iterdir())) or None,
+        CHANGE_S,
+        f"node {victim} set its damaged log aside",
+    )
+    (aside,) = list(damaged.iterdir())
+    wait_in_sync(cluster, topic)
+    check_acked(sender, read_everything(cluster.bootstrap, topic))
+    check_replicas_identical(cluster, topic)
+    return aside / target.name
+
+
 def test_a_damaged_follower_leaves_the_isr_and_heals_from_the_leader(cluster: Cluster) -> None:
     """Damage below a follower's recovery point (4 bytes of a batch length in a middle segment
     of a cleanly stopped log): the follower reports its replica offline, the metadata takes it
@@ -410,17 +428,8 @@ def test_a_damaged_follower_leaves_the_isr_and_heals_from_the_leader(cluster: Cl
         f.write(struct.pack("<i", 0x7FFFFFF0))
 
     node.start()
-    damaged = node.data_dir / "damaged"
-    wait_for(
-        lambda: (damaged.is_dir() and any(damaged.iterdir())) or None,
-        CHANGE_S,
-        f"node {victim} set its damaged log aside",
-    )
-    (aside,) = list(damaged.iterdir())
-    assert (aside / target.name).read_bytes()[last + 8 : last + 12] == struct.pack("<i", 0x7FFFFFF0)
-    wait_in_sync(cluster, topic)
-    check_acked(sender, read_everything(cluster.bootstrap, topic))
-    check_replicas_identical(cluster, topic)
+    aside = healed_from_the_leader(cluster, topic, sender, victim, target)
+    assert aside.read_bytes()[last + 8 : last + 12] == struct.pack("<i", 0x7FFFFFF0)
 
 
 def test_a_flipped_byte_in_a_running_followers_old_segment_is_found_and_healed(
@@ -439,15 +448,6 @@ def test_a_flipped_byte_in_a_running_followers_old_segment_is_found_and_healed(
         f.seek(size - 1)
         f.write(bytes([byte[0] ^ 0xFF]))
 
-    damaged = node.data_dir / "damaged"
-    wait_for(
-        lambda: (damaged.is_dir() and any(damaged.iterdir())) or None,
-        CHANGE_S,
-        f"node {victim} found the flipped byte and set its log aside",
-    )
-    (aside,) = list(damaged.iterdir())
-    assert (aside / target.name).read_bytes()[size - 1] == byte[0] ^ 0xFF
+    aside = healed_from_the_leader(cluster, topic, sender, victim, target)
+    assert aside.read_bytes()[size - 1] == byte[0] ^ 0xFF
     assert "found by the scrubber" in node.stderr_path.read_text(errors="replace")
-    wait_in_sync(cluster, topic)
-    check_acked(sender, read_everything(cluster.bootstrap, topic))
-    check_replicas_identical(cluster, topic)
