@@ -6,7 +6,13 @@ Rules: imports the codec (records, protocol) and never the broker; options carry
 
 from raftlog.client.admin import Admin, AsyncAdmin, TopicDescription
 from raftlog.client.consumer import AsyncConsumer, Consumer, ConsumerRecord
-from raftlog.client.producer import AsyncProducer, Producer, RecordFuture, RecordMetadata
+from raftlog.client.producer import (
+    AsyncProducer,
+    Producer,
+    RecordFuture,
+    RecordFutures,
+    RecordMetadata,
+)
 from raftlog.topics import TopicPartition
 
 __all__ = [
@@ -18,6 +24,7 @@ __all__ = [
     "ConsumerRecord",
     "Producer",
     "RecordFuture",
+    "RecordFutures",
     "RecordMetadata",
     "TopicDescription",
     "TopicPartition",

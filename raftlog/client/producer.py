@@ -466,6 +466,10 @@ class RecordFuture:
         return self.result(0)
 
 
+# Records of one batch queued by one call: (batch, index of the first, how many, timestamp).
+Span = tuple["BatchResult", int, int, int]
+
+
 class RecordFutures(Sequence[RecordFuture]):
     """The futures of one `send_many` call, in send order, made only when asked for.
 
@@ -475,13 +479,12 @@ class RecordFutures(Sequence[RecordFuture]):
     to, not an object per record: the per-record future was most of send_many's CPU.
     """
 
-    __slots__ = ("_spans", "_starts", "_timestamp")
+    __slots__ = ("_spans", "_starts")
 
-    def __init__(self, spans: list[tuple[BatchResult, int, int]], timestamp: int):
+    def __init__(self, spans: list[Span]):
         self._spans = spans
-        self._timestamp = timestamp
         starts, total = [], 0
-        for _, _, count in spans:
+        for _, _, count, _ in spans:
             starts.append(total)
             total += count
         starts.append(total)
@@ -503,20 +506,20 @@ class RecordFutures(Sequence[RecordFuture]):
         if not 0 <= i < n:
             raise IndexError(f"record {i} of {n}")
         span = bisect.bisect_right(self._starts, i) - 1
-        batch, first, _ = self._spans[span]
-        return RecordFuture(batch, first + i - self._starts[span], self._timestamp)
+        batch, first, _, ts = self._spans[span]
+        return RecordFuture(batch, first + i - self._starts[span], ts)
 
     def done(self) -> bool:
-        return all(batch.done() for batch, _, _ in self._spans)
+        return all(batch.done() for batch, _, _, _ in self._spans)
 
     def result(self, timeout: float | None = None) -> list[RecordMetadata]:
         """Every record's metadata, in send order; the first failed batch's error otherwise.
         `timeout` bounds the whole wait (None: until each batch's delivery timeout)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         out: list[RecordMetadata] = []
-        for batch, first, count in self._spans:
+        for batch, first, count, ts in self._spans:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            head = RecordFuture(batch, first, self._timestamp).result(left)
+            head = RecordFuture(batch, first, ts).result(left)
             base = head.offset - first if head.offset >= 0 else None
             out += [
                 head._replace(offset=base + k if base is not None else -1)
@@ -525,8 +528,8 @@ class RecordFutures(Sequence[RecordFuture]):
         return out
 
     def __await__(self) -> Any:
-        for batch, first, _ in self._spans:
-            yield from RecordFuture(batch, first, self._timestamp).__await__()
+        for batch, first, _, ts in self._spans:
+            yield from RecordFuture(batch, first, ts).__await__()
         return self.result(0)
 
 
@@ -1130,10 +1133,19 @@ class _ProducerCore:
         return batch.sealed or (before + record_bytes > self._batch_size and before > HEADER_SIZE)
 
     def append_many(
-        self, topic: str, values: Sequence[bytes], partition: int | None, block: bool
-    ) -> RecordFutures | None:
-        """Add records with these values (no key, no headers, the current time) in this order;
-        None if the topic's metadata is not known yet (as `append`).
+        self,
+        topic: str,
+        values: Sequence[bytes],
+        start: int,
+        partition: int | None,
+        block: bool,
+        spans: list[Span],
+    ) -> int:
+        """Add records with `values[start:]` (no key, no headers, the current time) in this
+        order, adding where they went to `spans`; returns the index of the first value not
+        queued: `len(values)`, or less when the topic's metadata is not known (yet, or any
+        more: dropped after an error). The caller then fetches it and goes on from there, so
+        no record is queued twice.
 
         The batch hot path: the lock is taken once, and each batch is filled by one builder
         call (`BatchBuilder.append_values`). Records go to `partition`, or to the sticky
@@ -1141,32 +1153,31 @@ class _ProducerCore:
         one would. Values other than non-empty `bytes` take `append` one by one (checked
         there)."""
         ts = _time_ns() // 1_000_000
-        if not all(type(v) is bytes and v for v in values):
-            out: list[tuple[BatchResult, int, int]] = []
-            for v in values:
-                fut = self.append(topic, v, None, None, partition, ts, block)
+        end = len(values)
+        if not all(type(v) is bytes and v for v in values[start:]):
+            for i in range(start, end):
+                fut = self.append(topic, values[i], None, None, partition, ts, block)
                 if fut is None:
-                    return None  # nothing was queued: the first record needs the metadata
-                out.append((fut._batch, fut._index, 1))
-            return RecordFutures(out, ts)
+                    return i
+                spans.append((fut._batch, fut._index, 1, ts))
+            return end
         if type(topic) is not str or (partition is not None and type(partition) is not int):
             _checked_record(topic, b"x", None, None, partition, None)  # raises, naming which
         if self.dead is not None:
             raise self.dead
         info = self._topics.get(topic)
         if info is None:
-            return None
+            return start
         partitions = len(info.partitions)
         if partition is not None and not 0 <= partition < partitions:
             raise RaftlogError(
                 f"partition {partition} of topic {topic!r} does not exist (it has {partitions})"
             )
-        spans: list[tuple[BatchResult, int, int]] = []
         acc = self.acc
         batch_size = self._batch_size
         sticky = partition is None
         wake = False
-        i, end = 0, len(values)
+        i = start
         with acc.lock:
             while i < end:
                 if block and acc.buffered_bytes >= self._buffer_memory:
@@ -1191,7 +1202,7 @@ class _ProducerCore:
                 first = len(builder)
                 i_next = builder.append_values(values, ts, i, batch_size)
                 acc.added_bytes += builder.size_bytes - before
-                spans.append((batch, first, i_next - i))
+                spans.append((batch, first, i_next - i, ts))
                 i = i_next
                 # Stopped before the end: the next record did not fit, so this batch is done.
                 full = i < end or builder.size_bytes >= batch_size
@@ -1203,7 +1214,7 @@ class _ProducerCore:
                     wake = self._batch_filled(topic, p, sticky and full) or wake
         if wake:
             self._wake()
-        return RecordFutures(spans, ts)
+        return end
 
     def _batch_filled(self, topic: str, partition: int, move_sticky: bool) -> bool:
         """A batch is ready (or a partition's first batch opened): with the lock held, move a
@@ -1917,10 +1928,12 @@ class AsyncProducer:
         core = self._core
         if core.acc.buffered_bytes >= self.config.buffer_memory:
             await self._wait_for_space()
+        spans: list[Span] = []
+        i = 0
         while True:
-            futures = core.append_many(topic, values, partition, False)
-            if futures is not None:
-                return futures
+            i = core.append_many(topic, values, i, partition, False, spans)
+            if i == len(values):
+                return RecordFutures(spans)
             await asyncio.wait_for(core.topic_metadata(topic), self.config.max_block_ms / 1000)
 
     async def _wait_for_space(self) -> None:
@@ -2036,12 +2049,13 @@ class Producer:
         Blocks while buffer_memory is full, as `send` does."""
         if self._closed:
             raise RaftlogError("send_many() on a closed producer")
+        spans: list[Span] = []
+        i = 0
         while True:
-            futures = self._core.append_many(topic, values, partition, True)
-            if futures is not None:
-                # Let the sender thread send what is queued (see send()).
-                time.sleep(0)
-                return futures
+            i = self._core.append_many(topic, values, i, partition, True, spans)
+            if i == len(values):
+                time.sleep(0)  # let the sender thread send what is queued (see send())
+                return RecordFutures(spans)
             self._call(self._core.topic_metadata(topic), self.config.max_block_ms / 1000)
 
     def flush(self, timeout: float | None = None) -> None:

@@ -16,6 +16,8 @@ from raftlog.client.producer import (
     BatchResult,
     ProducerConfig,
     RecordFuture,
+    RecordFutures,
+    Span,
     _ProducerCore,
     default_partitioner,
 )
@@ -491,6 +493,41 @@ def test_an_epoch_bump_fails_the_batches_of_unknown_outcome_and_restamps_the_res
 # -- send_many ---------------------------------------------------------------------------------
 
 
+def many_of(core: _ProducerCore, values: list[bytes], partition: int | None) -> RecordFutures:
+    """send_many's core call, all of `values` queued (the topic's metadata is known)."""
+    spans: list[Span] = []
+    assert core.append_many("t", values, 0, partition, True, spans) == len(values)
+    return RecordFutures(spans)
+
+
+def test_send_many_goes_on_where_the_metadata_went_missing() -> None:
+    """The metadata dropped midway (after an error, from the sender's thread): the values
+    queued so far stay queued once, and the call says where to go on."""
+    core, _ = _core(linger_ms=60_000, batch_size=1000)
+    values = [b"a", b"", b"c", b"d"]  # an empty value: the checked, one-by-one path
+    spans: list[Span] = []
+    original = core.append
+    calls = 0
+
+    def dropping(*args: object) -> RecordFuture | None:
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            core.client.topics.pop("t")
+        return original(*args)  # type: ignore[arg-type]
+
+    core.append = dropping  # type: ignore[method-assign]
+    info = core.client.topics["t"]
+    assert core.append_many("t", values, 0, 1, True, spans) == 2
+    core.client.topics["t"] = info
+    assert core.append_many("t", values, 2, 1, True, spans) == 4
+    group = RecordFutures(spans)
+    (batch,) = core.acc.queues[TP1]
+    assert len(batch.builder) == 4  # each value once
+    batch.complete(10)
+    assert [m.offset for m in group.result(0)] == [10, 11, 12, 13]
+
+
 @given(
     sizes=st.lists(st.sampled_from([1, 1, 1, 7, 200, 200, 900]), min_size=1, max_size=60),
     batch_size=st.integers(1, 3000),
@@ -510,8 +547,8 @@ def test_send_many_builds_the_batches_that_sends_one_by_one_build(
         one.append("t", v, None, None, partition, 1234, True) for v in values
     ]  # the timestamp send_many will use
     random.seed(7)
-    group = many.append_many("t", values, partition, True)
-    assert group is not None and len(group) == len(values)
+    group = many_of(many, values, partition)
+    assert len(group) == len(values)
     for f, g in zip(futs, group, strict=True):
         assert f is not None
         assert f._batch.topic_partition == g._batch.topic_partition and f._index == g._index
@@ -529,8 +566,8 @@ def test_send_many_builds_the_batches_that_sends_one_by_one_build(
 
 def test_send_many_results_and_a_failed_batch() -> None:
     core, wakes = _core(linger_ms=60_000, batch_size=1000)
-    group = core.append_many("t", [b"v" * 100] * 20, 0, True)
-    assert group is not None and len(group) == 20 and not group.done()
+    group = many_of(core, [b"v" * 100] * 20, 0)
+    assert len(group) == 20 and not group.done()
     batches = core.acc.queues[TP0]
     assert [len(b.builder) for b in batches] == [7, 7, 6] and wakes
     assert [f._index for f in group[5:9]] == [5, 6, 0, 1] and group[-1]._index == 5
@@ -546,9 +583,8 @@ def test_send_many_results_and_a_failed_batch() -> None:
     with pytest.raises(IndexError, match="record 20 of 20"):
         group[20]
     ok, _ = _core(linger_ms=60_000, batch_size=1000)
-    g2 = ok.append_many("t", [b"a", b"", b"c"], 1, True)  # an empty value: the checked path
-    assert g2 is not None
+    g2 = many_of(ok, [b"a", b"", b"c"], 1)  # an empty value: the checked path
     ok.acc.queues[TP1][0].complete(50)
     assert [m.offset for m in g2.result(0)] == [50, 51, 52]
     with pytest.raises(TypeError, match="value"):
-        ok.append_many("t", [b"a", "text"], 1, True)  # type: ignore[list-item]
+        many_of(ok, [b"a", "text"], 1)  # type: ignore[list-item]
