@@ -15,7 +15,12 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from raftlog.errors import PolicyViolationError, RaftlogError, TopicAlreadyExistsError
+from raftlog.errors import (
+    NotControllerError,
+    PolicyViolationError,
+    RaftlogError,
+    TopicAlreadyExistsError,
+)
 from raftlog.metadata.coordinator import GroupCoordinator
 from raftlog.metadata.quorum import COMMAND_BYTES_MAX, MetadataQuorum, command_bytes
 from raftlog.metadata.state import MetadataState
@@ -62,7 +67,16 @@ def leader_of(nodes: dict[int, MetadataQuorum]) -> int:
 
 
 def propose(q: MetadataQuorum, name: str, /, **args: object) -> object:
-    return asyncio.run(q.propose(name, timeout_s=10, **args))
+    """Propose through `q`; again while the quorum answers NotControllerError (a leader change
+    discarded the command, so it was not applied), as the broker's controller client does."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return asyncio.run(q.propose(name, timeout_s=10, **args))
+        except NotControllerError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def register(q: MetadataQuorum, node_id: int) -> None:
