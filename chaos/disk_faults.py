@@ -327,6 +327,16 @@ def _live_view(cluster: DiskCluster, without: int) -> dict[str, Any]:
     raise FaultError(f"no live node other than {without} answers describe_cluster")
 
 
+def _reported_offline(cluster: DiskCluster, without: int, node_id: int, tp: str) -> bool:
+    """Whether the metadata lists node `node_id`'s replica of `tp` as offline (its broker found
+    the damage and reported it), asked of a live node other than `without`."""
+    try:
+        p = _partitions(_live_view(cluster, without)).get(tp)
+    except FaultError:
+        return False
+    return p is not None and node_id in p.get("offline_replicas", [])
+
+
 def wait_out_of_isr(cluster: DiskCluster, node_id: int, timeout_s: float) -> dict[str, Any]:
     """Poll the other nodes until node `node_id` is in no partition's ISR; their view."""
     deadline = time.monotonic() + timeout_s
@@ -409,8 +419,10 @@ def flipped_follower(
     partition's leader killed (so the damaged follower may be elected) and the partition read
     from offset 0 (`read(tp)`) until `stop(wait_s)` says the window is over. On exit the leader
     is started again and the byte restored if it is still there (nobody set the log aside).
-    Yields {node, tp, leader, flip, detected}; `detected` is filled in on exit: True when the
-    damaged file was set aside or rewritten (the broker found the damage), False otherwise."""
+    Yields {node, tp, leader, flip, reported, detected}; `reported` turns True once the
+    metadata lists the damaged replica offline (its broker found the damage and said so);
+    `detected` is filled in on exit: True when it was reported, or when the damaged file was
+    set aside or rewritten (the broker found the damage and healed), False otherwise."""
     (n,) = spec.targets
     view = _live_view(cluster, -1)
     followed = sorted(tp for tp, p in _partitions(view).items()
@@ -421,13 +433,17 @@ def flipped_follower(
     tp = rng.choice(followed)
     leader = int(_partitions(view)[tp]["leader"])
     flip = flip_byte(old_segment(cluster.partition_dir(n, tp)), rng)
-    result: dict[str, Any] = {"node": n, "tp": tp, "leader": leader, "flip": flip.to_json()}
+    result: dict[str, Any] = {
+        "node": n, "tp": tp, "leader": leader, "flip": flip.to_json(), "reported": False
+    }  # fmt: skip
     killed = False
     try:
         cluster.kill9(leader)
         killed = True
         while not stop(0.5):
             read(tp)
+            if not result["reported"]:
+                result["reported"] = _reported_offline(cluster, leader, n, tp)
         yield result
     finally:
         actions: list[tuple[str, Callable[[], object]]] = []
@@ -435,7 +451,7 @@ def flipped_follower(
             actions.append((f"start node {leader}", lambda: cluster.start(leader)))
 
         def restore() -> None:
-            result["detected"] = not unflip(flip)
+            result["detected"] = not unflip(flip) or result["reported"]
 
         actions.append(("restore the flipped byte", restore))
         heal_all(actions)
