@@ -341,7 +341,8 @@ async def _timeout(stage: Stage, attrs: dict[str, int]) -> None:
         if timeout_s > 0:
             remaining = deadline - time.monotonic()
             try:
-                item = await asyncio.wait_for(stage.take(), max(remaining, 0))
+                async with asyncio.timeout(max(remaining, 0)):
+                    item = await stage.take()
             except TimeoutError:
                 stage.close(reset=False)
                 return
@@ -723,9 +724,8 @@ class Proxy:
             return
         host, _, port = self.upstream.rpartition(":")
         try:
-            up = await asyncio.wait_for(
-                asyncio.open_connection(host.strip("[]"), int(port)), UPSTREAM_CONNECT_TIMEOUT_S
-            )
+            async with asyncio.timeout(UPSTREAM_CONNECT_TIMEOUT_S):
+                up = await asyncio.open_connection(host.strip("[]"), int(port))
         except (OSError, TimeoutError, ValueError) as e:
             log.warning("proxy %s: cannot connect to upstream %s: %s", self.name, self.upstream, e)
             writer.close()
@@ -864,9 +864,8 @@ class ToxiproxyServer:
         try:
             while True:
                 try:
-                    head = await asyncio.wait_for(
-                        reader.readuntil(b"\r\n\r\n"), HTTP_IDLE_TIMEOUT_S
-                    )
+                    async with asyncio.timeout(HTTP_IDLE_TIMEOUT_S):
+                        head = await reader.readuntil(b"\r\n\r\n")
                 except (asyncio.IncompleteReadError, TimeoutError, ConnectionError):
                     return
                 except asyncio.LimitOverrunError:

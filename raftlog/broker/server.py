@@ -281,7 +281,8 @@ class Broker:
             for server in (self._server, self._external_server):
                 if server is not None:
                     with contextlib.suppress(asyncio.TimeoutError):
-                        await asyncio.wait_for(server.wait_closed(), 1.0)
+                        async with asyncio.timeout(1.0):
+                            await server.wait_closed()
             for conn in self._replica_conns.values():
                 conn.close()
         finally:

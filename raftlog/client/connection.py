@@ -94,9 +94,10 @@ class BrokerConnection(asyncio.Protocol):
     ) -> BrokerConnection:
         loop = asyncio.get_running_loop()
         try:
-            _, conn = await asyncio.wait_for(
-                loop.create_connection(lambda: cls(host, port, client_id), host, port), timeout_s
-            )
+            async with asyncio.timeout(timeout_s):
+                _, conn = await loop.create_connection(
+                    lambda: cls(host, port, client_id), host, port
+                )
         except (OSError, TimeoutError) as e:
             raise BrokerNotAvailableError(
                 f"cannot connect to broker at {host}:{port}: {e or 'timed out'}"
@@ -326,7 +327,8 @@ class BrokerConnection(asyncio.Protocol):
         fut = self.send(api_key, body, payload)
         assert fut is not None
         try:
-            return await asyncio.wait_for(fut, timeout_s)
+            async with asyncio.timeout(timeout_s):
+                return await fut
         except TimeoutError:
             raise RaftlogTimeoutError(
                 f"{protocol.ApiKey(api_key).name} request to {self.host}:{self.port} got no "

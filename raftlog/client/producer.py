@@ -1915,7 +1915,8 @@ class AsyncProducer:
             fut = core.append(topic, value, key, headers, partition, timestamp_ms, False)
             if fut is not None:
                 return fut
-            await asyncio.wait_for(core.topic_metadata(topic), self.config.max_block_ms / 1000)
+            async with asyncio.timeout(self.config.max_block_ms / 1000):
+                await core.topic_metadata(topic)
 
     async def send_many(
         self, topic: str, values: Sequence[bytes], partition: int | None = None
@@ -1934,7 +1935,8 @@ class AsyncProducer:
             i = core.append_many(topic, values, i, partition, False, spans)
             if i == len(values):
                 return RecordFutures(spans)
-            await asyncio.wait_for(core.topic_metadata(topic), self.config.max_block_ms / 1000)
+            async with asyncio.timeout(self.config.max_block_ms / 1000):
+                await core.topic_metadata(topic)
 
     async def _wait_for_space(self) -> None:
         core = self._core
@@ -1949,7 +1951,8 @@ class AsyncProducer:
                     f"max_block_ms={self.config.max_block_ms}"
                 )
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(core.space.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await core.space.wait()
 
     async def send_and_wait(
         self, topic: str, value: bytes | None = None, **kw: Any

@@ -371,7 +371,8 @@ class MetadataQuorum:
 
         replica.apply_command(command, callback=done)
         try:
-            result = await asyncio.wait_for(fut, timeout_s)
+            async with asyncio.timeout(timeout_s):
+                result = await fut
         except TimeoutError:
             why = self._failure or journal.full or "no quorum leader?"
             raise RaftlogTimeoutError(

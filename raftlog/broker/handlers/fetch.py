@@ -133,7 +133,8 @@ async def _wait_and_read(
             if remaining <= 0 or broker.stopping:
                 break
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(woken, remaining)
+                async with asyncio.timeout(remaining):
+                    await woken
             replicas.remove_waiter(tps, woken, follower)
             response, total, urgent = _read(broker, wanted, max_bytes, follower)
             if total >= min_bytes or urgent:
