@@ -6,8 +6,8 @@
         --kinds link,disk-full,torn-tail,bitflip                 # the link and disk rows
 
 Runs `--runs` runs of `--duration` seconds for each fault kind alone (`--kinds`), plus
-`--combined-runs` runs with every kind mixed, each with its own seed (the run's index), through
-chaos/runner.py. Each run's directory keeps its history, report and plot; `matrix.md` and
+`--combined-runs` runs with every kind mixed, each with its own seed (`--first-seed` plus the
+run's index), through chaos/runner.py. Each run's directory keeps its history, report and plot; `matrix.md` and
 `matrix.json` sum them up: per row the runs, acknowledged writes, lost, duplicated, other
 anomalies, the longest unavailability (the maximum over the runs) and how many runs were
 valid. Exit status 0 only when every run was valid.
@@ -80,15 +80,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=1, help="runs per single fault kind (1)")
     p.add_argument("--combined-runs", type=int, default=10, help="runs mixing every kind (10)")
     p.add_argument("--kinds", default=",".join(KINDS), help="fault kinds for single-kind rows")
+    p.add_argument(
+        "--first-seed",
+        type=int,
+        default=0,
+        help="seed of each row's first run, the next runs counting up (0): two matrices with "
+        "different first seeds run side by side and add up",
+    )
     args = p.parse_args(argv)
     out = Path(args.out)
     kinds = [k for k in args.kinds.split(",") if k]
     plan: list[tuple[str, tuple[str, ...], int]] = []
     for k in kinds:
-        plan += [(k, (k,), i) for i in range(args.runs)]
+        plan += [(k, (k,), args.first_seed + i) for i in range(args.runs)]
     mixed = tuple(k for k in kinds if k not in SEPARATE_KINDS)
     if mixed:
-        plan += [("combined", mixed, i) for i in range(args.combined_runs)]
+        plan += [("combined", mixed, args.first_seed + i) for i in range(args.combined_runs)]
     reports: dict[str, list[dict[str, Any]]] = {}
     started = time.monotonic()
     for n, (label, faults, seed) in enumerate(plan, 1):
