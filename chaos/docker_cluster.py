@@ -38,6 +38,10 @@ the project with its volumes (`down -v`) whatever happened before: also after a 
 Ctrl-C. It returns what went wrong: a container that stopped without the suite stopping it, a
 non-zero exit on SIGTERM, a traceback in the logs.
 
+Everything the suite did to a container (kill, stop, start, healthy again, pause, unpause, the
+iptables rules as `iptables -S` listed them right after a change, their flush) is appended to
+ROOT/actions.jsonl: the proof that a run's faults were applied, not only scheduled.
+
 Every wait polls observable state (`docker inspect`: running, paused, health, start time)
 against a deadline; the host reaches the nodes only through the published 127.0.0.1 ports.
 """
@@ -203,6 +207,8 @@ class DockerCluster(ClientViews):
         self._containers: dict[int, str] = {}
         self.network = DockerNetwork(self)
         self.problems: list[str] = []
+        self.actions = root / "actions.jsonl"
+        self.t0 = time.monotonic()
 
     # -- compose -----------------------------------------------------------------------------
 
@@ -230,6 +236,14 @@ class DockerCluster(ClientViews):
         except FaultError:
             return False
         return True
+
+    def record(self, action: str, nodes: Sequence[int], **extra: Any) -> None:
+        """Append what the suite did to a container to ROOT/actions.jsonl (t: seconds since
+        this object was made), so that a run shows its faults were really applied."""
+        line = {"t": round(time.monotonic() - self.t0, 3), "action": action,
+                "nodes": list(nodes), **extra}  # fmt: skip
+        with open(self.actions, "a", encoding="utf-8") as f:
+            f.write(json.dumps(line) + "\n")
 
     def container(self, node_id: int) -> str:
         if node_id not in self._containers:
@@ -263,6 +277,7 @@ class DockerCluster(ClientViews):
         self._check_up(node_id)
         self._down.add(node_id)
         docker("kill", "--signal", "KILL", self.container(node_id))
+        self.record("kill", [node_id])
         wait_until(
             lambda: not self.state(node_id)["Running"], KILL_TIMEOUT_S,
             f"node {node_id}'s container to exit after docker kill",
@@ -271,6 +286,7 @@ class DockerCluster(ClientViews):
     def stop(self, node_id: int) -> None:
         self._check_up(node_id)
         self._down.add(node_id)
+        self.record("stop", [node_id])
         docker("stop", "-t", str(STOP_TIMEOUT_S), self.container(node_id),
                timeout_s=STOP_TIMEOUT_S + DOCKER_TIMEOUT_S)  # fmt: skip
         code = self.state(node_id)["ExitCode"]
@@ -280,11 +296,13 @@ class DockerCluster(ClientViews):
     def pause(self, node_id: int) -> None:
         self._check_up(node_id)
         docker("pause", self.container(node_id))
+        self.record("pause", [node_id])
         if not self.state(node_id)["Paused"]:
             raise FaultError(f"node {node_id}: docker pause left its container unpaused")
 
     def resume(self, node_id: int) -> None:
         docker("unpause", self.container(node_id))
+        self.record("unpause", [node_id])
 
     def start(self, *node_ids: int) -> None:
         """Bring the project up the first time (docker/cluster up: every node healthy); after
@@ -297,10 +315,12 @@ class DockerCluster(ClientViews):
         ids = [i for i in (node_ids or self.node_ids()) if not self.state(i)["Running"]]
         if ids:
             docker("start", *(self.container(i) for i in ids))
+            self.record("start", ids)
         for i in ids:
             wait_until(functools.partial(self._healthy_since_start, i), START_TIMEOUT_S,
                        f"node {i}'s container to be healthy after docker start")  # fmt: skip
             self._down.discard(i)
+            self.record("healthy", [i], started_at=self.state(i)["StartedAt"])
 
     def _healthy_since_start(self, node_id: int) -> bool:
         s = self.state(node_id)
@@ -369,6 +389,7 @@ class DockerCluster(ClientViews):
                 continue
             if s["Paused"]:
                 docker("unpause", self.container(i))  # a paused node cannot act on SIGTERM
+                self.record("unpause", [i])
             if s["Running"]:
                 running.append(i)
         if running:
@@ -454,11 +475,12 @@ class DockerNetwork:
                     rule = (receiver, ["-A", "INPUT", "-s", addresses[sender], "-j", "DROP"])
                 rules.setdefault(rule[0], []).append(rule[1])
         for node_id, commands in sorted(rules.items()):
-            self._iptables(node_id, *commands)
+            rules_now = self._iptables(node_id, *commands, ["-S"])
+            self.cluster.record("iptables", [node_id], rules=_appended(rules_now))
 
     def rules(self, node_id: int) -> list[str]:
         """The container's filter rules (`iptables -S`), for checks and debugging."""
-        return [r for r in self._iptables(node_id, ["-S"]).splitlines() if r.startswith("-A")]
+        return _appended(self._iptables(node_id, ["-S"]))
 
     def heal(self) -> None:
         errors = []
@@ -468,6 +490,7 @@ class DockerNetwork:
                     docker("network", "connect", "--alias", self.cluster.services[i - 1],
                            self.name, self.cluster.container(i))  # fmt: skip
                     self._disconnected.remove(i)
+                    self.cluster.record("network-connect", [i])
                 except FaultError as e:
                     errors.append(str(e))
         else:
@@ -477,6 +500,7 @@ class DockerNetwork:
                     if not self.cluster.state(i)["Running"]:
                         continue
                     self._iptables(i, ["-F", "INPUT"], ["-F", "OUTPUT"])
+                    self.cluster.record("iptables-flush", [i])
                 except FaultError as e:
                     errors.append(str(e))
         if errors:
@@ -494,6 +518,12 @@ class DockerNetwork:
         for i in targets:
             docker("network", "disconnect", self.name, self.cluster.container(i))
             self._disconnected.append(i)
+            self.cluster.record("network-disconnect", [i])
+
+
+def _appended(iptables_s: str) -> list[str]:
+    """The rules of `iptables -S` output (its "-A" lines)."""
+    return [r for r in iptables_s.splitlines() if r.startswith("-A")]
 
 
 def _between_nodes(grudge: Grudge) -> dict[int, frozenset[int]]:
