@@ -150,16 +150,18 @@ def refuse_unsupported(kinds: Sequence[str], nodes: int, iptables: bool = True) 
     raise FaultError("backend docker cannot inject these fault kinds: " + "; ".join(why))
 
 
-def _docker_time(text: str) -> float:
-    """Seconds since the epoch of a docker timestamp ("2026-11-23T13:40:01.123456789Z")."""
-    m = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)", text)
+def _docker_time(text: str) -> int:
+    """Nanoseconds since the epoch of a docker timestamp ("2026-11-23T13:40:01.123456789Z"):
+    an integer, because a float has no room for nanoseconds at this magnitude."""
+    m = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)", text)
     if m is None:
         raise FaultError(f"docker timestamp {text!r}: not RFC 3339")
     seconds = timegm(time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S"))
-    if m.group(3) != "Z":
-        sign = 1 if m.group(3)[0] == "+" else -1
-        seconds -= sign * (int(m.group(3)[1:3]) * 3600 + int(m.group(3)[4:6]) * 60)
-    return seconds + float(m.group(2) or 0)
+    zone = m.group(3)
+    if zone != "Z":
+        sign = 1 if zone[0] == "+" else -1
+        seconds -= sign * (int(zone[1:3]) * 3600 + int(zone[4:6]) * 60)
+    return seconds * 10**9 + int((m.group(2) or "0").ljust(9, "0"))
 
 
 class DockerCluster(ClientViews):
