@@ -74,8 +74,11 @@ def test_short_chaos_run_on_docker_is_valid_and_its_faults_were_applied(
     assert sorted(rules) == [1, 2, 3], actions
     assert len(rules[3]) == 2 and all(r.endswith("-j DROP") for r in rules[3]), rules
     assert all(len(rules[n]) == 1 and rules[n][0].startswith("-A INPUT -s") for n in (1, 2))
-    assert rules[1] == rules[2], rules  # both drop node 3's address
-    assert [a["nodes"] for a in actions if a["action"] == "iptables-flush"] == [[1], [2], [3]]
+    assert rules[1] == rules[2], rules  # both drop node 3's address...
+    node3 = rules[1][0].split()[3]
+    assert all(node3 not in r for r in rules[3]), rules  # ...and node 3 drops the others'
+    flushed = sorted(a["nodes"] for a in actions if a["action"] == "iptables-flush")
+    assert flushed == [[1], [2], [3]], actions
 
     # Node 2's container ran twice: its log has two ready lines; the others ran once.
     (log,) = (root / "logs").glob("*.log")
