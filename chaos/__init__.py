@@ -3,6 +3,7 @@
 Modules: history (the history.jsonl format), checker (a pure function of a history),
 faults (FaultSpec, seeded schedules, process and network injectors), netns (partitions with
 network namespaces and iptables), local_cluster (the LOCAL backend's nodes as processes),
+docker_cluster (the DOCKER backend: docker/compose.yaml's containers, iptables inside them),
 disk_faults (full disk, torn tail, flipped byte), toxiproxy_server (Toxiproxy's HTTP API).
 
 Rules: chaos/ imports raftlog, never the reverse (the `raftlog chaos` command imports it lazily

@@ -14,10 +14,11 @@ Kinds and their targets (node ids; `role` names a target to resolve when the fau
 because which node leads is only known then: "controller", "leader:<topic>-<partition>",
 "follower:<topic>-<partition>", "random"):
 
-    kill              kill -9 each target; heal: start it again (storage recovery runs)
+    kill              kill -9 each target (docker kill); heal: start it again (storage
+                      recovery runs)
     kill-all          kill -9 every node at once; heal: start them all
-    pause             SIGSTOP each target; heal: SIGCONT
-    restart           graceful stop (SIGTERM) of each target; heal: start it again
+    pause             SIGSTOP each target (docker pause); heal: SIGCONT (docker unpause)
+    restart           graceful stop (SIGTERM; docker stop) of each target; heal: start it again
     rolling-restart   graceful restart of each target in turn, each back before the next
     isolate           each target cut off from every other node (network)
     split             the targets on one side, the other nodes on the other (network)
@@ -42,9 +43,7 @@ second generator seeded by the seed alone, so adding them left every older sched
 
 from __future__ import annotations
 
-import os
 import random
-import signal
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -270,7 +269,9 @@ def resolve_role(spec: FaultSpec, view: dict[str, Any], rng: random.Random) -> F
 
 
 class ProcessControl(Protocol):
-    """What the process injectors need from a cluster (chaos/local_cluster.py has one)."""
+    """What the process injectors need from a cluster: chaos/local_cluster.py (processes and
+    signals) and chaos/docker_cluster.py (containers: docker kill, stop, pause) have one.
+    `pid` is None while the node is down or paused."""
 
     def node_ids(self) -> list[int]: ...
 
@@ -280,11 +281,15 @@ class ProcessControl(Protocol):
 
     def stop(self, node_id: int) -> None: ...
 
+    def pause(self, node_id: int) -> None: ...
+
+    def resume(self, node_id: int) -> None: ...
+
     def start(self, *node_ids: int) -> None: ...
 
 
 class NetworkControl(Protocol):
-    """What the network injectors need (chaos/netns.py has one)."""
+    """What the network injectors need (chaos/netns.py and chaos/docker_cluster.py have one)."""
 
     def node_ids(self) -> list[int]: ...
 
@@ -344,13 +349,6 @@ def heal_all(actions: Sequence[tuple[str, Any]]) -> None:
         raise FaultError("healing failed: " + "; ".join(errors))
 
 
-def _signal(cluster: ProcessControl, node_id: int, sig: signal.Signals) -> None:
-    pid = cluster.pid(node_id)
-    if pid is None:
-        raise FaultError(f"node {node_id} has no running process to send {sig.name}")
-    os.kill(pid, sig)
-
-
 @contextmanager
 def inject(
     spec: FaultSpec,
@@ -399,15 +397,13 @@ def inject(
             if spec.kind in ("kill", "kill-all"):
                 c.kill9(n)
             elif spec.kind == "pause":
-                _signal(c, n, signal.SIGSTOP)
+                c.pause(n)
             elif spec.kind == "restart":
                 c.stop(n)
         yield spec
     finally:
         if spec.kind == "pause":
-            heal_all(
-                [(f"SIGCONT node {n}", lambda n=n: _signal(c, n, signal.SIGCONT)) for n in broken]
-            )
+            heal_all([(f"resume node {n}", lambda n=n: c.resume(n)) for n in broken])
         elif broken:
             # Started together: nodes killed at once may each wait for a quorum of the others.
             heal_all([(f"start nodes {broken}", lambda: c.start(*broken))])

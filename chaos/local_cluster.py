@@ -186,7 +186,59 @@ class Node:
         return f"--- {self.err_paths[-1]} (tail) ---\n" + data.decode(errors="replace")
 
 
-class LocalCluster:
+class ClientViews:
+    """What a cluster answers the host through each node's client address (both backends):
+    a subclass says which nodes there are and where the host reaches each."""
+
+    def node_ids(self) -> list[int]:
+        raise NotImplementedError
+
+    def address(self, node_id: int) -> str:
+        """HOST:PORT where the host reaches node `node_id`'s client listener."""
+        raise NotImplementedError
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(self.address(i) for i in self.node_ids())
+
+    def describe(self, node_id: int) -> dict[str, Any]:
+        """`describe_cluster()` as node `node_id` sees it, asked from the host."""
+        with Admin(self.address(node_id), request_timeout_ms=DESCRIBE_TIMEOUT_MS) as a:
+            d: dict[str, Any] = a.describe_cluster()
+        return d
+
+    def wait_view(
+        self, node_id: int, predicate: Callable[[dict[str, Any]], bool], timeout_s: float,
+        what: str,
+    ) -> dict[str, Any]:  # fmt: skip
+        """Poll node `node_id`'s view until `predicate` holds; return that view."""
+        last: list[Any] = [None]
+
+        def check() -> dict[str, Any] | None:
+            try:
+                view = self.describe(node_id)
+            except RaftlogError as e:
+                last[0] = e
+                return None
+            last[0] = view
+            return view if predicate(view) else None
+
+        try:
+            return wait_until(check, timeout_s, what)
+        except FaultError as e:
+            raise FaultError(f"{e}; last view of node {node_id}: {last[0]}") from None
+
+    def high_watermarks(self, tps: list[str], without: int = 0) -> dict[str, int]:
+        """Each partition's high watermark ("<topic>-<partition>" -> offset), asked of the
+        nodes other than `without` (a node the caller has just killed)."""
+        bootstrap = ",".join(self.address(i) for i in self.node_ids() if i != without)
+        parts = [TopicPartition(tp.rpartition("-")[0], int(tp.rpartition("-")[2])) for tp in tps]
+        with Consumer(bootstrap_servers=bootstrap, request_timeout_ms=DESCRIBE_TIMEOUT_MS) as c:
+            ends = c.end_offsets(parts)
+        return {f"{tp.topic}-{tp.partition}": int(ends[tp]) for tp in parts}
+
+
+class LocalCluster(ClientViews):
     """Nodes 1..n under ROOT (ROOT/data/node-<id>, ROOT/logs), optionally in namespaces."""
 
     def __init__(
@@ -253,6 +305,12 @@ class LocalCluster:
     def stop(self, node_id: int) -> None:
         self.nodes[node_id].stop()
 
+    def pause(self, node_id: int) -> None:
+        self.nodes[node_id].signal(signal.SIGSTOP)
+
+    def resume(self, node_id: int) -> None:
+        self.nodes[node_id].signal(signal.SIGCONT)
+
     def start(self, *node_ids: int) -> None:
         """Start the given nodes (all if none) that are not running, together, and wait until
         each is ready (a node waits for a metadata quorum, so they must start together)."""
@@ -264,15 +322,8 @@ class LocalCluster:
 
     # -- observing ---------------------------------------------------------------------------
 
-    @property
-    def bootstrap(self) -> str:
-        return ",".join(self.nodes[i].client_address for i in self.node_ids())
-
-    def describe(self, node_id: int) -> dict[str, Any]:
-        """`describe_cluster()` as node `node_id` sees it, asked from the host."""
-        with Admin(self.nodes[node_id].client_address, request_timeout_ms=DESCRIBE_TIMEOUT_MS) as a:
-            d: dict[str, Any] = a.describe_cluster()
-        return d
+    def address(self, node_id: int) -> str:
+        return self.nodes[node_id].client_address
 
     def status_from(self, node_id: int) -> dict[str, Any]:
         """`raftlog cluster status --json` run where the node runs (its namespace), asking it."""
@@ -285,39 +336,9 @@ class LocalCluster:
         status: dict[str, Any] = json.loads(proc.stdout)
         return status
 
-    def wait_view(
-        self, node_id: int, predicate: Callable[[dict[str, Any]], bool], timeout_s: float,
-        what: str,
-    ) -> dict[str, Any]:  # fmt: skip
-        """Poll node `node_id`'s view until `predicate` holds; return that view."""
-        last: list[Any] = [None]
-
-        def check() -> dict[str, Any] | None:
-            try:
-                view = self.describe(node_id)
-            except RaftlogError as e:
-                last[0] = e
-                return None
-            last[0] = view
-            return view if predicate(view) else None
-
-        try:
-            return wait_until(check, timeout_s, what)
-        except FaultError as e:
-            raise FaultError(f"{e}; last view of node {node_id}: {last[0]}") from None
-
     def partition_dir(self, node_id: int, tp: str) -> Path:
         """Where node `node_id` keeps partition `tp`'s log ("<topic>-<partition>")."""
         return self.nodes[node_id].config_path.parent / "logs" / tp
-
-    def high_watermarks(self, tps: list[str], without: int = 0) -> dict[str, int]:
-        """Each partition's high watermark ("<topic>-<partition>" -> offset), asked of the
-        nodes other than `without` (a node the caller has just killed)."""
-        bootstrap = ",".join(self.nodes[i].client_address for i in self.node_ids() if i != without)
-        parts = [TopicPartition(tp.rpartition("-")[0], int(tp.rpartition("-")[2])) for tp in tps]
-        with Consumer(bootstrap_servers=bootstrap, request_timeout_ms=DESCRIBE_TIMEOUT_MS) as c:
-            ends = c.end_offsets(parts)
-        return {f"{tp.topic}-{tp.partition}": int(ends[tp]) for tp in parts}
 
     # -- teardown ----------------------------------------------------------------------------
 

@@ -7,10 +7,10 @@
 
 Runs `--runs` runs of `--duration` seconds for each fault kind alone (`--kinds`), plus
 `--combined-runs` runs with every kind mixed, each with its own seed (`--first-seed` plus the
-run's index), through chaos/runner.py. Each run's directory keeps its history, report and plot; `matrix.md` and
-`matrix.json` sum them up: per row the runs, acknowledged writes, lost, duplicated, other
-anomalies, the longest unavailability (the maximum over the runs) and how many runs were
-valid. Exit status 0 only when every run was valid.
+run's index), through chaos/runner.py. Each run's directory keeps its history, report and
+plot; `matrix.md` and `matrix.json` sum them up: per row the runs, acknowledged writes, lost,
+duplicated, other anomalies, the longest unavailability (the maximum over the runs) and how
+many runs were valid. Exit status 0 only when every run was valid.
 """
 
 from __future__ import annotations

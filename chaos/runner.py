@@ -2,10 +2,13 @@
 
 `run(config)` does, in order (Redpanda's steady / fault / recovery phases, Jepsen's history):
 
-1. starts a LOCAL cluster of `nodes` combined nodes (chaos/local_cluster.py), each in its own
-   network namespace when the schedule has network faults (chaos/netns.py), and creates the
-   topic: `partitions` partitions, replication factor `replication_factor`,
-   `min.insync.replicas`, unclean election as asked;
+1. starts a cluster of `nodes` combined nodes on the `backend`: "local" (chaos/local_cluster.py:
+   processes on this host, each in its own network namespace when the schedule has network
+   faults, chaos/netns.py) or "docker" (chaos/docker_cluster.py: docker/compose.yaml's three
+   containers as a compose project of their own, network faults by iptables inside them; it
+   refuses the link and disk kinds before starting anything), and creates the topic:
+   `partitions` partitions, replication factor `replication_factor`, `min.insync.replicas`,
+   unclean election as asked;
 2. runs the workload for `duration_s`, or longer while the nemesis is still applying the
    schedule (bounded by SCHEDULE_OVERRUN_S_MAX: a loaded machine still applies every fault):
    `producers` producer threads send unique values ("p<i>-<n>") with `acks` to every
@@ -16,7 +19,9 @@
    fault is resolved when it starts, injected, and healed when its window ends, always;
 4. after the workload: waits until every partition is led with its whole ISR again (bounded by
    `settle_s`), reads every partition from offset 0 to its high watermark ("final-read"),
-   stops the nodes cleanly and reads every replica's log from its files ("replica-read");
+   stops the nodes cleanly and reads every replica's log from its files ("replica-read"; on
+   docker, from copies `docker cp` took of the stopped containers' log directories, before the
+   project is removed with its volumes);
 5. checks the history (chaos/checker.py) and writes `report.json` (the checker's report plus
    the run's configuration) and `report.png` (acknowledged sends per second and their latency
    over time, fault windows shaded).
@@ -44,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos import checker, disk_faults
+from chaos.docker_cluster import DockerCluster, refuse_unsupported
 from chaos.faults import (
     DISK_KINDS,
     LINK_KINDS,
@@ -86,9 +92,13 @@ SCRUB_READ_S = 10.0
 SCHEDULE_OVERRUN_S_MAX = 120.0
 
 
+BACKENDS = ("local", "docker")
+
+
 @dataclass
 class RunConfig:
     out: Path
+    backend: str = "local"  # one of BACKENDS
     duration_s: float = 60.0
     faults: tuple[str, ...] = ("kill", "pause", "isolate")
     seed: int = 0
@@ -333,7 +343,7 @@ class ConsumerWorker(threading.Thread):
 class Targets:
     """What the nemesis breaks: the nodes, and the network, proxies and small disks if any."""
 
-    cluster: LocalCluster
+    cluster: LocalCluster | DockerCluster
     topic: str
     network: Any = None
     links: Links | None = None
@@ -398,6 +408,8 @@ class Nemesis(threading.Thread):
             if t.links is None:
                 raise FaultError("fault link: the run has no proxies (link not in its faults)")
             return inject_link(spec, t.links)
+        if spec.kind in DISK_KINDS and not isinstance(t.cluster, LocalCluster):
+            raise FaultError(f"fault {spec.kind}: local backend only")
         if spec.kind == "disk-full":
             return disk_faults.full_disks(spec, t.disks)
         if spec.kind == "torn-tail":
@@ -436,7 +448,9 @@ def _rng(spec: FaultSpec) -> random.Random:
 # -- after the workload -------------------------------------------------------------------------
 
 
-def wait_whole(cluster: LocalCluster, topic: str, timeout_s: float) -> dict[str, Any] | None:
+def wait_whole(
+    cluster: LocalCluster | DockerCluster, topic: str, timeout_s: float
+) -> dict[str, Any] | None:
     """The first view in which every partition of `topic` is led with all replicas in sync."""
 
     def whole(view: dict[str, Any]) -> bool:
@@ -544,8 +558,35 @@ def _small_disks(
         yield disks
 
 
+def _cluster(
+    cfg: RunConfig, stack: contextlib.ExitStack
+) -> tuple[LocalCluster | DockerCluster, Any, Links | None]:
+    """The run's cluster on its backend, the network its network faults go through, and the
+    proxies of its link faults (local only)."""
+    settings = {"replica_lag_time_max_ms": cfg.replica_lag_time_max_ms, **cfg.extra}
+    if cfg.backend == "docker":
+        docker = DockerCluster(cfg.out / "cluster", cfg.nodes, cfg.session_timeout_ms, settings)
+        return docker, docker.network, None
+    net = stack.enter_context(_network(cfg))
+    links = stack.enter_context(_links(cfg))
+    local = LocalCluster(
+        cfg.out / "cluster",
+        cfg.nodes,
+        network=net,
+        session_timeout_ms=cfg.session_timeout_ms,
+        settings=settings,
+        advertise=links.proxy if links is not None else None,
+    )
+    return local, net, links
+
+
 def run(cfg: RunConfig) -> dict[str, Any]:
-    """One chaos run; returns the report (also written to OUT/report.json)."""
+    """One chaos run; returns the report (also written to OUT/report.json). FaultError before
+    anything starts when the backend cannot run the asked fault kinds."""
+    if cfg.backend not in BACKENDS:
+        raise FaultError(f"backend {cfg.backend!r}: must be one of {', '.join(BACKENDS)}")
+    if cfg.backend == "docker":
+        refuse_unsupported(cfg.faults, cfg.nodes)
     cfg.out.mkdir(parents=True, exist_ok=True)
     history = cfg.out / "history.jsonl"
     if history.exists():
@@ -561,19 +602,19 @@ def run(cfg: RunConfig) -> dict[str, Any]:
     workers: list[Any] = []
     applied = 0
     with contextlib.ExitStack() as stack:
-        net = stack.enter_context(_network(cfg))
-        links = stack.enter_context(_links(cfg))
-        cluster = LocalCluster(
-            cfg.out / "cluster",
-            cfg.nodes,
-            network=net,
-            session_timeout_ms=cfg.session_timeout_ms,
-            settings={"replica_lag_time_max_ms": cfg.replica_lag_time_max_ms, **cfg.extra},
-            advertise=links.proxy if links is not None else None,
+        cluster, net, links = _cluster(cfg, stack)
+        disks = (
+            stack.enter_context(_small_disks(cluster, specs))
+            if isinstance(cluster, LocalCluster)
+            else {}
         )
-        disks = stack.enter_context(_small_disks(cluster, specs))
         try:
-            _say(cfg, f"chaos: starting {cfg.nodes} nodes under {cfg.out / 'cluster'}")
+            _say(
+                cfg,
+                f"chaos: starting {cfg.nodes} nodes ({cfg.backend}) under {cfg.out / 'cluster'}",
+            )
+            if isinstance(cluster, DockerCluster):
+                cluster.prepare(cfg.faults)
             cluster.start()
             _create_topic(cluster, cfg)
             _say(
@@ -620,9 +661,9 @@ def run(cfg: RunConfig) -> dict[str, Any]:
             }
         finally:
             problems.extend(cluster.close())
-        for n, node in cluster.nodes.items():
+        for n in cluster.node_ids():
             for p in range(cfg.partitions):
-                path = node.config_path.parent / "logs" / f"{cfg.topic}-{p}"
+                path = cluster.partition_dir(n, f"{cfg.topic}-{p}")
                 if not path.is_dir():
                     continue
                 records, hw, leo = read_replica(path)
@@ -649,7 +690,7 @@ def run(cfg: RunConfig) -> dict[str, Any]:
     return report
 
 
-def _create_topic(cluster: LocalCluster, cfg: RunConfig) -> None:
+def _create_topic(cluster: LocalCluster | DockerCluster, cfg: RunConfig) -> None:
     config = {"min.insync.replicas": str(cfg.min_insync), "durability.policy": cfg.durability}
     if "bitflip" in cfg.faults:
         config["segment.bytes"] = str(BITFLIP_SEGMENT_BYTES)

@@ -5,7 +5,9 @@ The chaos suite (chaos/) lives in the source tree, not in the installed package:
 imports it when `chaos` is importable or when the `raftlog` package in use sits in a checkout
 next to `chaos/checker.py`; elsewhere it says so and exits 1. Exit status: 0 when the history
 is valid, 1 when it is not (the summary names every anomaly) or cannot be read; `run` the
-same for the history it records (2 for bad arguments).
+same for the history it records, and 2 for bad arguments or a run that could not start (the
+backend refused a fault kind, e.g. a disk kind on docker, or the cluster did not come up).
+`run --backend docker` needs the docker engine and Compose v2 (docker/cluster sets them up).
 """
 
 from __future__ import annotations
@@ -29,12 +31,21 @@ def register(sub: Any) -> None:
     r = csub.add_parser(
         "run",
         help="run a workload under a seeded fault schedule, record and check its history",
-        description="Start a local cluster, produce and consume under faults for --duration "
+        description="Start a cluster, produce and consume under faults for --duration "
         "seconds, heal, read everything back, and check the history; writes "
-        "OUT/history.jsonl, OUT/report.json and OUT/report.png. Exit 0 only when valid.",
+        "OUT/history.jsonl, OUT/report.json and OUT/report.png. Exit 0 only when valid. "
+        "Backends: local (node processes on this host; network faults in network namespaces, "
+        "root) and docker (docker/compose.yaml's three containers as a compose project of "
+        "their own with free host ports, removed with its volumes at the end: kill, kill-all, "
+        "pause, restart, rolling-restart by docker kill/pause/stop/start; isolate, split, "
+        "bridge, one-way by iptables inside the containers; link and disk kinds are local "
+        "only and refused).",
     )
     r.add_argument(
-        "--backend", choices=["local"], default="local", help="where the nodes run (local)"
+        "--backend",
+        choices=["local", "docker"],
+        default="local",
+        help="where the nodes run: local processes or docker containers (local)",
     )
     r.add_argument(
         "--duration", type=_positive_float, default=60.0, help="seconds of workload (60)"
@@ -150,6 +161,7 @@ def _run(args: argparse.Namespace) -> int:
         return 1
     cfg = runner.RunConfig(
         out=Path(args.out),
+        backend=args.backend,
         duration_s=args.duration,
         faults=args.faults,
         seed=args.seed,
@@ -162,7 +174,13 @@ def _run(args: argparse.Namespace) -> int:
         fault_s=args.fault_seconds,
         quiet_s=args.quiet_seconds,
     )
-    report = runner.run(cfg)
+    faults = _import_chaos("faults")
+    try:
+        report = runner.run(cfg)
+    except faults.FaultError as e:
+        # The backend refused the run (a fault kind it cannot inject) or could not start it.
+        print(f"raftlog: error: {e}", file=sys.stderr)
+        return 2
     print(runner.summary(report))
     print(f"history {cfg.out / 'history.jsonl'}, report {cfg.out / 'report.json'}")
     return 0 if report["valid"] else 1

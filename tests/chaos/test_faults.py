@@ -5,7 +5,9 @@ or one target's healing failed."""
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -52,6 +54,12 @@ class FakeCluster:
     def stop(self, node_id: int) -> None:
         self.calls.append(("stop", (node_id,)))
         self.down.add(node_id)
+
+    def pause(self, node_id: int) -> None:
+        os.kill(self.pids[node_id], signal.SIGSTOP)
+
+    def resume(self, node_id: int) -> None:
+        os.kill(self.pids[node_id], signal.SIGCONT)
 
     def start(self, *node_ids: int) -> None:
         self.calls.append(("start", node_ids))
