@@ -28,6 +28,7 @@ Command line: `python -m raftlog_spark.jobs.pageviews --bootstrap HOST:PORT --ou
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import shutil
@@ -35,7 +36,7 @@ import sys
 import time
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
@@ -80,6 +81,18 @@ def users_per_page(pairs: DataFrame) -> DataFrame:
     return pairs.groupBy("page").agg(F.countDistinct("user").alias("users"))
 
 
+def read_log(
+    spark: SparkSession, bootstrap: str, topic: str, starting_offsets: str, ending_offsets: str
+) -> DataFrame:
+    """The topic's records in [starting_offsets, ending_offsets) (committed records only)."""
+    return (
+        spark.read.format("raftlog")
+        .options(**source_options(bootstrap, topic, starting_offsets))
+        .option("endingOffsets", ending_offsets)
+        .load()
+    )
+
+
 def run_batch(
     spark: SparkSession,
     bootstrap: str,
@@ -88,15 +101,11 @@ def run_batch(
     starting_offsets: str = "earliest",
     ending_offsets: str = "latest",
 ) -> None:
-    raw = (
-        spark.read.format("raftlog")
-        .options(**source_options(bootstrap, topic, starting_offsets))
-        .option("endingOffsets", ending_offsets)
-        .load()
-    )
+    raw = read_log(spark, bootstrap, topic, starting_offsets, ending_offsets)
     # The events are read from the log once and staged as Parquet, which both aggregates read:
-    # not Spark's block-manager cache, whose blocks a local session short of memory can lose
-    # under a task ("Block rdd_N does not exist").
+    # the job's memory stays flat whatever the range's size (a cache of a large range spills
+    # anyway). An earlier note here blamed the cache for "Block rdd_N does not exist"; that was
+    # the session being interrupted under a task (docs/SPARK.md), not the cache.
     staged = os.path.join(out_dir, EVENTS_STAGED)
     events(raw).write.mode("overwrite").parquet(staged)
     try:
@@ -169,10 +178,22 @@ def read_results(spark: SparkSession, out_dir: str) -> tuple[list[Any], list[Any
     return views.collect(), users.collect()
 
 
+def _views_and_users(activity_rows: list[Any]) -> tuple[list[Any], dict[str, int]]:
+    """The two tables' rows from `activity`'s: views by (minute, page), sorted as
+    read_results sorts them, and distinct users per page."""
+    views: dict[tuple[Any, str], int] = collections.Counter()
+    users: dict[str, set[str]] = collections.defaultdict(set)
+    for row in activity_rows:
+        views[row.minute, row.page] += row.views
+        users[row.page].add(row.user)
+    view_rows = [Row(minute=m, page=p, views=n) for (m, p), n in sorted(views.items())]
+    return view_rows, {page: len(u) for page, u in users.items()}
+
+
 def run_pageview_report(
     bootstrap: str,
     topic: str,
-    out_dir: str,
+    out_dir: str | None,
     starting_offsets: str = "earliest",
     ending_offsets: str = "latest",
     spark: SparkSession | None = None,
@@ -180,7 +201,11 @@ def run_pageview_report(
 ) -> dict[str, Any]:
     """Run the batch job, print top pages and per-minute counts, return the totals:
     {"events", "pages" {page: views}, "users_per_page" {page: users},
-     "per_minute" {ISO minute: views}, "session_start_s", "job_s"}."""
+     "per_minute" {ISO minute: views}, "session_start_s", "job_s"}.
+    With `out_dir`, the two tables are written there as Parquet (run_batch) and the totals
+    read back from them; without, nothing is written: one aggregate of (minute, page, user)
+    is collected and the totals summed from it (the main job's step 6, which has a time
+    budget and no use for files it would delete)."""
     started = time.monotonic()
     own = spark is None
     if spark is None:
@@ -190,8 +215,14 @@ def run_pageview_report(
     session_s = time.monotonic() - started
     try:
         started = time.monotonic()
-        run_batch(spark, bootstrap, topic, out_dir, starting_offsets, ending_offsets)
-        views, users = read_results(spark, out_dir)
+        if out_dir is not None:
+            run_batch(spark, bootstrap, topic, out_dir, starting_offsets, ending_offsets)
+            views, users = read_results(spark, out_dir)
+            users_per_page = {row.page: row.users for row in users}
+        else:
+            raw = read_log(spark, bootstrap, topic, starting_offsets, ending_offsets)
+            rows = activity(events(raw)).collect()
+            views, users_per_page = _views_and_users(rows)
         job_s = time.monotonic() - started
     finally:
         if own:
@@ -202,7 +233,6 @@ def run_pageview_report(
         pages[row.page] = pages.get(row.page, 0) + row.views
         minute = row.minute.strftime("%Y-%m-%dT%H:%MZ")
         per_minute[minute] = per_minute.get(minute, 0) + row.views
-    users_per_page = {row.page: row.users for row in users}
     summary = {
         "events": sum(pages.values()),
         "pages": pages,
@@ -213,7 +243,7 @@ def run_pageview_report(
     }
     print(
         f"   Spark read {summary['events']:,} page views in {job_s:.1f} s "
-        f"(session start {session_s:.1f} s); Parquet in {out_dir}"
+        f"(session start {session_s:.1f} s)" + (f"; Parquet in {out_dir}" if out_dir else "")
     )
     ranked = sorted(pages.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
     print(
