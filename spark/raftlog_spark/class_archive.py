@@ -190,15 +190,11 @@ def _dump_job(partial: str) -> None:
         def reader(self, schema: Any) -> DataSourceReader:
             return WarmupReader()
 
-    options = SHORT_JOBS_CONF[JAVA_OPTIONS]
+    # -Xlog:cds=off: without the hundreds of warnings about the classes the archive leaves out
+    # (signed jars, generated classes): expected, and no use to anyone.
+    options = f"{SHORT_JOBS_CONF[JAVA_OPTIONS]} -XX:ArchiveClassesAtExit={partial} -Xlog:cds=off"
     spark = local_session(
-        "class-archive",
-        conf={
-            JAVA_OPTIONS:  # without the hundreds of warnings about classes it leaves out (signed jars,
-            # generated classes): expected, and no use to anyone
-            f"{options} -XX:ArchiveClassesAtExit={partial} -Xlog:cds=off",
-            "spark.ui.showConsoleProgress": "false",
-        },
+        "class-archive", conf={JAVA_OPTIONS: options, "spark.ui.showConsoleProgress": "false"}
     )
     print(f"jvm-pid {spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()}", flush=True)
     spark.dataSource.register(WarmupSource)
