@@ -4,6 +4,13 @@ Producers, consumers and admin clients route requests by this metadata: the lead
 partition, the brokers' addresses. A retriable error (NotLeaderOrFollower, UnknownTopic, a
 lost connection) makes the caller refresh metadata and retry; this is what lets clients follow
 leader changes without user code.
+
+Metadata, and the other requests any broker can answer, go to one broker at a time ("sticky",
+so a client reads its own admin changes), except a suspect one: a broker whose request timed
+out lately, or that a caller reported (`suspect`). A partition leader cut off from its
+followers and the controller but not from clients answers metadata at once, with its own
+stale view ("I lead"), while its acks=all produce requests hang: asking it again after each
+timeout kept producers on it for as long as the cut lasted (20-25 s in chaos runs).
 """
 
 from __future__ import annotations
@@ -34,6 +41,10 @@ log = logging.getLogger(__name__)
 UNKNOWN_TOPIC_WAIT_S = 1.0
 # Brokers asked for metadata, one after the other, before a connection error reaches the caller.
 METADATA_ATTEMPTS = 3
+# How long a broker stays suspect after a timeout: asked for metadata only when no other broker
+# can be reached. A cut-off leader is fenced and replaced within seconds; 30 s outlasts that on
+# a loaded machine, and costs nothing when the broker was only slow (another one answers).
+SUSPECT_S = 30.0
 
 
 def parse_bootstrap(servers: str | Sequence[str]) -> list[tuple[str, int]]:
@@ -74,6 +85,8 @@ class ClusterClient:
         self._connecting: dict[int | tuple[str, int], asyncio.Future[BrokerConnection]] = {}
         self._metadata_lock: asyncio.Lock | None = None
         self._sticky: int | tuple[str, int] | None = None
+        # (host, port) -> monotonic time it became suspect (see the module docstring).
+        self._suspects: dict[tuple[str, int], float] = {}
         # (topic id, partition) -> the newest partition state seen (survives invalidate()).
         self._partitions_seen: dict[tuple[str, int], PartitionInfo] = {}
 
@@ -92,6 +105,7 @@ class ClusterClient:
             conn = await BrokerConnection.connect(
                 host, port, self.client_id, self.connect_timeout_s
             )
+            conn.on_timeout = lambda: self._suspect_address(host, port)
             self._conns[key] = conn
             fut.set_result(conn)
             return conn
@@ -113,19 +127,34 @@ class ClusterClient:
         conn = self._conns.get(node_id)
         return conn if conn is not None and not conn.closed else None
 
+    def suspect(self, node_id: int) -> None:
+        """Ask broker `node_id` for metadata only if no other broker answers, for SUSPECT_S:
+        its answer to a request the caller sent was a timeout (RequestTimedOut)."""
+        broker = self.brokers.get(node_id)
+        if broker is not None:
+            self._suspect_address(broker.host, broker.port)
+
+    def _suspect_address(self, host: str, port: int) -> None:
+        self._suspects[host, port] = time.monotonic()
+
+    def _is_suspect(self, host: str, port: int) -> bool:
+        since = self._suspects.get((host, port))
+        return since is not None and time.monotonic() - since < SUSPECT_S
+
     async def any_connection(self) -> BrokerConnection:
-        """A connection to some broker: the one used last if it is still open (so that one
-        client reads its own writes: the broker that proposed a change has applied it), else
-        a known broker, else a bootstrap server."""
+        """A connection to some broker: the one used last if it is still open and not
+        suspect (so that one client reads its own writes: the broker that proposed a change
+        has applied it), else a known broker, else a bootstrap server; suspects last."""
         if self._sticky is not None:
             conn = self._conns.get(self._sticky)
-            if conn is not None and not conn.closed:
+            if conn is not None and not conn.closed and not self._is_suspect(conn.host, conn.port):
                 return conn
         candidates: list[tuple[int | tuple[str, int], str, int]] = [
             (b.node_id, b.host, b.port) for b in self.brokers.values()
         ]
         random.shuffle(candidates)
         candidates += [((h, p), h, p) for h, p in self.bootstrap]
+        candidates.sort(key=lambda c: self._is_suspect(c[1], c[2]))  # stable: order kept
         errors = []
         for key, host, port in candidates:
             try:

@@ -87,6 +87,9 @@ class BrokerConnection(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         # Called when the transport's write buffer drains after pause_writing().
         self.on_writable: Callable[[], None] | None = None
+        # Called when a request gets no response in time (the cluster client then asks other
+        # brokers for metadata first).
+        self.on_timeout: Callable[[], None] | None = None
 
     @classmethod
     async def connect(
@@ -306,6 +309,7 @@ class BrokerConnection(asyncio.Protocol):
             waiter = self._pending.get(corr)
             if deadline <= now and waiter is not None and not isinstance(waiter, asyncio.Future):
                 del self._pending[corr]
+                self._timed_out()
                 waiter(
                     None,
                     None,
@@ -330,10 +334,15 @@ class BrokerConnection(asyncio.Protocol):
             async with asyncio.timeout(timeout_s):
                 return await fut
         except TimeoutError:
+            self._timed_out()
             raise RaftlogTimeoutError(
                 f"{protocol.ApiKey(api_key).name} request to {self.host}:{self.port} got no "
                 f"response in {timeout_s:.1f} s"
             ) from None
+
+    def _timed_out(self) -> None:
+        if self.on_timeout is not None:
+            self.on_timeout()
 
     async def wait_writable(self) -> None:
         await self._drained.wait()

@@ -86,6 +86,7 @@ from raftlog.errors import (
     RaftlogError,
     RaftlogTimeoutError,
     RecordTooLargeError,
+    RequestTimedOutError,
     UnknownTopicOrPartitionError,
     error_from_code,
 )
@@ -1701,7 +1702,7 @@ class _ProducerCore:
                     for b in group:
                         b.complete(-1)
             else:
-                self._complete(merged, body)
+                self._complete(node, merged, body)
         finally:
             self._kick()
 
@@ -1740,24 +1741,26 @@ class _ProducerCore:
                     if self._idempotent:
                         self._acked(b)
                 else:
-                    self._complete_partition(b.tp, (b,), r)
+                    self._complete_partition(node, b.tp, (b,), r)
         finally:
             self._kick()
 
-    def _complete(self, merged: dict[TopicPartition, list[_Batch]], body: dict[str, Any]) -> None:
+    def _complete(
+        self, node: int, merged: dict[TopicPartition, list[_Batch]], body: dict[str, Any]
+    ) -> None:
         try:
             results = {(t, p[0]): p for t, ps in body["topics"] for p in ps}
         except (KeyError, TypeError, IndexError, ValueError) as e:
             results = {}
             log.warning("malformed Produce response %r: %s", body, e)
         for tp, group in merged.items():
-            self._complete_partition(tp, group, results.get((tp.topic, tp.partition)))
+            self._complete_partition(node, tp, group, results.get((tp.topic, tp.partition)))
 
     def _complete_partition(
-        self, tp: TopicPartition, group: Sequence[_Batch], r: list[Any] | None
+        self, node: int, tp: TopicPartition, group: Sequence[_Batch], r: list[Any] | None
     ) -> None:
-        """Complete (or retry) one partition's batches from its response entry `r`:
-        [partition, error, base_offset, log_start_offset, message]; None if it was missing."""
+        """Complete (or retry) one partition's batches from leader `node`'s response entry
+        `r`: [partition, error, base_offset, log_start_offset, message]; None if missing."""
         if r is None:
             err: RaftlogError | None = RaftlogError(f"no result for {tp} in the response")
         elif r[1]:
@@ -1765,6 +1768,10 @@ class _ProducerCore:
         else:
             err = None
         if err is not None:
+            if isinstance(err, RequestTimedOutError):
+                # Not committed in time: the leader may be cut off from its followers and the
+                # controller, and its metadata stale; ask another broker for the next.
+                self.client.suspect(node)
             for b in group:
                 self._retry_or_fail(b, err)
             return
