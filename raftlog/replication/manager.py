@@ -45,6 +45,7 @@ from raftlog.errors import (
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
     RaftlogError,
+    RaftlogTimeoutError,
     StaleBrokerEpochError,
     StorageError,
     error_from_code,
@@ -711,9 +712,18 @@ class ReplicaFetcher:
             "topics": [[t, ps] for t, ps in by_topic.items()],
         }
         conn = await manager._connect(self.leader_id)
-        resp, payload = await conn.request(
-            protocol.ApiKey.FETCH, body, (), cfg.fetch_response_timeout_ms / 1000
-        )
+        try:
+            resp, payload = await conn.request(
+                protocol.ApiKey.FETCH, body, (), cfg.fetch_response_timeout_ms / 1000
+            )
+        except RaftlogTimeoutError:
+            # No answer to a long poll: the connection is unusable, not slow. One that carried
+            # data through a network cut can stay stuck in TCP's retransmission backoff long
+            # after the cut heals (a chaos run: a follower's fetches timed out for 70 s on a
+            # connection to a reachable leader, the partition out of its ISR meanwhile). Drop
+            # it; the next fetch connects again (Kafka's client disconnects the same way).
+            conn.close()
+            raise
         changed = False
         pos = 0
         flushes: list[Partition] = []

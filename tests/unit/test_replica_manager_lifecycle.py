@@ -77,3 +77,56 @@ def test_a_followers_fetch_is_given_up_after_the_lag_bound_not_the_socket_timeou
     short = ReplicationConfig(replica_lag_time_max_ms=3000, replica_fetch_wait_max_ms=500)
     assert short.fetch_response_timeout_ms == 3500
     assert ReplicationConfig().fetch_response_timeout_ms == 30_000  # the socket timeout bounds
+
+
+@pytest.mark.asyncio
+async def test_a_fetch_that_times_out_drops_its_connection_and_reconnects(tmp_path) -> None:
+    """A leader that accepts the follower's connection but never answers (a connection stuck
+    after a network cut): after fetch_response_timeout_ms the follower closes it and fetches
+    on a new one. It used to send every later fetch on the same dead connection."""
+    from raftlog.client.connection import BrokerConnection
+
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def silent_leader(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
+        while await reader.read(65536):
+            pass  # reads every fetch, answers none
+
+    server = await asyncio.start_server(silent_leader, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    conns: dict[int, BrokerConnection] = {}
+
+    async def connect(node_id: int) -> BrokerConnection:
+        """As the broker's _replica_connection: one cached connection per leader, a new one
+        only once it is closed."""
+        conn = conns.get(node_id)
+        if conn is None or conn.closed:
+            conn = conns[node_id] = await BrokerConnection.connect("127.0.0.1", port, "f", 5)
+        return conn
+
+    cfg = ReplicationConfig(
+        replica_lag_time_max_ms=200, replica_fetch_wait_max_ms=100, replica_fetch_backoff_ms=10
+    )
+    manager = ReplicaManager(1, cfg, _no_isr_changes, connect, lambda: 7)
+    plog = PartitionLog.open(str(tmp_path / "t-0"), LogConfig())
+    runner: asyncio.Task[None] | None = None
+    try:
+        manager.add(TopicPartition("t", 0), plog, {})
+        runner = asyncio.create_task(manager.run())
+        await asyncio.sleep(0)
+        manager.apply_metadata(_follower_of(2, 1), {2: 1})
+        async with asyncio.timeout(10):
+            while len(accepted) < 3:  # two timeouts, two new connections
+                await asyncio.sleep(0.02)
+        assert len(accepted) >= 3
+    finally:
+        if runner is not None:
+            runner.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await runner
+        manager.close()
+        plog.close()
+        server.close()
+        for w in accepted:
+            w.close()
