@@ -430,7 +430,11 @@ def flipped_follower(
                       and p["leader"] not in (n, -1))  # fmt: skip
     if not followed:
         raise FaultError(f"fault bitflip: node {n} follows no partition of {topic} now")
-    tp = rng.choice(followed)
+    # A replica set aside and refetched after an earlier flip holds one segment until it rolls
+    # again (seconds at the workload's rate; longer on a loaded machine): damage one that has
+    # an old segment (CI, under load: "chaos-1: 1 segment(s), no old one to damage").
+    settled = [tp for tp in followed if len(segment_files(str(cluster.partition_dir(n, tp)))) > 1]
+    tp = rng.choice(settled or followed)  # none settled: old_segment() says why
     leader = int(_partitions(view)[tp]["leader"])
     flip = flip_byte(old_segment(cluster.partition_dir(n, tp)), rng)
     result: dict[str, Any] = {

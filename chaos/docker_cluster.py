@@ -120,6 +120,24 @@ def docker(*args: str, timeout_s: float = DOCKER_TIMEOUT_S) -> str:
     return command(["docker", *args], timeout_s)
 
 
+# runc freezes a container's cgroup and gives up ("unable to freeze", container left running)
+# when a process does not stop in time: one in uninterruptible I/O on a loaded machine (CI,
+# beside chaos runs). Trying again shortly after works; the container is never half-paused.
+PAUSE_ATTEMPTS = 5
+PAUSE_RETRY_S = 0.5
+
+
+def docker_pause(container: str) -> None:
+    for attempt in range(1, PAUSE_ATTEMPTS + 1):
+        try:
+            docker("pause", container)
+            return
+        except FaultError as e:
+            if "unable to freeze" not in str(e) or attempt == PAUSE_ATTEMPTS:
+                raise
+            time.sleep(PAUSE_RETRY_S)
+
+
 def unsupported_kinds(kinds: Sequence[str], iptables: bool = True) -> list[str]:
     """The kinds of `kinds` the docker backend cannot inject (with or without iptables)."""
     refused = LOCAL_ONLY_KINDS + (() if iptables else IPTABLES_ONLY_KINDS)
@@ -299,7 +317,7 @@ class DockerCluster(ClientViews):
 
     def pause(self, node_id: int) -> None:
         self._check_up(node_id)
-        docker("pause", self.container(node_id))
+        docker_pause(self.container(node_id))
         self.record("pause", [node_id])
         if not self.state(node_id)["Paused"]:
             raise FaultError(f"node {node_id}: docker pause left its container unpaused")

@@ -101,3 +101,29 @@ def test_docker_timestamps() -> None:
     assert _docker_time("2026-11-23T13:40:01Z") > _docker_time("2026-11-23T13:40:00.999999999Z")
     with pytest.raises(FaultError, match="not RFC 3339"):
         _docker_time("yesterday")
+
+
+def test_docker_pause_tries_again_when_runc_cannot_freeze(monkeypatch: pytest.MonkeyPatch) -> None:
+    """runc gives up freezing a container whose process is in uninterruptible I/O (a loaded
+    machine: "unable to freeze"); the pause is tried again, other errors are not."""
+    from chaos import docker_cluster
+    from chaos.faults import FaultError
+
+    calls: list[tuple[str, ...]] = []
+    outcomes = ["unable to freeze: unknown", "unable to freeze: unknown", None]
+
+    def fake_docker(*args: str, timeout_s: float = 0.0) -> str:
+        calls.append(args)
+        error = outcomes.pop(0)
+        if error is not None:
+            raise FaultError(f"`docker pause c` exited 1:\n\nOCI runtime pause failed: {error}")
+        return ""
+
+    monkeypatch.setattr(docker_cluster, "docker", fake_docker)
+    monkeypatch.setattr(docker_cluster, "PAUSE_RETRY_S", 0.0)
+    docker_cluster.docker_pause("c")
+    assert calls == [("pause", "c")] * 3
+
+    outcomes[:] = ["No such container: c"]
+    with pytest.raises(FaultError, match="No such container"):
+        docker_cluster.docker_pause("c")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 
+from chaos.docker_cluster import docker_pause
 from tests.docker._docker import (
     DockerCluster,
     LoadProducer,
@@ -99,7 +100,7 @@ def test_paused_follower_leaves_the_isr_and_rejoins(docker_cluster: DockerCluste
     others = tuple(n for n in (1, 2, 3) if n != follower)
     with LoadProducer(c.bootstrap, "clicks", interval_s=0.01) as load:
         load.wait_more_acks(100, 60.0)
-        docker("pause", c.container(follower))
+        docker_pause(c.container(follower))  # retries runc's "unable to freeze" under load
         try:
             c.wait_view(
                 lambda d: follower not in c.partitions(d, "clicks")[0]["isr"],
