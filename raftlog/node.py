@@ -13,6 +13,7 @@
     broker_session_timeout_ms = 3000
     auto_create_topics = false
     fetch_zero_copy = true                       # false: pread + write instead of sendfile
+    fetch_zero_copy_min_bytes = 65536            # optional: smaller data is copied (pread)
     default_replication_factor = 1
     queued_request_bytes_max = 268435456         # optional: client connection limits, see
     connections_per_address_max = 250            #   BrokerConfig (broker/server.py) for
@@ -102,6 +103,7 @@ _BROKER_SETTINGS = (
     "connections_per_address_max",
     "connection_idle_ms_max",
     "retention_check_interval_ms",
+    "fetch_zero_copy_min_bytes",
 )
 
 
@@ -139,6 +141,7 @@ class NodeConfig:
     connections_per_address_max: int | None = None  # (max.connections.per.ip)
     connection_idle_ms_max: int | None = None  # (connections.max.idle.ms)
     retention_check_interval_ms: int | None = None  # (log.retention.check.interval.ms)
+    fetch_zero_copy_min_bytes: int | None = None  # smaller fetched data is copied, not sendfile'd
 
     def __post_init__(self) -> None:
         bad = set(self.roles) - {"controller", "broker"}

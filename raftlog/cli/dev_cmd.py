@@ -73,6 +73,14 @@ def register(sub: Any) -> None:
         help="serve fetches with sendfile (the default; --no-fetch-zero-copy: pread + write)",
     )
     p.add_argument(
+        "--fetch-zero-copy-min-bytes",
+        type=_non_negative_int,
+        default=None,
+        metavar="N",
+        help="with sendfile, copy a partition's fetched data smaller than N bytes instead "
+        "(default 65536; 0: sendfile everything)",
+    )
+    p.add_argument(
         "--session-timeout-ms",
         type=int,
         default=3000,
@@ -105,6 +113,16 @@ def register(sub: Any) -> None:
         help="log level (INFO)",
     )
     n.set_defaults(func=_node)
+
+
+def _non_negative_int(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{s!r} is not an integer") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"{s!r} must be >= 0")
+    return v
 
 
 def _ephemeral_port_min() -> int:
@@ -282,6 +300,7 @@ def _dev(args: argparse.Namespace) -> int:
             client_listener=f"{args.host}:{args.port}",
             auto_create_topics=args.auto_create_topics,
             fetch_zero_copy=args.fetch_zero_copy,
+            fetch_zero_copy_min_bytes=args.fetch_zero_copy_min_bytes,
             broker_session_timeout_ms=args.session_timeout_ms,
         )
         return _run_in_process(config)
@@ -342,6 +361,7 @@ def _run_cluster(args: argparse.Namespace) -> int:
                     "controller_voters": voters,
                     "auto_create_topics": args.auto_create_topics,
                     "fetch_zero_copy": args.fetch_zero_copy,
+                    "fetch_zero_copy_min_bytes": args.fetch_zero_copy_min_bytes,
                     "broker_session_timeout_ms": args.session_timeout_ms,
                     **replication_defaults(n),
                 },

@@ -177,16 +177,23 @@ def _batches(payload: bytes):
 
 
 def test_sendfile_and_buffered_fetches_serve_the_same_bytes(make_broker: MakeBroker) -> None:
-    """The two fetch paths (sendfile, the default, and --no-fetch-zero-copy's pread + write)
-    answer the same fetches with byte-identical responses, limits and long-poll included."""
-    brokers = [make_broker(), make_broker("--no-fetch-zero-copy")]
+    """The fetch paths (sendfile for everything; the default, which copies a partition's data
+    below 64 KiB and sendfiles the rest; --no-fetch-zero-copy's pread + write) answer the same
+    fetches with byte-identical responses, limits and long-poll included."""
+    brokers = [
+        make_broker("--fetch-zero-copy-min-bytes", "0"),
+        make_broker(),
+        # Partition 0 holds ~6 KB, partition 1 ~32 KB: one copied, one sendfile'd, one answer.
+        make_broker("--fetch-zero-copy-min-bytes", "16384"),
+        make_broker("--no-fetch-zero-copy"),
+    ]
     answers = []
     for broker in brokers:
         create_topic(broker, "paths", partitions=2)
         with Producer(bootstrap_servers=broker.bootstrap, acks=1, batch_size=3000) as producer:
             for i in range(400):
-                producer.send("paths", b"%05d" % i + b"z" * (i % 300), partition=i % 2,
-                              timestamp_ms=1_700_000_000_000 + i)  # fmt: skip
+                producer.send("paths", b"%05d" % i + b"z" * (i % 300 if i % 2 else 20),
+                              partition=i % 2, timestamp_ms=1_700_000_000_000 + i)  # fmt: skip
             producer.flush(timeout=30)
         tps = {TopicPartition("paths", 0): 17, TopicPartition("paths", 1): 0}
         got = []
@@ -204,8 +211,16 @@ def test_sendfile_and_buffered_fetches_serve_the_same_bytes(make_broker: MakeBro
             assert got_corr == corr
             got.append((resp, payload))
         answers.append(got)
-    assert answers[0] == answers[1]
-    for broker, mode in zip(brokers, ("sendfile", "pread + write"), strict=True):
+    assert answers[0] == answers[1] == answers[2] == answers[3]
+    sizes = [entry[4] for _, ps in answers[0][2][0]["topics"] for entry in ps]
+    assert sizes[0] < 16384 <= sizes[1]  # the mixed broker's answer had both kinds of part
+    modes = (
+        "sendfile\n",
+        "sendfile (pread + write below 65536 bytes)",
+        "sendfile (pread + write below 16384 bytes)",
+        "pread + write",
+    )
+    for broker, mode in zip(brokers, modes, strict=True):
         assert f"fetches served with {mode}" in broker.stderr_path.read_text()
     values = [r.value for r in iter_records(answers[0][-1][1])]
     assert values == [b"late"]

@@ -38,6 +38,9 @@ def test_environment_variables_override_the_toml(tmp_path: Path) -> None:
     c = NodeConfig.load(path, env)
     assert (c.node_id, c.roles, c.controller_voters) == (2, ["controller", "broker"], VOTERS)
     assert c.auto_create_topics is True
+    assert NodeConfig.load(path, {"RAFTLOG_FETCH_ZERO_COPY_MIN_BYTES": "0"}).broker_settings() == {
+        "fetch_zero_copy_min_bytes": 0
+    }
     assert c.listener_address() == ("0.0.0.0", 9092)
     assert c.advertised(9092) == ("b", 9092)
     assert c.listener_address(external=True) == ("0.0.0.0", 9094)
@@ -58,6 +61,7 @@ def test_without_advertised_listeners_the_bound_ones_are_named(tmp_path: Path) -
         ("RAFTLOG_AUTO_CREATE_TOPICS", "yes", "must be true or false"),
         ("RAFTLOG_EXTERNAL_LISTENER", "nohost", "external_listener='nohost': must be HOST:PORT"),
         ("RAFTLOG_ADVERTISED_LISTENER", "h:99999", "must be HOST:PORT"),
+        ("RAFTLOG_FETCH_ZERO_COPY_MIN_BYTES", "-1", "fetch_zero_copy_min_bytes=-1: must be"),
     ],
 )
 def test_bad_variables_are_refused_naming_them(

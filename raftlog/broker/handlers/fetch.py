@@ -151,6 +151,7 @@ def _read(
 ) -> tuple[Response, int, bool]:
     """(the response, its data bytes, whether it must go now: an error or a divergence)."""
     zero_copy = broker.config.fetch_zero_copy
+    zero_copy_min = broker.config.fetch_zero_copy_min_bytes
     replicas = broker.replicas
     by_topic: dict[str, list[list[Any]]] = {}
     parts: list[bytes | memoryview | FileSlice] = []
@@ -189,7 +190,15 @@ def _read(
             out.append([tp.partition, 0, hw, log_start, 0, None, None])
             continue
         if sl.size:
-            parts.append(sl if zero_copy else sl.read())
+            if zero_copy and sl.size >= zero_copy_min:
+                parts.append(sl)
+            else:
+                try:
+                    parts.append(sl.read())
+                except RaftlogError as e:
+                    out.append([tp.partition, e.code, -1, -1, 0, str(e), None])
+                    urgent = True
+                    continue
         out.append([tp.partition, 0, hw, log_start, sl.size, None, None])
         total += sl.size
         remaining -= sl.size
