@@ -25,8 +25,9 @@ Phases (`--only` picks some):
 - `rf3-all-fsync`: the same on a topic with `durability.policy=fsync` (committed = fsynced by
   every ISR member: one fsync per replica covers every append before it).
 - `e2e-rf1-acks1`, `e2e-rf3-all`: end-to-end latency at `--e2e-rate` (10,000 rec/s): the paper
-  benchmark's method (paced sends stamped with time.monotonic_ns(), linger_ms=0, a consumer in
-  a child process, which reads only what is committed), first with acks=1 on RF 1 (the
+  benchmark's method (sends stamped with time.monotonic_ns(), linger_ms=0, paced as Kafka's
+  ThroughputThrottler paces: `--e2e-pacing-ms`, see bench/paper_bench.py; a consumer in a
+  child process, which reads only what is committed), first with acks=1 on RF 1 (the
   baseline: what this machine gives without replication), then with acks=all on RF 3. Target:
   RF 3 p50 at most 5 ms.
 - `failover`: an acks=all producer sends at `--failover-rate` (1,000 rec/s, linger_ms=0) to a
@@ -86,6 +87,7 @@ from bench.paper_bench import (
     add_e2e_arguments,
     add_run_arguments,
     option_picker,
+    pacing_note,
     parse_only,
     plot_latency,
     python_floor,
@@ -259,6 +261,7 @@ class Settings:
     e2e_rate: int
     e2e_seconds: float
     e2e_warmup: float
+    e2e_pacing_ms: float
     failover_reps: int
     failover_rate: int
     session_timeout_ms: int
@@ -278,6 +281,7 @@ def settings_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         e2e_rate=pick("e2e_rate"),
         e2e_seconds=pick("e2e_seconds"),
         e2e_warmup=pick("e2e_warmup"),
+        e2e_pacing_ms=args.e2e_pacing_ms,
         failover_reps=pick("failover_reps"),
         failover_rate=args.failover_rate,
         session_timeout_ms=args.session_timeout_ms,
@@ -292,6 +296,8 @@ def settings_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         parser.error("--value-bytes must be >= 8 (the latency phase stamps 8 bytes)")
     if s.max_seconds <= 0 or s.e2e_seconds <= 0:
         parser.error("--max-seconds and --e2e-seconds must be > 0")
+    if s.e2e_pacing_ms < 0:
+        parser.error("--e2e-pacing-ms must be >= 0")
     if s.e2e_warmup < 0 or s.e2e_warmup >= s.e2e_seconds:
         parser.error("--e2e-warmup must be >= 0 and shorter than --e2e-seconds")
     if s.session_timeout_ms < 1000:
@@ -925,7 +931,7 @@ def build_rows(
             row["ratio"] = value / getattr(base_e2e, attr)
         notes = [
             f"{e2e.rate:,} rec/s for {e2e.seconds:g} s (achieved {e2e.achieved_rate:,.0f}), "
-            f"first {e2e.warmup:g} s left out"
+            f"{pacing_note(e2e)}, first {e2e.warmup:g} s left out"
         ]
         if key == "e2e_base_p50":
             notes.append(f"p99 {e2e.p99_ms:.2f} ms, p99.9 {e2e.p999_ms:.2f} ms")
@@ -1223,6 +1229,7 @@ def _paper_settings(s: Settings) -> PaperSettings:
         e2e_rate=s.e2e_rate,
         e2e_seconds=s.e2e_seconds,
         e2e_warmup=s.e2e_warmup,
+        e2e_pacing_ms=s.e2e_pacing_ms,
         phases=["e2e"],
         quick=s.quick,
     )
