@@ -31,6 +31,7 @@ import sys
 import time
 from typing import Any
 
+from raftlog.cli.client_cmd import non_negative_int
 from raftlog.client import Admin
 from raftlog.errors import InvalidConfigError, RaftlogError
 from raftlog.node import NodeConfig, run_node
@@ -74,7 +75,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--fetch-zero-copy-min-bytes",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=None,
         metavar="N",
         help="with sendfile, copy a partition's fetched data smaller than N bytes instead "
@@ -113,16 +114,6 @@ def register(sub: Any) -> None:
         help="log level (INFO)",
     )
     n.set_defaults(func=_node)
-
-
-def _non_negative_int(s: str) -> int:
-    try:
-        v = int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{s!r} is not an integer") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"{s!r} must be >= 0")
-    return v
 
 
 def _ephemeral_port_min() -> int:
