@@ -9,6 +9,7 @@ import random
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -21,11 +22,12 @@ from chaos.disk_faults import (
     damage_tail,
     disk_full,
     flipped_byte,
+    flipped_follower,
     old_segment,
     position_after_offset,
     torn_tail_crash,
 )
-from chaos.faults import FaultError
+from chaos.faults import FaultError, FaultSpec
 from raftlog.errors import StorageError
 from raftlog.records import encode_batch
 from raftlog.storage.config import LogConfig
@@ -152,6 +154,93 @@ def test_flipped_byte_in_an_old_segment_is_detected_then_restored(tmp_path: Path
         # next segment no longer starts where this one's valid batches end).
         assert problems and problems[0].startswith(f"{seg}: byte {batch}:"), problems
     assert verify(str(path)) == []
+
+
+class _GatheredLeadership:
+    """The cluster the bitflip fault sees after earlier leader kills gathered leadership on
+    node 1: it leads both partitions of topic t, nodes 2 and 3 follow them (`replicas` says
+    which nodes hold each). Only the cluster is a stand-in: the segments are real files."""
+
+    def __init__(self, root: Path, replicas: list[int]):
+        self.root = root
+        self.replicas = replicas
+        self.down: set[int] = set()
+        self.actions: list[tuple[str, int]] = []
+        for n in replicas:
+            for p in (0, 1):
+                write_log(self.partition_dir(n, f"t-{p}"), 40, LogConfig(segment_bytes=1000))
+
+    def node_ids(self) -> list[int]:
+        return [1, 2, 3]
+
+    def pid(self, node_id: int) -> int | None:
+        return None if node_id in self.down else 1000 + node_id
+
+    def kill9(self, node_id: int) -> None:
+        self.down.add(node_id)
+        self.actions.append(("kill9", node_id))
+
+    def start(self, *node_ids: int) -> None:
+        for n in node_ids:
+            self.down.discard(n)
+            self.actions.append(("start", n))
+
+    def partition_dir(self, node_id: int, tp: str) -> Path:
+        return self.root / f"node-{node_id}" / tp
+
+    def describe(self, node_id: int) -> dict[str, Any]:
+        assert node_id not in self.down
+        return {
+            "partitions": [
+                {"topic": "t", "partition": p, "leader": 1, "replicas": self.replicas}
+                for p in (0, 1)
+            ]
+        }
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the bitflip fault must not call {name}")
+
+
+def test_bitflip_on_a_node_that_leads_everything_damages_another_nodes_replica(
+    tmp_path: Path,
+) -> None:
+    cluster = _GatheredLeadership(tmp_path, [1, 2, 3])
+    originals = {p: p.read_bytes() for p in tmp_path.rglob("*.log")}
+    reads: list[str] = []
+    windows = iter([False, True])
+    fault = flipped_follower(
+        FaultSpec("bitflip", targets=(1,)),
+        cluster,  # type: ignore[arg-type]
+        "t",
+        random.Random(3),
+        reads.append,
+        lambda _wait: next(windows),
+    )
+    with fault as result:
+        assert result["node"] in (2, 3) and result["leader"] == 1
+        assert cluster.actions == [("kill9", 1)] and reads == [result["tp"]]
+        damaged = [p for p, data in originals.items() if p.read_bytes() != data]
+        assert damaged == [Path(old_segment(cluster.partition_dir(result["node"], result["tp"])))]
+    assert cluster.actions == [("kill9", 1), ("start", 1)]
+    assert all(p.read_bytes() == data for p, data in originals.items())
+    assert result["detected"] is False  # nobody reported or healed it: the flip was undone
+
+
+def test_bitflip_with_no_follower_anywhere_says_so(tmp_path: Path) -> None:
+    cluster = _GatheredLeadership(tmp_path, [1])
+    with (
+        pytest.raises(FaultError, match="no node follows a partition of t"),
+        flipped_follower(
+            FaultSpec("bitflip", targets=(1,)),
+            cluster,  # type: ignore[arg-type]
+            "t",
+            random.Random(3),
+            lambda _tp: None,
+            lambda _wait: True,
+        ),
+    ):
+        pass
+    assert cluster.actions == []
 
 
 # -- a full disk (needs root to mount a tmpfs) ----------------------------------------------------
