@@ -376,7 +376,24 @@ class ReplicaManager:
             else:
                 actions = core.go_offline(info.leader_epoch, info.partition_epoch)
                 log.info("%s has no leader (epoch %d)", p.tp, info.leader_epoch)
-            self._perform(p, actions, now)
+            try:
+                self._perform(p, actions, now)
+            except StorageError as e:
+                # The log went offline (the scrubber found damage, a write failed) after the
+                # controller last heard from this broker: it elected this replica before the
+                # broker's offline report reached it (a chaos run: damage found 0.8 s before
+                # the election, reported 0.2 s after it). Take no role with that log; the
+                # report moves leadership elsewhere, and the log manager reopens or refetches
+                # the log as a new partition. Raising here stopped the metadata change for
+                # every partition after this one.
+                log.warning(
+                    "%s: cannot take the role of epoch %d (leader %d): %s",
+                    p.tp,
+                    info.leader_epoch,
+                    info.leader,
+                    e,
+                )
+                self._perform(p, core.go_offline(info.leader_epoch, info.partition_epoch), now)
             p.wake(p.consumer_waiters)
             p.wake(p.follower_waiters)
         elif (

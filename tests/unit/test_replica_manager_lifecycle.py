@@ -12,9 +12,13 @@ import asyncio
 
 import pytest
 
+from raftlog.errors import LogOfflineError
 from raftlog.metadata.model import PartitionInfo, TopicInfo
+from raftlog.records import encode_batch
+from raftlog.replication.core import Role
 from raftlog.replication.manager import ReplicaManager, ReplicationConfig
 from raftlog.storage import LogConfig, PartitionLog
+from raftlog.storage.tools import scan_segment, segment_files
 from raftlog.topics import TopicPartition
 
 
@@ -130,3 +134,54 @@ async def test_a_fetch_that_times_out_drops_its_connection_and_reconnects(tmp_pa
         server.close()
         for w in accepted:
             w.close()
+
+
+def test_an_election_of_a_replica_whose_log_just_went_offline_takes_no_role(tmp_path) -> None:
+    """The scrubber finds damage and takes a log offline; before the broker's offline report
+    reaches the controller, the controller elects that replica (a chaos run). The replica must
+    take no role with the offline log, and the rest of the metadata change must still apply:
+    assign_epoch raised LogOfflineError out of apply_metadata before, a traceback in the node's
+    log and the other partitions left in their old roles."""
+    manager = ReplicaManager(1, ReplicationConfig(), _no_isr_changes, _never_connect, lambda: 7)
+    damaged = PartitionLog.open(str(tmp_path / "t-0"), LogConfig(segment_bytes=1000))
+    healthy = PartitionLog.open(str(tmp_path / "t-1"), LogConfig())
+    try:
+        for i in range(40):
+            damaged.append(encode_batch([(None, b"value-%d" % i)]), leader_epoch=1)
+        manager.add(TopicPartition("t", 0), damaged, {})
+        manager.add(TopicPartition("t", 1), healthy, {})
+        manager.apply_metadata(
+            [TopicInfo("t", "id-t", tuple(
+                PartitionInfo(p, 2, 1, (1, 2, 3), (1, 2, 3), 1) for p in (0, 1)
+            ))],
+            {2: 1},
+        )  # fmt: skip
+        old = segment_files(str(tmp_path / "t-0"))[0][1]
+        last = list(scan_segment(old))[-1]
+        with open(old, "r+b") as f:  # a bit flipped in the last record of the old segment
+            f.seek(last.position + last.size - 1)
+            byte = f.read(1)[0]
+            f.seek(last.position + last.size - 1)
+            f.write(bytes([byte ^ 0x40]))
+        with pytest.raises(LogOfflineError):
+            damaged.scrub(1 << 20)
+
+        # Leader 2 died: the controller elects node 1 for t-0 (its damage not yet reported)
+        # and makes node 3 the leader of t-1.
+        manager.apply_metadata(
+            [TopicInfo("t", "id-t", (
+                PartitionInfo(0, 1, 2, (1, 2, 3), (1, 3), 2),
+                PartitionInfo(1, 3, 2, (1, 2, 3), (1, 3), 2),
+            ))],
+            {1: 1, 3: 1},
+        )  # fmt: skip
+
+        t0, t1 = manager.get(TopicPartition("t", 0)), manager.get(TopicPartition("t", 1))
+        assert t0 is not None and t1 is not None
+        assert t0.core.role is Role.OFFLINE and t0.core.leader_epoch == 2
+        assert t1.core.role is Role.FOLLOWER and t1.core.leader_id == 3
+        assert list(manager._fetchers) == [3]
+    finally:
+        manager.close()
+        damaged.close()
+        healthy.close()
