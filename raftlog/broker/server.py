@@ -163,16 +163,16 @@ class BrokerConfig:
         if self.default_partitions < 1:
             raise InvalidConfigError(f"default_partitions={self.default_partitions}: must be >= 1")
 
-
-class Broker:
-    def _fetch_path(self) -> str:
-        cfg = self.config
-        if not cfg.fetch_zero_copy:
+    def fetch_path(self) -> str:
+        """How fetched data is sent, in words (the broker's start-up line)."""
+        if not self.fetch_zero_copy:
             return "pread + write"
-        if cfg.fetch_zero_copy_min_bytes:
-            return f"sendfile (pread + write below {cfg.fetch_zero_copy_min_bytes} bytes)"
+        if self.fetch_zero_copy_min_bytes:
+            return f"sendfile (pread + write below {self.fetch_zero_copy_min_bytes} bytes)"
         return "sendfile"
 
+
+class Broker:
     def __init__(
         self,
         config: BrokerConfig,
@@ -269,7 +269,7 @@ class Broker:
             self.port,
             self.config.data_dir,
             len(self.logs.partitions()),
-            self._fetch_path(),
+            self.config.fetch_path(),
         )
 
     async def stop(self) -> None:
