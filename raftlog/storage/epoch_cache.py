@@ -35,6 +35,9 @@ class LeaderEpochCache:
         for epoch, start in entries or ():
             self._epochs.append(epoch)
             self._starts.append(start)
+        # The file holds exactly these entries (loaded or written by this object): a change
+        # that leaves them as they are writes nothing.
+        self._on_disk = False
 
     @classmethod
     def load(cls, path: str) -> LeaderEpochCache:
@@ -44,14 +47,17 @@ class LeaderEpochCache:
         """
         from raftlog.storage.checkpoint import CheckpointError
 
-        raw = read_entries(path, 2) or []
-        entries = [(e, s) for e, s in raw]
+        raw = read_entries(path, 2)
+        entries = [(e, s) for e, s in raw or []]
         for (e0, s0), (e1, s1) in itertools.pairwise(entries):
             if not (e1 > e0 and s1 > s0):
                 raise CheckpointError(
                     f"{path}: entries ({e0}, {s0}) then ({e1}, {s1}) do not both increase"
                 )
-        return cls(path, entries)
+        cache = cls(path, entries)
+        # No file reads as an empty cache, and an empty cache needs no file.
+        cache._on_disk = True
+        return cache
 
     def entries(self) -> list[tuple[int, int]]:
         return list(zip(self._epochs, self._starts, strict=True))
@@ -118,5 +124,9 @@ class LeaderEpochCache:
 
     def _commit(self, epochs: list[int], starts: list[int]) -> None:
         """Write the new entries, then adopt them: if the write fails (OSError), nothing changed."""
+        if self._on_disk and epochs == self._epochs and starts == self._starts:
+            return
+        self._on_disk = False
         write_entries(self.path, list(zip(epochs, starts, strict=True)))
         self._epochs, self._starts = epochs, starts
+        self._on_disk = True

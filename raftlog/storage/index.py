@@ -48,7 +48,15 @@ class IndexFormatError(ValueError):
 class SparseIndex:
     """Both sparse indices of one segment, in memory, with their files."""
 
-    __slots__ = ("_offset_path", "_persisted", "_time_path", "positions", "rels", "timestamps")
+    __slots__ = (
+        "_offset_path",
+        "_persisted",
+        "_synced",
+        "_time_path",
+        "positions",
+        "rels",
+        "timestamps",
+    )
 
     def __init__(self, offset_path: str, time_path: str):
         self._offset_path = offset_path
@@ -60,6 +68,10 @@ class SparseIndex:
         self.timestamps = array("q")
         # Entries [0, _persisted) are in both files.
         self._persisted = 0
+        # Both files exist and hold entries [0, _synced) as fsynced or loaded; -1: they may
+        # not exist. persist(fsync=True) of nothing new is then free (a clean shutdown of a
+        # broker with thousands of idle partitions costs no fsync per index).
+        self._synced = -1
 
     def __len__(self) -> int:
         return len(self.rels)
@@ -111,6 +123,7 @@ class SparseIndex:
         del self.timestamps[keep:]
         if self._persisted > keep:
             self._persisted = keep
+            self._synced = -1
             for path, size in (
                 (self._offset_path, OFFSET_ENTRY_SIZE),
                 (self._time_path, TIME_ENTRY_SIZE),
@@ -121,7 +134,7 @@ class SparseIndex:
     def persist(self, fsync: bool) -> None:
         """Append the entries not yet in the files; fsync them if asked."""
         n = len(self.rels)
-        if self._persisted == n and not fsync:
+        if self._persisted == n and (not fsync or self._synced == n):
             return
         new = range(self._persisted, n)
         offset_bytes = b"".join(_OFFSET_ENTRY.pack(self.rels[i], self.positions[i]) for i in new)
@@ -138,14 +151,17 @@ class SparseIndex:
             finally:
                 os.close(fd)
         self._persisted = n
+        self._synced = n if fsync else -1
 
-    def rewrite(self) -> None:
-        """Write both files from scratch (after a rebuild), fsynced."""
+    def rewrite(self, fsync: bool = False) -> None:
+        """Write both files from scratch (after a rebuild). Not fsynced unless asked: an
+        index is derived data, and one a power failure tears is rebuilt by the next open."""
         for path in (self._offset_path, self._time_path):
             if os.path.exists(path):
                 os.truncate(path, 0)
         self._persisted = 0
-        self.persist(fsync=True)
+        self._synced = -1
+        self.persist(fsync=fsync)
 
     def load(self, segment_size: int) -> None:
         """Read both files; raise IndexFormatError if they are torn or break the rules."""
@@ -196,12 +212,15 @@ class SparseIndex:
             prev_rel, prev_pos, prev_ts = rel, pos, ts
         self.rels, self.positions, self.timestamps = rels, positions, timestamps
         self._persisted = n
+        self._synced = n
 
     def clear(self) -> None:
         self.rels, self.positions, self.timestamps = array("i"), array("i"), array("q")
         self._persisted = 0
+        self._synced = -1
 
     def delete_files(self) -> None:
+        self._synced = -1
         for path in (self._offset_path, self._time_path):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)

@@ -141,9 +141,9 @@ def crash(
     log.close()
 
     result = Crash(copy, written)
-    rp = OffsetCheckpoint(os.path.join(copy, RECOVERY_POINT_FILE)).read()
-    start = OffsetCheckpoint(os.path.join(copy, LOG_START_FILE)).read()
-    assert rp is not None and start is not None
+    # A new log writes no checkpoint until one differs from its default (0): no file is 0.
+    rp = OffsetCheckpoint(os.path.join(copy, RECOVERY_POINT_FILE)).read() or 0
+    start = OffsetCheckpoint(os.path.join(copy, LOG_START_FILE)).read() or 0
     result.recovery_point, result.log_start = rp, start
     # Where each batch lies: every segment file must be exactly its batches, back to back.
     by_base = {b.base: b for b in written}
