@@ -11,13 +11,23 @@ offline. A report counts only while its broker epoch is the broker's registered 
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
-from raftlog.errors import StaleBrokerEpochError, UnknownTopicOrPartitionError
+from raftlog.errors import (
+    NotControllerError,
+    RaftlogError,
+    StaleBrokerEpochError,
+    UnknownTopicOrPartitionError,
+    error_from_code,
+)
 from raftlog.metadata.model import BrokerInfo, PartitionInfo, TopicInfo
 from raftlog.metadata.quorum import MetadataQuorum
 from raftlog.metadata.state import MetadataState
+
+# ISR changes in one alter_isr_batch command: ~150 bytes each, far below the command bound.
+ISR_BATCH_MAX = 1000
 
 
 def parse_voters(voters: list[str]) -> dict[int, str]:
@@ -34,30 +44,51 @@ def parse_voters(voters: list[str]) -> dict[int, str]:
     return out
 
 
-def _topic_info(t: dict[str, Any]) -> TopicInfo:
-    return TopicInfo(
-        t["name"],
-        t["topic_id"],
-        tuple(
-            PartitionInfo(
-                i,
-                p["leader"],
-                p["leader_epoch"],
-                tuple(p["replicas"]),
-                tuple(p["isr"]),
-                p["partition_epoch"],
-                tuple(p.get("elr", ())),
-            )
-            for i, p in enumerate(t["partitions"])
-        ),
-        dict(t["config"]),
+def _partition_info(i: int, p: dict[str, Any]) -> PartitionInfo:
+    return PartitionInfo(
+        i,
+        p["leader"],
+        p["leader_epoch"],
+        tuple(p["replicas"]),
+        tuple(p["isr"]),
+        p["partition_epoch"],
+        tuple(p.get("elr", ())),
     )
+
+
+def _topic_info(t: dict[str, Any], old: TopicInfo | None = None) -> TopicInfo:
+    """The view of topic `t`. Partitions unchanged since `old` (same leader epoch and
+    partition epoch: every change of leader, ISR, ELR or replicas bumps one of them) keep
+    their PartitionInfo object, and an unchanged topic keeps its TopicInfo: an ISR change in
+    a 10,000-partition topic builds one new object, and readers (the replica manager) can
+    tell what changed by identity."""
+    parts = t["partitions"]
+    if old is None or old.topic_id != t["topic_id"] or len(old.partitions) != len(parts):
+        return TopicInfo(
+            t["name"],
+            t["topic_id"],
+            tuple(_partition_info(i, p) for i, p in enumerate(parts)),
+            dict(t["config"]),
+        )
+    infos = list(old.partitions)
+    changed = False
+    for i, p in enumerate(parts):
+        o = infos[i]
+        if o.partition_epoch != p["partition_epoch"] or o.leader_epoch != p["leader_epoch"]:
+            infos[i] = _partition_info(i, p)
+            changed = True
+    if not changed and old.config == t["config"]:
+        return old
+    return TopicInfo(t["name"], t["topic_id"], tuple(infos), dict(t["config"]))
 
 
 class ClusterMetadata:
     def __init__(self, quorum: MetadataQuorum, voters: dict[int, str]):
         self.quorum = quorum
         self.voters = voters
+        # ISR changes waiting to go to the quorum, and the task sending them (alter_isr).
+        self._isr_queue: list[tuple[dict[str, Any], asyncio.Future[int]]] = []
+        self._isr_sender: asyncio.Future[None] | None = None
         self._by_address = {addr: node for node, addr in voters.items()}
         self._cache_version = -1
         self._topics: dict[str, TopicInfo] = {}
@@ -94,7 +125,8 @@ class ClusterMetadata:
                     self._broker_epochs,
                     self._broker_voters,
                 )
-            topics = {name: _topic_info(t) for name, t in s.topics.items()}
+            cached = self._topics
+            topics = {name: _topic_info(t, cached.get(name)) for name, t in s.topics.items()}
             every = {
                 n: BrokerInfo(b["node_id"], b["host"], b["port"], b["rack"])
                 for n, b in sorted(s.brokers.items())
@@ -195,19 +227,72 @@ class ClusterMetadata:
         isr: list[int],
         broker_epochs: list[list[int]],
     ) -> int:
-        """A partition leader's ISR change; returns the new partition epoch."""
-        return int(
-            await self.quorum.propose(
-                "alter_isr",
-                topic=topic,
-                partition=partition,
-                leader_id=leader_id,
-                leader_epoch=leader_epoch,
-                partition_epoch=partition_epoch,
-                isr=isr,
-                broker_epochs=broker_epochs,
+        """A partition leader's ISR change; returns the new partition epoch.
+
+        Changes asked for while others are on their way go to the quorum together, in one
+        `alter_isr_batch` command of at most ISR_BATCH_MAX (Kafka's AlterPartition carries
+        many partitions too): a failover or a restart changes the ISR of thousands of
+        partitions at once, and one Raft entry each was a storm that every broker had to
+        apply one by one. Each change is still checked and applied or refused on its own."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[int] = loop.create_future()
+        self._isr_queue.append(
+            (
+                {
+                    "topic": topic,
+                    "partition": partition,
+                    "leader_id": leader_id,
+                    "leader_epoch": leader_epoch,
+                    "partition_epoch": partition_epoch,
+                    "isr": isr,
+                    "broker_epochs": broker_epochs,
+                },
+                fut,
             )
         )
+        if self._isr_sender is None or self._isr_sender.done():
+            self._isr_sender = asyncio.ensure_future(self._send_isr_changes())
+        return await fut
+
+    async def _send_isr_changes(self) -> None:
+        """Send the queued ISR changes, a batch at a time, until none is left. Every error is
+        handed to the callers: this task ends only when the queue is empty (or cancelled)."""
+        await asyncio.sleep(0)  # changes asked for in this turn of the loop join the first
+        while self._isr_queue:
+            batch = self._isr_queue[:ISR_BATCH_MAX]
+            del self._isr_queue[:ISR_BATCH_MAX]
+            try:
+                results = await self.alter_isr_batch([args for args, _ in batch])
+            except RaftlogError as e:
+                for _, fut in batch:
+                    if not fut.done():  # a new instance each: one shared collects tracebacks
+                        fut.set_exception(error_from_code(e.code, str(e)))
+                continue
+            except BaseException as e:
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(
+                            NotControllerError(f"the ISR change was not sent ({e!r}); retry")
+                        )
+                raise
+            for (_, fut), result in zip(batch, results, strict=True):
+                if fut.done():
+                    continue
+                if isinstance(result, RaftlogError):
+                    fut.set_exception(result)
+                else:
+                    fut.set_result(result)
+
+    async def alter_isr_batch(self, changes: list[dict[str, Any]]) -> list[int | RaftlogError]:
+        """Many ISR changes (each `alter_isr`'s arguments) in one command: per change, the new
+        partition epoch or the error that refused it. Raises when the command as a whole
+        fails (no quorum, a timeout)."""
+        results = await self.quorum.propose("alter_isr_batch", changes=changes)
+        if not isinstance(results, list) or len(results) != len(changes):
+            raise RaftlogError(f"alter_isr_batch of {len(changes)} changes returned {results!r}")
+        return [
+            int(r[1]) if r[0] == "ok" else error_from_code(int(r[1]), str(r[2])) for r in results
+        ]
 
     async def report_offline_replicas(self, node_id: int, replicas: list[list[Any]]) -> None:
         """Replace broker `node_id`'s report of its offline replicas ([topic, partition,

@@ -74,6 +74,7 @@ TOPOLOGY_COMMANDS = frozenset(
         "create_topic",
         "delete_topic",
         "alter_isr",
+        "alter_isr_batch",
         "report_offline_replicas",
     }
 )
@@ -333,16 +334,16 @@ class MetadataState:
                         [node_id] if eligible else [],
                     )
                     if was_leader:
-                        self._elect(topic, p, exclude=node_id, unclean=unclean_enabled)
+                        self._elect(topic, i, exclude=node_id, unclean=unclean_enabled)
                 elif node_id in p["isr"] and restarted:
                     if eligible or not p["elr"]:
                         p["leader"] = node_id
                         p["leader_epoch"] += 1
                     else:
                         p["isr"] = []
-                        self._elect(topic, p, exclude=node_id, unclean=unclean_enabled)
+                        self._elect(topic, i, exclude=node_id, unclean=unclean_enabled)
                 elif p["leader"] == node_id:
-                    self._elect(topic, p, exclude=node_id, unclean=unclean_enabled)
+                    self._elect(topic, i, exclude=node_id, unclean=unclean_enabled)
                 if before[0] == node_id and p["leader"] != node_id:
                     moved += 1
                 if (p["leader"], p["isr"], p["elr"], p["leader_epoch"]) != before:
@@ -350,13 +351,13 @@ class MetadataState:
                 self._check_partition(topic, i)
         return moved
 
-    def _elect(self, topic: dict[str, Any], p: dict[str, Any], exclude: int, unclean: bool) -> None:
-        """A new leader for `p`, at a new leader epoch: the first live ISR member (replica
-        order), else a live ELR member (the ISR's members then join the ELR where the rules
-        allow), else with `unclean` any live replica, else none: the partition is offline and
-        waits for an ISR or ELR member to return. A replica whose broker reported its log
-        offline is never elected."""
-        index = topic["partitions"].index(p)
+    def _elect(self, topic: dict[str, Any], index: int, exclude: int, unclean: bool) -> None:
+        """A new leader for partition `index`, at a new leader epoch: the first live ISR
+        member (replica order), else a live ELR member (the ISR's members then join the ELR
+        where the rules allow), else with `unclean` any live replica, else none: the partition
+        is offline and waits for an ISR or ELR member to return. A replica whose broker
+        reported its log offline is never elected."""
+        p = topic["partitions"][index]
 
         def ok(r: int) -> bool:
             return r != exclude and self._electable(r, topic, index)
@@ -536,6 +537,11 @@ class MetadataState:
                 raise InvalidRequestError(
                     f"{topic}-{partition}: broker {r} cannot join the ISR: it is fenced"
                 )
+            if self._offline_on(r, topic, partition):
+                raise InvalidRequestError(
+                    f"{topic}-{partition}: broker {r} cannot join the ISR: it reported its "
+                    "replica's log offline"
+                )
             if r in stated and stated[r] != broker["broker_epoch"]:
                 raise StaleBrokerEpochError(
                     f"{topic}-{partition}: broker {r} caught up as epoch {stated[r]}, but its "
@@ -546,6 +552,21 @@ class MetadataState:
         p["partition_epoch"] += 1
         self._check_partition(t, partition)
         return _ok(p["partition_epoch"])
+
+    def _cmd_alter_isr_batch(self, changes: list[Any]) -> Result:
+        """Many partition leaders' ISR changes in one Raft entry (a broker sends them
+        together: a failover or a restart changes thousands at once, one entry each was a
+        storm of commands); one result each. Each is checked, then refused or applied, on its
+        own, exactly as an `alter_isr` command."""
+        check = _SIGNATURES["alter_isr"].check
+        results = []
+        for c in changes:
+            try:
+                check(c)
+                results.append(self._cmd_alter_isr(**c))
+            except RaftlogError as e:
+                results.append(_err(e))
+        return _ok(results)
 
     def _partition(self, topic: str, partition: int) -> dict[str, Any]:
         t = self.topics.get(topic)
@@ -845,7 +866,7 @@ class MetadataState:
             self._electable(r, topic, index) for r in candidates
         ):
             unclean = topic["config"].get("unclean.leader.election.enable") == "true"
-            self._elect(topic, p, exclude=node_id, unclean=unclean)
+            self._elect(topic, index, exclude=node_id, unclean=unclean)
         if (p["leader"], p["isr"], p["elr"]) != before:
             p["partition_epoch"] += 1
         self._check_partition(topic, index)
