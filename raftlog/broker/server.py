@@ -41,7 +41,9 @@ import contextlib
 import functools
 import logging
 import os
+import time
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,6 +87,11 @@ REPLICATION_TOPIC_KEYS = (
 )
 # After a failed offline report (no quorum leader, a timeout), try again this much later.
 OFFLINE_REPORT_RETRY_S = 1.0
+# The reconciler opens new logs this many at a time on its worker thread, and applies roles
+# for at most this long before it yields to the loop: a heartbeat or a produce request waits
+# at most about one slice (the broker is fenced after broker_session_timeout_ms of silence).
+RECONCILE_OPEN_SLICE = 256
+RECONCILE_SLICE_S = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +206,19 @@ class Broker:
             lambda: self.broker_epoch,
         )
         self._seen_topology = -1
+        # The reconciler (a task of its own): `reconcile()` sets the event, the task brings
+        # logs and replicas in line with the metadata in slices, yielding to the loop between
+        # them, so that thousands of new partitions never stall heartbeats or other traffic.
+        self._reconcile_wanted = asyncio.Event()
+        self._reconciler: asyncio.Task[None] | None = None
+        # What the hosted logs were last planned from: (topic, id, partitions) of each topic.
+        self._planned: tuple[tuple[str, str, int], ...] | None = None
+        # Log files are created and opened on this thread (file creation is slow), then
+        # handed to the loop; one thread keeps one writer per log directory at a time.
+        self._open_executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=f"raftlog-logs-{config.node_id}"
+        )
+        self._opening: asyncio.Future[Any] | None = None
         # Set whenever the LogManager's offline table changes; the reporter task waits on it.
         self._offline_changed = asyncio.Event()
         self.logs.on_offline_change = self._offline_changed.set
@@ -259,6 +279,7 @@ class Broker:
                 self.external_port,
             )
         self._housekeeping = _background(self._housekeep(), "housekeeping")
+        self._reconciler = _background(self._reconcile_loop(), "reconciler")
         if self.config.scrub_bytes_per_s > 0:
             self._scrubber = _background(self._scrub(), "scrubber")
         self._offline_reporter = _background(self._report_offline(), "offline replica reports")
@@ -281,11 +302,23 @@ class Broker:
                     server.close()
             self.replicas.close()  # waiting produces answer, followers stop, HWs checkpointed
             self.logs.wake_all()  # long-polling fetches answer now with what they have
-            for task in (self._housekeeping, self._scrubber, self._offline_reporter):
+            for task in (
+                self._reconciler,
+                self._housekeeping,
+                self._scrubber,
+                self._offline_reporter,
+            ):
                 if task is not None:
                     task.cancel()
                     # wait, not await: a task that failed was logged when it did (_background).
                     await asyncio.wait([task])
+            if self._opening is not None:
+                # Logs being opened on the worker thread: let it finish, then close them.
+                await asyncio.wait([self._opening])
+                if not self._opening.cancelled() and self._opening.exception() is None:
+                    for _, _, opened in self._opening.result():
+                        if isinstance(opened, PartitionLog):
+                            opened.close()
             loop = asyncio.get_running_loop()
             deadline = loop.time() + self.config.shutdown_timeout_ms / 1000
             # Let queued responses drain (long-polls answer at their deadline or on data).
@@ -304,6 +337,7 @@ class Broker:
                 conn.close()
         finally:
             self.logs.close()
+            self._open_executor.shutdown(wait=False)
         log.info("broker %d stopped", self.config.node_id)
 
     async def _scrub(self) -> None:
@@ -328,6 +362,7 @@ class Broker:
                 changed += self._heal_damaged()
             if changed:
                 self._sync_replicas()
+                self._reconcile_wanted.set()  # roles for the logs that came back
 
     def _heal_damaged(self) -> int:
         """Damaged replicas that another live broker leads, and that the metadata no longer
@@ -398,29 +433,106 @@ class Broker:
 
     def reconcile(self) -> None:
         """Open the partitions this node hosts; remove partitions of deleted topics; bring
-        every hosted partition's replication role in line with the metadata.
+        every hosted partition's replication role in line with the metadata. Asks the
+        reconciler task to do it (`_reconcile_loop`), soon.
 
         Only once the metadata has caught up: an unknown directory is deleted only when the
         metadata is known to be current, never because a lagging replica has not seen a topic.
         """
         if self._metadata_ready and not self.stopping:
-            self._seen_topology = self.metadata.topology_version
-            self.logs.reconcile(self.metadata.topics().values(), self.config.node_id)
+            self._reconcile_wanted.set()
+
+    async def _reconcile_loop(self) -> None:
+        """Reconcile whenever asked; changes that arrive meanwhile are taken by the next pass."""
+        while True:
+            await self._reconcile_wanted.wait()
+            self._reconcile_wanted.clear()
+            if self.stopping:
+                return
+            await self._reconcile_pass()
+
+    async def _reconcile_pass(self) -> None:
+        self._seen_topology = self.metadata.topology_version
+        topics = self.metadata.topics()
+        planned = tuple(sorted((t.name, t.topic_id, len(t.partitions)) for t in topics.values()))
+        if planned != self._planned:
+            # Topics came or went: the logs change. (Leaders and ISRs do not touch them.)
+            started = time.monotonic()
+            to_open = self.logs.plan(
+                topics.values(), self.config.node_id, sweep=self._planned is None
+            )
+            self._planned = planned
             self._sync_replicas()
+            opened = 0
+            loop = asyncio.get_running_loop()
+            for i in range(0, len(to_open), RECONCILE_OPEN_SLICE):
+                chunk = to_open[i : i + RECONCILE_OPEN_SLICE]
+                self._opening = loop.run_in_executor(self._open_executor, self._open_all, chunk)
+                results = await self._opening
+                self._opening = None
+                if self.stopping:
+                    for _, _, plog in results:
+                        if isinstance(plog, PartitionLog):
+                            plog.close()
+                    return
+                for tp, info, result in results:
+                    if self.logs.adopt(tp, info, result) is not None:
+                        opened += 1
+                # The new logs serve as soon as their slice is in: apply their roles now.
+                await self._apply_metadata()
+            if to_open:
+                log.info(
+                    "broker %d opened %d of %d new partition logs in %.2f s",
+                    self.config.node_id,
+                    opened,
+                    len(to_open),
+                    time.monotonic() - started,
+                )
+            self._purge_deleted()
+        self._sync_replicas()
+        await self._apply_metadata()
+
+    def _open_all(
+        self, chunk: list[tuple[TopicPartition, TopicInfo]]
+    ) -> list[tuple[TopicPartition, TopicInfo, PartitionLog | LogOfflineError]]:
+        """On the worker thread: open (or create) each log of `chunk`."""
+        return [(tp, info, self.logs.open_detached(tp, info)) for tp, info in chunk]
+
+    def _purge_deleted(self) -> None:
+        """Remove the directories of deleted partitions, on the worker thread."""
+        fut = asyncio.get_running_loop().run_in_executor(
+            self._open_executor, self.logs.purge_deleted
+        )
+        fut.add_done_callback(_log_purge_failure)
+
+    async def _apply_metadata(self) -> None:
+        """Every hosted partition's role as the metadata says, in slices of at most
+        RECONCILE_SLICE_S, yielding to the loop in between (a failover changes thousands)."""
+        while not self.stopping:
+            done = self.replicas.apply_metadata(
+                self.metadata.topics().values(),
+                self.metadata.broker_epochs(),
+                RECONCILE_SLICE_S,
+            )
+            if done:
+                return
+            await asyncio.sleep(0)
 
     def _sync_replicas(self) -> None:
-        """The ReplicaManager hosts exactly the open logs, each at its metadata state."""
-        topics = self.metadata.topics()
+        """The ReplicaManager hosts exactly the open logs (roles follow in _apply_metadata)."""
         hosted = self.replicas.partitions
-        for tp in list(hosted):
-            if self.logs.find(tp) is not hosted[tp].log:
-                self.replicas.remove(tp)
+        removed = [tp for tp, p in hosted.items() if self.logs.find(tp) is not p.log]
+        for tp in removed:
+            self.replicas.remove(tp)
+        if len(hosted) == self.logs.count:
+            return
+        topics = self.metadata.topics()
         for tp in self.logs.partitions():
-            plog = self.logs.find(tp)
-            if plog is not None and tp not in hosted:
-                t = topics.get(tp.topic)
-                self.replicas.add(tp, plog, dict(t.config) if t is not None else {})
-        self.replicas.apply_metadata(topics.values(), self.metadata.broker_epochs())
+            if tp not in hosted:
+                plog = self.logs.find(tp)
+                if plog is not None:
+                    t = topics.get(tp.topic)
+                    self.replicas.add(tp, plog, dict(t.config) if t is not None else {})
 
     async def _propose_isr(self, tp: TopicPartition, proposal: ProposeIsr) -> int:
         return await self.metadata.alter_isr(
@@ -542,6 +654,11 @@ class Broker:
     def high_watermark(self, tp: TopicPartition) -> int:
         """What consumers may read of a partition this broker leads."""
         return self.leader_partition(tp).high_watermark
+
+
+def _log_purge_failure(fut: asyncio.Future[int]) -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        log.error("removing deleted partitions failed", exc_info=fut.exception())
 
 
 def _background(coro: Any, what: str) -> asyncio.Task[None]:
