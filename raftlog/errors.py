@@ -311,6 +311,23 @@ class NotControllerError(RaftlogError):
     retriable = True
 
 
+class FetchSessionIdNotFoundError(RaftlogError):
+    """A follower's incremental fetch names a fetch session the leader does not have
+    (expired, replaced, or the leader restarted): the follower opens a new one (KIP-227's
+    FETCH_SESSION_ID_NOT_FOUND)."""
+
+    code = 60
+    retriable = True
+
+
+class InvalidFetchSessionEpochError(RaftlogError):
+    """A follower's incremental fetch carries the wrong session epoch (a request or answer
+    was lost): the follower opens a new session (KIP-227's INVALID_FETCH_SESSION_EPOCH)."""
+
+    code = 61
+    retriable = True
+
+
 class NotABrokerError(RaftlogError):
     """The peer at a bootstrap or broker address answered with bytes that are not raftlog
     frames (an HTTP server, a database, ...): a wrong host or port, so not retriable.

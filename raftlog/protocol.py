@@ -652,6 +652,10 @@ REQUEST_BODIES: dict[int, _Shape] = {
         max_wait_ms=_INT,
         min_bytes=_INT,
         max_bytes=_INT,
+        # Incremental fetch sessions (replica fetches; raftlog/replication/fetch_session.py).
+        session_id=_INT,
+        session_epoch=_INT,
+        forgotten=_List(_Tuple(("topic", _STR), ("partitions", _List(_INT)))),
     ),
     ApiKey.LIST_OFFSETS: _Struct(
         {

@@ -660,6 +660,43 @@ class PartitionCore:
         self._check()
         return []
 
+    @property
+    def needs_tick(self) -> bool:
+        """Whether `tick` may have work now or later without another event: a leader with
+        an ISR change in flight, produces waiting, records not yet committed, or an ISR
+        follower not at the log end (it may have to leave the ISR). An idle leader whose
+        followers are all at its log end needs no tick until something happens to it."""
+        if self.role is not Role.LEADER:
+            return False
+        if self.pending_isr is not None or self.waiters:
+            return True
+        leader_leo = self.log.log_end_offset
+        if self.high_watermark < leader_leo:
+            return True
+        followers = self.followers
+        return any(
+            (f := followers.get(r)) is not None and f.log_end_offset != leader_leo
+            for r in self.isr
+            if r != self.node_id
+        )
+
+    def on_follower_idle(self, replica_id: int, fetch_offset: int, at_ms: int) -> None:
+        """A follower's fetch session held `fetch_offset` for this partition unchanged at
+        `at_ms`, and the leader's log ended at or below it then (the request left it out and
+        had nothing to send it): the follower was caught up at `at_ms`, as a full fetch at
+        that time would have recorded. The leader calls this before an append is judged."""
+        f = self.followers.get(replica_id)
+        if (
+            self.role is not Role.LEADER
+            or f is None
+            or f.log_end_offset != fetch_offset
+            or at_ms <= f.last_fetch_ms
+        ):
+            return
+        f.last_caught_up_ms = max(f.last_caught_up_ms, at_ms)
+        f.last_fetch_leader_leo = fetch_offset
+        f.last_fetch_ms = at_ms
+
     def tick(self, now_ms: int) -> list[Action]:
         """Periodic: shrink the ISR, retry a lost proposal, expire waiting produces."""
         actions: list[Action] = []

@@ -40,6 +40,8 @@ from typing import Any
 from raftlog import protocol
 from raftlog.errors import (
     CorruptRecordError,
+    FetchSessionIdNotFoundError,
+    InvalidFetchSessionEpochError,
     InvalidOffsetError,
     InvalidRequestError,
     NotLeaderOrFollowerError,
@@ -66,6 +68,13 @@ from raftlog.replication.core import (
     Truncate,
     TruncateFully,
 )
+from raftlog.replication.fetch_session import (
+    FetchState,
+    FollowerSession,
+    LeaderSession,
+    LeaderSessions,
+    SessionRequest,
+)
 from raftlog.storage import PartitionLog
 from raftlog.storage.checkpoint import CheckpointError, OffsetCheckpoint
 from raftlog.topics import TopicPartition
@@ -76,6 +85,18 @@ HIGH_WATERMARK_FILE = "high-watermark-checkpoint"
 # fsyncs for the fsync durability policy: one thread, since the disk serializes them anyway.
 _FSYNC_EXECUTOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raftlog-replica-fsync")
 
+# Role changes of one metadata pass logged one by one; the rest are counted (_RoleChanges).
+ROLE_CHANGES_LOGGED = 20
+# Every leader is looked at this often (the hot ones every tick_interval_ms): an idle
+# partition needs no tick, this is a safety net for one that became busy unnoticed.
+FULL_TICK_INTERVAL_MS = 1000
+# How often a follower checks that its fetch session holds every partition's current state
+# (a missed change would leave a partition unfetched): a pass over every followed partition.
+FETCH_SESSION_VERIFY_MS = 60_000
+# Fetch sessions a leader keeps (one per follower broker: far more than a cluster has) and
+# how long an unused one lives (a follower fetches at least every replica_fetch_wait_max_ms).
+FETCH_SESSIONS_MAX = 100
+FETCH_SESSION_IDLE_MS_MAX = 120_000
 # Called with None (committed) or the error of an acks=all produce.
 CommitCallback = Callable[[RaftlogError | None], None]
 
@@ -202,6 +223,34 @@ class Partition:
             waiters.clear()
 
 
+class _RoleChanges:
+    """The role changes of one metadata pass, logged at INFO one by one up to
+    ROLE_CHANGES_LOGGED, then counted: a 10,000-partition topic's creation or a node's
+    failover must not write thousands of lines (each costs the event loop ~20 us)."""
+
+    __slots__ = ("by_kind", "count", "node_id")
+
+    def __init__(self, node_id: int):
+        self.node_id = node_id
+        self.count = 0
+        self.by_kind: dict[str, int] = {}
+
+    def log(self, kind: str, msg: str, *args: object) -> None:
+        self.count += 1
+        self.by_kind[kind] = self.by_kind.get(kind, 0) + 1
+        log.log(logging.INFO if self.count <= ROLE_CHANGES_LOGGED else logging.DEBUG, msg, *args)
+
+    def log_summary(self) -> None:
+        if self.count > ROLE_CHANGES_LOGGED:
+            log.info(
+                "node %d: %d partitions changed (%s), %d of them logged above",
+                self.node_id,
+                self.count,
+                ", ".join(f"{kind} {n}" for kind, n in sorted(self.by_kind.items())),
+                ROLE_CHANGES_LOGGED,
+            )
+
+
 class ReplicaManager:
     """All the partitions a broker hosts, as replicas: see the module docstring."""
 
@@ -221,6 +270,15 @@ class ReplicaManager:
         self._broker_epoch = broker_epoch
         self.clock_ms = clock_ms
         self.partitions: dict[TopicPartition, Partition] = {}
+        # Leaders that need `tick` soon (waiting produces, an ISR change in flight, records
+        # not yet committed): ticked every tick_interval_ms. The rest are looked at once per
+        # FULL_TICK_INTERVAL_MS: an idle partition needs nothing, and ticking 3,000 idle
+        # leaders 20 times a second cost a third of a core.
+        self._hot: set[TopicPartition] = set()
+        # Followers' fetch sessions with this broker as leader (fetch_session.py), and the
+        # waiter of each session's long-polling fetch.
+        self.fetch_sessions = LeaderSessions(FETCH_SESSIONS_MAX, FETCH_SESSION_IDLE_MS_MAX)
+        self._session_waiters: dict[int, asyncio.Future[None]] = {}
         self._broker_epochs: dict[int, int] = {}
         self._fetchers: dict[int, ReplicaFetcher] = {}
         self._task_group: asyncio.TaskGroup | None = None
@@ -260,12 +318,24 @@ class ReplicaManager:
     async def _tick_loop(self) -> None:
         interval = self.config.tick_interval_ms / 1000
         next_checkpoint = self.clock_ms() + self.config.high_watermark_checkpoint_interval_ms
+        next_full = self.clock_ms()
         while True:
             await asyncio.sleep(interval)
             now = self.clock_ms()
-            for p in list(self.partitions.values()):
-                if p.core.role is Role.LEADER:
-                    self._perform(p, p.core.tick(now), now)
+            if now >= next_full:
+                # Every leader: the ones that became hot without being marked (a safety net),
+                # and the hot set rebuilt from what the cores say.
+                next_full = now + FULL_TICK_INTERVAL_MS
+                self._hot = {tp for tp, p in self.partitions.items() if p.core.needs_tick}
+                self.fetch_sessions.expire(now)
+            for tp in list(self._hot):
+                p = self.partitions.get(tp)
+                if p is None or p.core.role is not Role.LEADER:
+                    self._hot.discard(tp)
+                    continue
+                self._perform(p, p.core.tick(now), now)
+                if not p.core.needs_tick:
+                    self._hot.discard(tp)
             if now >= next_checkpoint:
                 for p in self.partitions.values():
                     p.checkpoint_high_watermark()
@@ -321,20 +391,48 @@ class ReplicaManager:
 
     # -- metadata ------------------------------------------------------------------------------
 
-    def apply_metadata(self, topics: Iterable[TopicInfo], broker_epochs: dict[int, int]) -> None:
-        """Bring every hosted partition's role in line with the metadata."""
+    def apply_metadata(
+        self,
+        topics: Iterable[TopicInfo],
+        broker_epochs: dict[int, int],
+        budget_s: float | None = None,
+    ) -> bool:
+        """Bring every hosted partition's role in line with the metadata. With `budget_s`,
+        stop once that much time has gone and return False: the caller yields to the event
+        loop and calls again (partitions already applied are skipped: their `info` is the
+        metadata's). True when every partition is in line."""
         self._broker_epochs = dict(broker_epochs)
         now = self.clock_ms()
+        deadline = None if budget_s is None else time.monotonic() + budget_s
+        changes = _RoleChanges(self.node_id)
+        done = True
         for t in topics:
+            name = t.name
             for info in t.partitions:
-                p = self.partitions.get(TopicPartition(t.name, info.partition))
-                if p is None or p.info == info:
+                p = self.partitions.get(TopicPartition(name, info.partition))
+                if p is None or p.info is info:
+                    continue
+                if p.info == info:
+                    p.info = info  # the same state in a new object: compare by identity next
                     continue
                 p.topic_config = dict(t.config)
-                self._apply_partition(p, info, now)
+                self._apply_partition(p, info, now, changes)
+                if (
+                    deadline is not None
+                    and changes.count % 16 == 0
+                    and (time.monotonic() >= deadline)
+                ):
+                    done = False
+                    break
+            if not done:
+                break
+        changes.log_summary()
         self._update_fetchers()
+        return done
 
-    def _apply_partition(self, p: Partition, info: PartitionInfo, now: int) -> None:
+    def _apply_partition(
+        self, p: Partition, info: PartitionInfo, now: int, changes: _RoleChanges
+    ) -> None:
         core = p.core
         p.info = info
         if info.leader_epoch > core.leader_epoch or (
@@ -352,7 +450,8 @@ class ReplicaManager:
                     p.partition_config(),
                     now,
                 )
-                log.info(
+                changes.log(
+                    "leads",
                     "node %d leads %s at epoch %d (log end %d, high watermark %d, isr %s)",
                     self.node_id,
                     p.tp,
@@ -365,7 +464,8 @@ class ReplicaManager:
                 actions = core.become_follower(
                     info.leader, info.leader_epoch, info.partition_epoch, info.replicas
                 )
-                log.info(
+                changes.log(
+                    "follows",
                     "node %d follows %d for %s at epoch %d (log end %d)",
                     self.node_id,
                     info.leader,
@@ -375,7 +475,7 @@ class ReplicaManager:
                 )
             else:
                 actions = core.go_offline(info.leader_epoch, info.partition_epoch)
-                log.info("%s has no leader (epoch %d)", p.tp, info.leader_epoch)
+                changes.log("has no leader", "%s has no leader (epoch %d)", p.tp, info.leader_epoch)
             try:
                 self._perform(p, actions, now)
             except StorageError as e:
@@ -396,6 +496,10 @@ class ReplicaManager:
                 self._perform(p, core.go_offline(info.leader_epoch, info.partition_epoch), now)
             p.wake(p.consumer_waiters)
             p.wake(p.follower_waiters)
+            if core.role is Role.LEADER:
+                self._hot.add(p.tp)
+            else:
+                self._fetch_state_changed(p)
         elif (
             core.role is Role.LEADER
             and info.leader_epoch == core.leader_epoch
@@ -404,7 +508,8 @@ class ReplicaManager:
             self._perform(
                 p, core.update_isr(info.isr, info.partition_epoch, self._broker_epochs, now), now
             )
-            log.info(
+            changes.log(
+                "ISR changed",
                 "%s: ISR now %s (epoch %d, partition epoch %d)",
                 p.tp,
                 list(info.isr),
@@ -413,18 +518,22 @@ class ReplicaManager:
             )
 
     def _update_fetchers(self) -> None:
-        wanted = {
-            p.core.leader_id for p in self.partitions.values() if p.core.role is Role.FOLLOWER
-        }
+        """One fetcher per leader this broker follows a partition of, each told the
+        partitions it fetches."""
+        by_leader: dict[int, dict[TopicPartition, Partition]] = {}
+        for tp, p in self.partitions.items():
+            if p.core.role is Role.FOLLOWER:
+                by_leader.setdefault(p.core.leader_id, {})[tp] = p
         for leader_id in list(self._fetchers):
-            if leader_id not in wanted:
+            if leader_id not in by_leader:
                 self._fetchers.pop(leader_id).stop()
-        for leader_id in wanted:
+        for leader_id, followed in by_leader.items():
             fetcher = self._fetchers.get(leader_id)
             if fetcher is None:
                 fetcher = self._fetchers[leader_id] = ReplicaFetcher(self, leader_id)
                 if self._task_group is not None:
                     fetcher.start(self._task_group)
+            fetcher.follow(followed)
             fetcher.wake()
 
     def following(self, leader_id: int) -> list[Partition]:
@@ -433,6 +542,14 @@ class ReplicaManager:
             for p in self.partitions.values()
             if p.core.role is Role.FOLLOWER and p.core.leader_id == leader_id
         ]
+
+    def _fetch_state_changed(self, p: Partition) -> None:
+        """`p`'s fetch state (log end, epochs, durable offset) may have changed: its
+        fetcher sends it in the next request of its session."""
+        if p.core.role is Role.FOLLOWER:
+            fetcher = self._fetchers.get(p.core.leader_id)
+            if fetcher is not None:
+                fetcher.changed(p.tp)
 
     # -- actions ---------------------------------------------------------------------------------
 
@@ -446,6 +563,7 @@ class ReplicaManager:
                 p.log.assign_epoch(a.epoch)
             elif isinstance(a, ProposeIsr):
                 self._spawn(self._propose(p, a))
+                self._hot.add(p.tp)  # ticked until the metadata resolves it
             elif isinstance(a, Truncate):
                 before = p.log.log_end_offset
                 p.log.truncate_to(a.offset)
@@ -506,15 +624,42 @@ class ReplicaManager:
         """The leader's log grew: wake followers, maybe commit (a single-replica ISR)."""
         now = self.clock_ms()
         p.wake(p.follower_waiters)
+        core = p.core
+        sessions = self.fetch_sessions
+        for replica_id in core.followers:
+            session = sessions.of_replica(replica_id)
+            if session is None:
+                continue
+            sp = session.partitions.get(p.tp)
+            if sp is None:
+                continue
+            # Idle partitions of a session are not named in its requests: the follower was at
+            # the log end as of its last request (that request would have answered this
+            # partition otherwise). Tell the core before the append is judged (the lag rule).
+            core.on_follower_idle(replica_id, sp.fetch_offset, session.last_request_ms)
+            waiter = self._session_waiters.get(session.id)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
         if p.fsync_policy:
             self.schedule_flush(p)
-        self._perform(p, p.core.on_leader_append(now), now)
+        self._perform(p, core.on_leader_append(now), now)
+        self._hot.add(p.tp)
 
     def wait_for_commit(
         self, p: Partition, last_offset: int, timeout_ms: int, done: CommitCallback
     ) -> None:
         now = self.clock_ms()
         self._perform(p, p.core.wait_for_commit(last_offset, now + timeout_ms, done, now), now)
+        self._hot.add(p.tp)
+
+    def add_session_waiter(self, session: LeaderSession, fut: asyncio.Future[None]) -> None:
+        """A long-polling fetch of `session` waits: an append to any of its partitions wakes
+        it (one waiter per session instead of one per partition)."""
+        self._session_waiters[session.id] = fut
+
+    def remove_session_waiter(self, session: LeaderSession, fut: asyncio.Future[None]) -> None:
+        if self._session_waiters.get(session.id) is fut:
+            del self._session_waiters[session.id]
 
     # -- leader: fetches -------------------------------------------------------------------------
 
@@ -535,6 +680,8 @@ class ReplicaManager:
         now = self.clock_ms()
         answer, actions = p.core.on_follower_fetch(replica_id, broker_epoch, fetch, now)
         self._perform(p, actions, now)
+        if actions:
+            self._hot.add(tp)
         if answer.out_of_range:
             raise OffsetOutOfRangeError(
                 f"{tp}: follower {replica_id} fetches at {fetch.fetch_offset}, outside "
@@ -630,6 +777,7 @@ class ReplicaManager:
                 now = self.clock_ms()
                 if self.partitions.get(p.tp) is p:
                     self._perform(p, p.core.on_durable(durable, now), now)
+                    self._fetch_state_changed(p)
                 if not p.flush_again:
                     return
         except OSError as e:
@@ -654,7 +802,10 @@ def _fdatasync_all(fds: list[int]) -> None:
 
 
 class ReplicaFetcher:
-    """Pulls every partition this broker follows from one leader, one Fetch at a time."""
+    """Pulls every partition this broker follows from one leader, one Fetch at a time,
+    within an incremental fetch session (fetch_session.py): a request names only the
+    partitions whose fetch state changed since the leader last heard it (`changed`), and
+    those it stopped following; the answer has only partitions with news."""
 
     def __init__(self, manager: ReplicaManager, leader_id: int):
         self.manager = manager
@@ -662,6 +813,16 @@ class ReplicaFetcher:
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._stopped = False
+        self.session = FollowerSession()
+        # The partitions followed from this leader (set by the manager).
+        self.followed: dict[TopicPartition, Partition] = {}
+        # Partitions whose fetch state may differ from what the leader holds.
+        self._changed: set[TopicPartition] = set()
+        # The followed set changed since the last request (some may have to be forgotten).
+        self._followed_changed = True
+        # Partitions left out after failed appends, until the time each may come back.
+        self._backing_off: dict[TopicPartition, int] = {}
+        self._next_verify_ms = 0
 
     def start(self, tg: asyncio.TaskGroup) -> None:
         if self._task is None and not self._stopped:
@@ -675,18 +836,35 @@ class ReplicaFetcher:
     def wake(self) -> None:
         self._wake.set()
 
+    def follow(self, followed: dict[TopicPartition, Partition]) -> None:
+        """The partitions to fetch from this leader now."""
+        old = self.followed
+        if followed.keys() != old.keys():
+            self._followed_changed = True
+        for tp, p in followed.items():
+            if old.get(tp) is not p:
+                self._changed.add(tp)
+        self.followed = followed
+
+    def changed(self, tp: TopicPartition) -> None:
+        self._changed.add(tp)
+
     async def _run(self) -> None:
         cfg = self.manager.config
         backoff_s = cfg.replica_fetch_backoff_ms / 1000
         while not self._stopped:
-            partitions = self.manager.following(self.leader_id)
-            if not partitions:
+            if not self.followed:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
             try:
-                changed = await self._fetch_once(partitions)
+                changed = await self._fetch_once()
+            except (FetchSessionIdNotFoundError, InvalidFetchSessionEpochError) as e:
+                log.info("fetch session with broker %d: %s", self.leader_id, e)
+                self.session.reset()
+                continue  # at once: the next request opens a new session
             except (RaftlogError, OSError) as e:
+                self.session.reset()  # the leader's state is unknown now
                 log.info("fetch from broker %d failed: %s; retrying", self.leader_id, e)
                 await asyncio.sleep(backoff_s)
                 continue
@@ -695,31 +873,87 @@ class ReplicaFetcher:
                 # yet): do not spin.
                 await asyncio.sleep(backoff_s)
 
-    async def _fetch_once(self, partitions: list[Partition]) -> bool:
+    def _state(self, p: Partition) -> FetchState:
+        spec = p.core.fetch_spec()
+        return (
+            spec.fetch_offset,
+            self.manager.config.replica_fetch_max_bytes,
+            spec.current_leader_epoch,
+            spec.last_fetched_epoch,
+            spec.durable_offset,
+        )
+
+    def _next_request(self, now: int) -> SessionRequest:
+        followed = self.followed
+        for tp, until in list(self._backing_off.items()):
+            if until <= now or tp not in followed:
+                del self._backing_off[tp]
+                self._changed.add(tp)
+                self._followed_changed = True
+        session = self.session
+        if session.open and now >= self._next_verify_ms:
+            self._verify(now)
+        if not session.open:
+            tps: Iterable[TopicPartition] = followed
+        else:
+            tps = self._changed
+        states = {
+            tp: self._state(p)
+            for tp in tps
+            if (p := followed.get(tp)) is not None
+            and tp not in self._backing_off
+            and p.core.role is Role.FOLLOWER
+        }
+        current = (
+            [tp for tp in followed if tp not in self._backing_off]
+            if self._followed_changed
+            else None
+        )
+        self._changed = set()
+        self._followed_changed = False
+        return session.request(states, current)
+
+    def _verify(self, now: int) -> None:
+        """Every FETCH_SESSION_VERIFY_MS: the leader must hold every followed partition's
+        current state. A difference is a missed change (a bug): logged, and sent."""
+        self._next_verify_ms = now + FETCH_SESSION_VERIFY_MS
+        held = self.session.held
+        missed = [
+            tp
+            for tp, p in self.followed.items()
+            if tp not in self._backing_off
+            and tp not in self._changed
+            and p.core.role is Role.FOLLOWER
+            and held.get(tp) != self._state(p)
+        ]
+        if missed:
+            log.error(
+                "fetch session with broker %d was out of step for %d partitions (%s): a "
+                "missed change, sending them now",
+                self.leader_id,
+                len(missed),
+                ", ".join(str(tp) for tp in missed[:5]),
+            )
+            self._changed.update(missed)
+
+    async def _fetch_once(self) -> bool:
         manager = self.manager
         cfg = manager.config
         broker_epoch = manager._broker_epoch()
         if broker_epoch is None:
             raise NotLeaderOrFollowerError("this broker is not registered yet")
-        specs: dict[TopicPartition, tuple[Partition, FollowerFetch]] = {}
-        by_topic: dict[str, list[list[int]]] = {}
         now = manager.clock_ms()
-        partitions = [p for p in partitions if p.fetch_backoff_until_ms <= now]
-        if not partitions:
-            return False  # every partition backs off after failed appends: the loop sleeps
-        for p in partitions:
-            spec = p.core.fetch_spec()
-            specs[p.tp] = (p, spec)
-            by_topic.setdefault(p.tp.topic, []).append(
-                [
-                    p.tp.partition,
-                    spec.fetch_offset,
-                    cfg.replica_fetch_max_bytes,
-                    spec.current_leader_epoch,
-                    spec.last_fetched_epoch,
-                    spec.durable_offset,
-                ]
-            )
+        req = self._next_request(now)
+        if not req.send and not self.session.held and not req.forgotten:
+            # Every partition backs off after failed appends: the loop sleeps.
+            self.session.reset()
+            return False
+        by_topic: dict[str, list[list[int]]] = {}
+        for tp, state in req.send.items():
+            by_topic.setdefault(tp.topic, []).append([tp.partition, *state])
+        forgotten: dict[str, list[int]] = {}
+        for tp in req.forgotten:
+            forgotten.setdefault(tp.topic, []).append(tp.partition)
         body = {
             "replica_id": manager.node_id,
             "replica_epoch": broker_epoch,
@@ -727,7 +961,11 @@ class ReplicaFetcher:
             "min_bytes": 1,
             "max_bytes": cfg.replica_fetch_response_max_bytes,
             "topics": [[t, ps] for t, ps in by_topic.items()],
+            "session_id": req.session_id,
+            "session_epoch": req.epoch,
         }
+        if forgotten:
+            body["forgotten"] = [[t, ps] for t, ps in forgotten.items()]
         conn = await manager._connect(self.leader_id)
         try:
             resp, payload = await conn.request(
@@ -741,6 +979,8 @@ class ReplicaFetcher:
             # it; the next fetch connects again (Kafka's client disconnects the same way).
             conn.close()
             raise
+        self.session.answered(int(resp.get("session_id", 0)))
+        held = self.session.held
         changed = False
         pos = 0
         flushes: list[Partition] = []
@@ -750,18 +990,25 @@ class ReplicaFetcher:
                 diverging = entry[6] if len(entry) > 6 else None
                 data = payload[pos : pos + nbytes] if nbytes else None
                 pos += nbytes
-                item = specs.get(TopicPartition(topic, partition))
-                if item is None:
-                    continue
-                p, spec = item
-                if manager.partitions.get(p.tp) is not p:
-                    continue  # removed meanwhile
+                tp = TopicPartition(topic, partition)
+                p = self.followed.get(tp)
+                st: FetchState | None = req.send.get(tp) or held.get(tp)
+                if p is None or st is None or manager.partitions.get(tp) is not p:
+                    continue  # no longer followed from here, or removed meanwhile
+                # Whatever the answer did to the log, the leader must hear the new state.
+                self._changed.add(tp)
+                spec = FollowerFetch(
+                    fetch_offset=st[0],
+                    last_fetched_epoch=st[3],
+                    current_leader_epoch=st[2],
+                    durable_offset=st[4],
+                )
                 error = None
                 if code:
                     error = error_from_code(code, message or "")
                     if isinstance(error, OffsetOutOfRangeError):
                         error = OffsetOutOfRangeError(str(error), log_start, -1)
-                    elif not isinstance(error, OffsetOutOfRangeError):
+                    else:
                         log.debug("%s: fetch from %d: %s", p.tp, self.leader_id, error)
                 if manager.on_fetch_answer(
                     p,
@@ -777,6 +1024,11 @@ class ReplicaFetcher:
                         flushes.append(p)
                 elif error is None:
                     changed = True  # an empty answer after the long-poll: just go again
+                if p.fetch_backoff_until_ms > now:
+                    self._backing_off[tp] = p.fetch_backoff_until_ms
+                    self._followed_changed = True
+        if not resp["topics"]:
+            changed = True  # nothing new in the whole session: the long poll ran out
         # The fsync policy: the next fetch must report what is durable, so wait for it.
         for p in flushes:
             await manager.wait_durable(p)

@@ -32,12 +32,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from raftlog.broker.connection import Response
 from raftlog.errors import InvalidRequestError, OffsetOutOfRangeError, RaftlogError
-from raftlog.replication.core import UNDEFINED_EPOCH, FollowerFetch
+from raftlog.replication.core import UNDEFINED_EPOCH, FollowerFetch, Role
+from raftlog.replication.fetch_session import (
+    NEW_SESSION,
+    NO_SESSION,
+    LeaderSession,
+    SessionPartition,
+)
 from raftlog.storage import FileSlice
 from raftlog.topics import TopicPartition
 
@@ -57,6 +64,8 @@ class _Want:
     # Followers: settled when the request arrived.
     error: RaftlogError | None = None
     diverging: tuple[int, int] | None = None
+    # A follower's fetch session: what the leader holds of this partition (what was sent).
+    session: SessionPartition | None = None
 
 
 def handle_fetch(
@@ -66,6 +75,8 @@ def handle_fetch(
     min_bytes = max(int(body.get("min_bytes", 1)), 0)
     max_bytes = max(int(body.get("max_bytes", 50 * 1024 * 1024)), 1)
     replica_id = int(body.get("replica_id", -1))
+    if replica_id >= 0 and body.get("session_epoch", NO_SESSION) != NO_SESSION:
+        return _session_fetch(broker, body, replica_id, max_wait_ms, min_bytes, max_bytes)
     wanted: list[_Want] = []
     for topic, parts in body["topics"]:
         for p in parts:
@@ -89,8 +100,136 @@ def handle_fetch(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait_ms / 1000
     woken: asyncio.Future[None] = loop.create_future()
-    broker.replicas.add_waiter([w.tp for w in wanted], woken, follower)
-    return _wait_and_read(broker, wanted, max_bytes, min_bytes, deadline, follower, woken)
+    replicas = broker.replicas
+    tps = [w.tp for w in wanted]
+    replicas.add_waiter(tps, woken, follower)
+    return _long_poll(
+        broker,
+        deadline,
+        min_bytes,
+        woken,
+        lambda: _read(broker, wanted, max_bytes, follower),
+        lambda fut: replicas.add_waiter(tps, fut, follower),
+        lambda fut: replicas.remove_waiter(tps, fut, follower),
+    )
+
+
+def _session_fetch(
+    broker: Broker,
+    body: dict[str, Any],
+    replica_id: int,
+    max_wait_ms: int,
+    min_bytes: int,
+    max_bytes: int,
+) -> Response | Awaitable[Response]:
+    """A follower's fetch within its fetch session (raftlog/replication/fetch_session.py):
+    the partitions it names are its progress report, as in a full fetch; the answer holds
+    those and every other partition of the session with news."""
+    replicas = broker.replicas
+    sessions = replicas.fetch_sessions
+    now = replicas.clock_ms()
+    epoch = int(body["session_epoch"])
+    if epoch == NEW_SESSION:
+        session = sessions.open(replica_id, now)
+    else:
+        session = sessions.get(int(body.get("session_id", 0)), epoch, replica_id, now)
+    session.broker_epoch = int(body.get("replica_epoch", -1))
+    session.forget(
+        TopicPartition(str(topic), int(partition))
+        for topic, partitions in body.get("forgotten", ())
+        for partition in partitions
+    )
+    listed: list[_Want] = []
+    for topic, parts in body["topics"]:
+        for p in parts:
+            if len(p) < 6:
+                raise InvalidRequestError(
+                    f"fetch of {topic} in a session: a partition entry needs all 6 fields"
+                )
+            want = _Want(
+                TopicPartition(str(topic), int(p[0])), int(p[1]), max(int(p[2]), 1), int(p[3])
+            )
+            want.session = session.update(
+                want.tp, (want.offset, want.max_bytes, want.leader_epoch, int(p[4]), int(p[5]))
+            )
+            _check_follower(broker, replica_id, body, p, want)
+            listed.append(want)
+    wanted = listed + _session_news(broker, session, {w.tp for w in listed}, now)
+    session.last_request_ms = now
+    response, total, urgent = _read(broker, wanted, max_bytes, True, session.id)
+    if total >= min_bytes or max_wait_ms == 0 or urgent:
+        return response
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max_wait_ms / 1000
+    woken: asyncio.Future[None] = loop.create_future()
+    replicas.add_session_waiter(session, woken)
+    listed_tps = {w.tp for w in listed}
+
+    def read() -> tuple[Response, int, bool]:
+        # Each re-read looks for news again (an append woke the session's one waiter).
+        news = _session_news(broker, session, listed_tps, replicas.clock_ms())
+        return _read(broker, listed + news, max_bytes, True, session.id)
+
+    return _long_poll(
+        broker,
+        deadline,
+        min_bytes,
+        woken,
+        read,
+        lambda fut: replicas.add_session_waiter(session, fut),
+        lambda fut: replicas.remove_session_waiter(session, fut),
+    )
+
+
+def _session_news(
+    broker: Broker, session: LeaderSession, listed: set[TopicPartition], now: int
+) -> list[_Want]:
+    """The partitions of `session` not named in the request that have news for the follower:
+    data past the fetch offset the session holds, a new high watermark or log start offset,
+    or an error. A partition with data counts as fetched now (the lag rule's bookkeeping),
+    and so does one whose follower is outside the ISR: as a full fetch would, that fetch
+    lets it back in once it has caught up (a refused expansion is tried again)."""
+    replicas = broker.replicas
+    replica_id = session.replica_id
+    news: list[_Want] = []
+    for tp, sp in session.rotated():
+        if tp in listed:
+            continue
+        p = replicas.get(tp)
+        outside_isr = False
+        if p is not None and p.core.role is Role.LEADER:
+            plog = p.log
+            end = plog.log_end_offset
+            outside_isr = replica_id not in p.core.isr
+            if (
+                end <= sp.fetch_offset
+                and not outside_isr
+                and p.high_watermark == sp.high_watermark_sent
+                and plog.log_start_offset == sp.log_start_sent
+            ):
+                continue
+        want = _Want(tp, sp.fetch_offset, sp.max_bytes, sp.current_leader_epoch)
+        want.session = sp
+        if (
+            p is not None
+            and p.core.role is Role.LEADER
+            and (outside_isr or p.log.log_end_offset > sp.fetch_offset)
+        ):
+            spec = FollowerFetch(
+                fetch_offset=sp.fetch_offset,
+                last_fetched_epoch=sp.last_fetched_epoch,
+                current_leader_epoch=sp.current_leader_epoch,
+                durable_offset=sp.durable_offset,
+            )
+            try:
+                _, answer = replicas.follower_fetch(
+                    tp, session.replica_id, session.broker_epoch, spec
+                )
+                want.diverging = answer.diverging
+            except RaftlogError as e:
+                want.error = e
+        news.append(want)
+    return news
 
 
 def _check_follower(
@@ -113,20 +252,18 @@ def _check_follower(
     want.diverging = answer.diverging
 
 
-async def _wait_and_read(
+async def _long_poll(
     broker: Broker,
-    wanted: list[_Want],
-    max_bytes: int,
-    min_bytes: int,
     deadline: float,
-    follower: bool,
+    min_bytes: int,
     woken: asyncio.Future[None],
+    read: Callable[[], tuple[Response, int, bool]],
+    register: Callable[[asyncio.Future[None]], None],
+    unregister: Callable[[asyncio.Future[None]], None],
 ) -> Response:
-    """Wait on `woken` (registered by the caller) until `deadline` (loop time), re-reading
-    after each wake-up; a new waiter is registered in the same step as each re-read."""
+    """Wait on `woken` (registered by the caller) until `deadline` (loop time), `read`ing
+    again after each wake-up; a new waiter is registered in the same step as each re-read."""
     loop = asyncio.get_running_loop()
-    tps = [w.tp for w in wanted]
-    replicas = broker.replicas
     try:
         while True:
             remaining = deadline - loop.time()
@@ -135,19 +272,19 @@ async def _wait_and_read(
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(remaining):
                     await woken
-            replicas.remove_waiter(tps, woken, follower)
-            response, total, urgent = _read(broker, wanted, max_bytes, follower)
+            unregister(woken)
+            response, total, urgent = read()
             if total >= min_bytes or urgent:
                 return response
             woken = loop.create_future()
-            replicas.add_waiter(tps, woken, follower)
+            register(woken)
     finally:
-        replicas.remove_waiter(tps, woken, follower)
-    return _read(broker, wanted, max_bytes, follower)[0]
+        unregister(woken)
+    return read()[0]
 
 
 def _read(
-    broker: Broker, wanted: list[_Want], max_bytes: int, follower: bool
+    broker: Broker, wanted: list[_Want], max_bytes: int, follower: bool, session_id: int = -1
 ) -> tuple[Response, int, bool]:
     """(the response, its data bytes, whether it must go now: an error or a divergence)."""
     zero_copy = broker.config.fetch_zero_copy
@@ -171,6 +308,9 @@ def _read(
                 broker.leader_partition(tp)  # the clearest error if not led here
                 part, limit = replicas.consumer_fetch(tp, w.leader_epoch)
             hw, log_start = part.high_watermark, part.log.log_start_offset
+            if w.session is not None:
+                w.session.high_watermark_sent = hw
+                w.session.log_start_sent = log_start
             if w.diverging is not None:
                 out.append([tp.partition, 0, hw, log_start, 0, None, list(w.diverging)])
                 urgent = True
@@ -202,5 +342,7 @@ def _read(
         out.append([tp.partition, 0, hw, log_start, sl.size, None, None])
         total += sl.size
         remaining -= sl.size
-    body = {"topics": [[t, ps] for t, ps in by_topic.items()]}
+    body: dict[str, Any] = {"topics": [[t, ps] for t, ps in by_topic.items()]}
+    if session_id >= 0:
+        body["session_id"] = session_id
     return Response(body, parts), total, urgent
