@@ -339,8 +339,10 @@ class LocalCluster:
     over every incarnation of a node: `kill9` reads the victim's counter just before the kill.
     """
 
-    def __init__(self, work: str, session_timeout_ms: int):
+    def __init__(self, work: str, session_timeout_ms: int, extra: Sequence[str] = ()):
         self.work = work
+        # More `raftlog dev` options (e.g. a log level), after the session timeout.
+        self.extra = list(extra)
         self.data_dir = os.path.join(work, "data")
         self.session_timeout_ms = session_timeout_ms
         self.log_path = os.path.join(work, "nodes.log")
@@ -363,7 +365,7 @@ class LocalCluster:
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.dev, _ = start_node(
             self.data_dir,
-            ["--session-timeout-ms", str(self.session_timeout_ms)],
+            ["--session-timeout-ms", str(self.session_timeout_ms), *self.extra],
             nodes=NODES,
             stderr=self._log,
         )
