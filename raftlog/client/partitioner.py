@@ -49,9 +49,10 @@ import random
 class Stint:
     """A topic's sticky partition and the bytes sent to it since it became sticky.
 
-    The producer adds the bytes of each append to `nbytes` itself (on its per-record path a
-    method call would cost more than the rest of the record); everything else changes only
-    through the partitioner.
+    The producer adds the bytes it appends to `nbytes` itself (its per-record path counts
+    them on the batch and adds them up at the next batch boundary: a method call per record
+    would cost more than the rest of the record); everything else changes only through the
+    partitioner.
     """
 
     __slots__ = ("nbytes", "partition", "partitions", "round")
@@ -76,18 +77,17 @@ class UniformStickyPartitioner:
             raise AssertionError(f"batch_size={batch_size}: must be >= 1")
         self.batch_size = batch_size
         self._rng = random.Random() if rng is None else rng
-        # topic -> its stint; the producer's per-record path adds its bytes to them directly.
-        self.stints: dict[str, Stint] = {}
+        self._stints: dict[str, Stint] = {}
 
     def stint(self, topic: str, partitions: int) -> Stint:
         """The topic's current stint; a new one, the first of a new round, for a topic seen
         for the first time or whose partition count changed."""
         if partitions < 1:
             raise AssertionError(f"topic {topic!r} has {partitions} partitions")
-        s = self.stints.get(topic)
+        s = self._stints.get(topic)
         if s is None or s.partitions != partitions:
             round_ = self._new_round(partitions, None)
-            s = self.stints[topic] = Stint(round_.pop(), partitions, round_)
+            s = self._stints[topic] = Stint(round_.pop(), partitions, round_)
         return s
 
     def partition(self, topic: str, partitions: int) -> int:

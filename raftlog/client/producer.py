@@ -74,7 +74,7 @@ import xxhash
 from raftlog import protocol
 from raftlog.client.cluster import ClusterClient
 from raftlog.client.connection import BrokerConnection
-from raftlog.client.partitioner import UniformStickyPartitioner
+from raftlog.client.partitioner import Stint, UniformStickyPartitioner
 from raftlog.errors import (
     BrokerNotAvailableError,
     CorruptRecordError,
@@ -557,6 +557,7 @@ class _Batch(BatchResult):
         "producer_epoch",
         "sealed",
         "sequence",
+        "sticky_bytes",
         "tp",
     )
 
@@ -576,6 +577,9 @@ class _Batch(BatchResult):
         self.last_error: BaseException | None = None  # of the last failed send
         self.in_flight = False  # a request holding it is on a connection
         self.sealed = False  # full, drained or expired: it takes no more records
+        # Bytes send()'s fast path appended to it as its topic's open sticky batch and that
+        # the topic's stint has not counted yet (a slot is cheaper there than the stint's dict).
+        self.sticky_bytes = 0
         # Idempotence: the base sequence and epoch it was stamped with at its first send (-1:
         # not yet, or reset by an epoch bump), and its place in the partition's send order.
         self.sequence = -1
@@ -857,10 +861,9 @@ class _ProducerCore:
         self.dead: RaftlogError | None = None
         # partition -> until when its retries are logged at DEBUG only (see _retry_or_fail).
         self._retry_warned_until: dict[TopicPartition, float] = {}
-        # Where keyless records go (KIP-794's uniform sticky partitioning), and its stints by
-        # topic, which the fast path adds its bytes to.
+        # Where keyless records go (KIP-794's uniform sticky partitioning). The fast path
+        # counts its bytes on the open batch; `_sticky_stint` adds them to the topic's stint.
         self.sticky = UniformStickyPartitioner(config.batch_size, rng)
-        self._stints = self.sticky.stints
         # topic -> the open batch of its sticky partition (the fast path's target).
         self._open: dict[str, _Batch] = {}
         # Pre-encoded Produce headers of one-batch requests, per partition.
@@ -991,7 +994,7 @@ class _ProducerCore:
                 ):
                     index = builder.append_value(value, ts)
                     acc.added_bytes += n
-                    self._stints[topic].nbytes += n
+                    batch.sticky_bytes += n
                     if size < self._batch_size:
                         lock.release()
                         return RecordFuture(batch, index, ts)
@@ -1066,7 +1069,7 @@ class _ProducerCore:
             if block and acc.buffered_bytes >= self._buffer_memory:
                 self._wait_for_space_locked()
             if sticky:
-                stint = self.sticky.stint(topic, partitions)
+                stint = self._sticky_stint(topic, partitions)
                 partition = stint.partition
             assert partition is not None
             entry = acc.by_topic.get(topic)
@@ -1194,7 +1197,7 @@ class _ProducerCore:
                 if block and acc.buffered_bytes >= self._buffer_memory:
                     self._wait_for_space_locked()
                 if partition is None:
-                    stint = self.sticky.stint(topic, partitions)
+                    stint = self._sticky_stint(topic, partitions)
                     p = stint.partition
                 else:
                     p = partition
@@ -1239,6 +1242,16 @@ class _ProducerCore:
         if wake:
             self._wake()
         return end
+
+    def _sticky_stint(self, topic: str, partitions: int) -> Stint:
+        """The topic's stint, with the lock held, having counted what the fast path appended
+        since the last call."""
+        stint = self.sticky.stint(topic, partitions)
+        batch = self._open.get(topic)
+        if batch is not None and batch.sticky_bytes:
+            stint.nbytes += batch.sticky_bytes
+            batch.sticky_bytes = 0
+        return stint
 
     def _batch_ready(self) -> bool:
         """A batch is ready (or a partition's first batch opened): with the lock held, say
