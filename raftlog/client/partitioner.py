@@ -82,10 +82,10 @@ class UniformStickyPartitioner:
     def stint(self, topic: str, partitions: int) -> Stint:
         """The topic's current stint; a new one, the first of a new round, for a topic seen
         for the first time or whose partition count changed."""
-        if partitions < 1:
-            raise AssertionError(f"topic {topic!r} has {partitions} partitions")
         s = self._stints.get(topic)
         if s is None or s.partitions != partitions:
+            if partitions < 1:
+                raise AssertionError(f"topic {topic!r} has {partitions} partitions")
             round_ = self._new_round(partitions, None)
             s = self._stints[topic] = Stint(round_.pop(), partitions, round_)
         return s
