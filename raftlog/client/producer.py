@@ -1,13 +1,14 @@
 """Producers: `AsyncProducer` for asyncio code and `Producer` for threads, with Kafka's options.
 
-How it works: `send` picks a partition (the given one; else the key's xxhash; else a sticky
-partition that changes when its batch is sent), appends the record to that partition's open
-batch in the accumulator, and returns a `RecordFuture`. A sender task drains batches that are
-full (`batch_size`), old enough (`linger_ms`) or flushed, groups them by partition leader and
-sends one Produce request per broker with every ready batch, keeping at most
-`max_in_flight_requests_per_connection` requests outstanding per broker. One result object per
-batch completes all of its records' futures (Kafka's ProduceRequestResult), so completing a
-1000-record batch costs one call, not 1000.
+How it works: `send` picks a partition (the given one; else the key's xxhash; else the topic's
+sticky partition, which moves on after about `batch_size` bytes, at a batch boundary, however
+its batches left: KIP-794's uniform sticky partitioner, client/partitioner.py), appends the
+record to that partition's open batch in the accumulator, and returns a `RecordFuture`. A
+sender task drains batches that are full (`batch_size`), old enough (`linger_ms`) or flushed,
+groups them by partition leader and sends one Produce request per broker with every ready
+batch, keeping at most `max_in_flight_requests_per_connection` requests outstanding per broker.
+One result object per batch completes all of its records' futures (Kafka's
+ProduceRequestResult), so completing a 1000-record batch costs one call, not 1000.
 
 Delivery: a retriable error (leader moved, lost connection, timeout, a broker's full disk)
 refreshes metadata and re-queues the batch at the head of its partition (logged at WARNING once
