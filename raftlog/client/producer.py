@@ -1,13 +1,14 @@
 """Producers: `AsyncProducer` for asyncio code and `Producer` for threads, with Kafka's options.
 
-How it works: `send` picks a partition (the given one; else the key's xxhash; else a sticky
-partition that changes when its batch is sent), appends the record to that partition's open
-batch in the accumulator, and returns a `RecordFuture`. A sender task drains batches that are
-full (`batch_size`), old enough (`linger_ms`) or flushed, groups them by partition leader and
-sends one Produce request per broker with every ready batch, keeping at most
-`max_in_flight_requests_per_connection` requests outstanding per broker. One result object per
-batch completes all of its records' futures (Kafka's ProduceRequestResult), so completing a
-1000-record batch costs one call, not 1000.
+How it works: `send` picks a partition (the given one; else the key's xxhash; else the topic's
+sticky partition, which moves on after about `batch_size` bytes, at a batch boundary, however
+its batches left: KIP-794's uniform sticky partitioner, client/partitioner.py), appends the
+record to that partition's open batch in the accumulator, and returns a `RecordFuture`. A
+sender task drains batches that are full (`batch_size`), old enough (`linger_ms`) or flushed,
+groups them by partition leader and sends one Produce request per broker with every ready
+batch, keeping at most `max_in_flight_requests_per_connection` requests outstanding per broker.
+One result object per batch completes all of its records' futures (Kafka's
+ProduceRequestResult), so completing a 1000-record batch costs one call, not 1000.
 
 Delivery: a retriable error (leader moved, lost connection, timeout, a broker's full disk)
 refreshes metadata and re-queues the batch at the head of its partition (logged at WARNING once
@@ -74,6 +75,7 @@ import xxhash
 from raftlog import protocol
 from raftlog.client.cluster import ClusterClient
 from raftlog.client.connection import BrokerConnection
+from raftlog.client.partitioner import Stint, UniformStickyPartitioner
 from raftlog.errors import (
     BrokerNotAvailableError,
     CorruptRecordError,
@@ -556,6 +558,7 @@ class _Batch(BatchResult):
         "producer_epoch",
         "sealed",
         "sequence",
+        "sticky_bytes",
         "tp",
     )
 
@@ -575,6 +578,9 @@ class _Batch(BatchResult):
         self.last_error: BaseException | None = None  # of the last failed send
         self.in_flight = False  # a request holding it is on a connection
         self.sealed = False  # full, drained or expired: it takes no more records
+        # Bytes send()'s fast path appended to it as its topic's open sticky batch and that
+        # the topic's stint has not counted yet (a slot is cheaper there than the stint's dict).
+        self.sticky_bytes = 0
         # Idempotence: the base sequence and epoch it was stamped with at its first send (-1:
         # not yet, or reset by an epoch bump), and its place in the partition's send order.
         self.sequence = -1
@@ -831,7 +837,8 @@ class _ProducerCore:
     batch fails with it and later sends raise it (`_sender_stopped`) instead of hanging.
     """
 
-    def __init__(self, config: ProducerConfig):
+    def __init__(self, config: ProducerConfig, rng: random.Random | None = None):
+        """`rng`: the keyless partition choice's randomness (tests pass a seeded one)."""
         self.config = config
         self.client = ClusterClient(
             config.bootstrap_servers, config.client_id, config.request_timeout_ms
@@ -855,7 +862,9 @@ class _ProducerCore:
         self.dead: RaftlogError | None = None
         # partition -> until when its retries are logged at DEBUG only (see _retry_or_fail).
         self._retry_warned_until: dict[TopicPartition, float] = {}
-        self._sticky: dict[str, int] = {}
+        # Where keyless records go (KIP-794's uniform sticky partitioning). The fast path
+        # counts its bytes on the open batch; `_sticky_stint` adds them to the topic's stint.
+        self.sticky = UniformStickyPartitioner(config.batch_size, rng)
         # topic -> the open batch of its sticky partition (the fast path's target).
         self._open: dict[str, _Batch] = {}
         # Pre-encoded Produce headers of one-batch requests, per partition.
@@ -986,12 +995,14 @@ class _ProducerCore:
                 ):
                     index = builder.append_value(value, ts)
                     acc.added_bytes += n
+                    batch.sticky_bytes += n
                     if size < self._batch_size:
                         lock.release()
                         return RecordFuture(batch, index, ts)
-                    # This record filled the batch: move the sticky partition, wake the sender.
+                    # This record filled the batch: wake the sender. (The next record moves
+                    # the sticky partition on, if its stint is long enough.)
                     batch.seal()
-                    wake = self._batch_filled(topic, batch.tp.partition, True)
+                    wake = self._batch_ready()
                     lock.release()
                     if wake:
                         self._wake()
@@ -1030,10 +1041,7 @@ class _ProducerCore:
         partitions = len(info.partitions)
         if partition is None:
             if key is None:
-                sticky = True
-                partition = self._sticky.get(topic)
-                if partition is None or partition >= partitions:
-                    partition = self._sticky[topic] = random.randrange(partitions)
+                sticky = True  # the partition is the sticky one when the lock is held
             else:
                 partition = self._partitioner(key, partitions)
         elif not 0 <= partition < partitions:
@@ -1061,6 +1069,15 @@ class _ProducerCore:
         try:
             if block and acc.buffered_bytes >= self._buffer_memory:
                 self._wait_for_space_locked()
+            if sticky:
+                # _sticky_stint, inlined: a call here costs 3% of a one-record batch's send().
+                stint = self.sticky.stint(topic, partitions)
+                open_ = self._open.get(topic)
+                if open_ is not None and open_.sticky_bytes:
+                    stint.nbytes += open_.sticky_bytes
+                    open_.sticky_bytes = 0
+                partition = stint.partition
+            assert partition is not None
             entry = acc.by_topic.get(topic)
             if entry is None or len(entry[0]) <= partition:
                 entry = acc.topic_queues(topic, partitions)
@@ -1069,18 +1086,22 @@ class _ProducerCore:
             # holds at least one record): batches then never outgrow what was configured, so a
             # batch_size near the broker's max_message_bytes cannot produce refused batches.
             new_batch = self._needs_new_batch(q, record_bytes)
-            moved_wake = False
-            if new_batch and sticky and q and not q[-1].sealed and partitions > 1:
-                # The sticky partition's open batch cannot take this record, so it is done:
-                # the record goes to the next sticky partition (Kafka's abortOnNewBatch), not
-                # alone into a new batch here. (A sealed batch moved the partition already.)
-                # The batch is closed for appends, as Kafka's accumulator closes one that a
-                # record did not fit: it goes with the next sender pass, not after linger_ms.
-                q[-1].seal()
-                moved_wake = self._batch_filled(topic, partition, True)
-                partition = self._sticky[topic]
-                q = entry[0][partition]
-                new_batch = self._needs_new_batch(q, record_bytes)
+            sealed_wake = False
+            if new_batch and sticky:
+                # The sticky partition's open batch can take no more records (it filled, left
+                # by linger or flush, or this record does not fit): the stint may end here.
+                if q and not q[-1].sealed:
+                    # It does not fit: the batch is closed for appends, as Kafka's accumulator
+                    # closes one that a record did not fit, and goes with the next sender pass,
+                    # not after linger_ms.
+                    q[-1].seal()
+                    sealed_wake = self._batch_ready()
+                if partitions > 1 and self.sticky.maybe_move(stint, record_bytes):
+                    # The record opens the next partition's stint (Kafka's abortOnNewBatch),
+                    # not a batch of its own on the old one.
+                    partition = stint.partition
+                    q = entry[0][partition]
+                    new_batch = self._needs_new_batch(q, record_bytes)
             if q:
                 batch = q[-1]
                 builder = batch.builder
@@ -1099,7 +1120,7 @@ class _ProducerCore:
                 self.batches_since_yield += 1
                 index = 0
                 size = batch.builder.size_bytes
-                acc.added_bytes += size
+                added = size
             else:
                 if new_batch:
                     batch = _Batch(entry[1][partition], time.monotonic(), self._delivery_timeout_s)
@@ -1108,20 +1129,19 @@ class _ProducerCore:
                     before = 0
                 index = builder.append(key, value, ts, headers or ())
                 size = builder.size_bytes
-                acc.added_bytes += size - before
+                added = size - before
                 if size >= batch_size:
                     batch.seal()
+            acc.added_bytes += added
             if sticky:
                 self._open[topic] = batch
+                stint.nbytes += added
             # Wake the sender when a batch is ready, or a partition's first batch starts its
             # linger clock; once per sender pass.
-            if size >= batch_size or new_batch:
-                wake = self._batch_filled(topic, partition, sticky and size >= batch_size)
-            else:
-                wake = False
+            wake = self._batch_ready() if size >= batch_size or new_batch else False
         finally:
             lock.release()
-        if wake or moved_wake:
+        if wake or sealed_wake:
             self._wake()
         return RecordFuture(batch, index, ts)
 
@@ -1150,9 +1170,8 @@ class _ProducerCore:
 
         The batch hot path: the lock is taken once, and each batch is filled by one builder
         call (`BatchBuilder.append_values`). Records go to `partition`, or to the sticky
-        partition, which moves on as batches fill, exactly as the same records sent one by
-        one would. Values other than non-empty `bytes` take `append` one by one (checked
-        there)."""
+        partition, which moves on exactly as it would for the same records sent one by one.
+        Values other than non-empty `bytes` take `append` one by one (checked there)."""
         ts = _time_ns() // 1_000_000
         end = len(values)
         if not all(type(v) is bytes and v for v in values[start:]):
@@ -1183,16 +1202,27 @@ class _ProducerCore:
             while i < end:
                 if block and acc.buffered_bytes >= self._buffer_memory:
                     self._wait_for_space_locked()
-                p = partition
-                if p is None:
-                    p = self._sticky.get(topic)
-                    if p is None or p >= partitions:
-                        p = self._sticky[topic] = random.randrange(partitions)
+                if partition is None:
+                    stint = self._sticky_stint(topic, partitions)
+                    p = stint.partition
+                else:
+                    p = partition
                 entry = acc.by_topic.get(topic)
                 if entry is None or len(entry[0]) <= p:
                     entry = acc.topic_queues(topic, partitions)
                 q = entry[0][p]
-                new_batch = not q or q[-1].sealed or q[-1].builder.size_bytes >= batch_size
+                record_bytes = 25 + len(values[i])
+                new_batch = self._needs_new_batch(q, record_bytes)
+                if new_batch:
+                    # The open batch can take no more: closed if the next value does not fit
+                    # it, and a sticky partition's stint may end here (as in _append).
+                    if q and not q[-1].sealed:
+                        q[-1].seal()
+                        wake = self._batch_ready() or wake
+                    if sticky and partitions > 1 and self.sticky.maybe_move(stint, record_bytes):
+                        p = stint.partition
+                        q = entry[0][p]
+                        new_batch = self._needs_new_batch(q, record_bytes)
                 if new_batch:
                     batch = _Batch(entry[1][p], time.monotonic(), self._delivery_timeout_s)
                     q.append(batch)
@@ -1202,7 +1232,8 @@ class _ProducerCore:
                 before = 0 if new_batch else builder.size_bytes  # a new batch adds its header
                 first = len(builder)
                 i_next = builder.append_values(values, ts, i, batch_size)
-                acc.added_bytes += builder.size_bytes - before
+                added = builder.size_bytes - before
+                acc.added_bytes += added
                 spans.append((batch, first, i_next - i, ts))
                 i = i_next
                 # Stopped before the end: the next record did not fit, so this batch is done.
@@ -1211,20 +1242,26 @@ class _ProducerCore:
                     batch.seal()
                 if sticky:
                     self._open[topic] = batch
+                    stint.nbytes += added
                 if full or new_batch:
-                    wake = self._batch_filled(topic, p, sticky and full) or wake
+                    wake = self._batch_ready() or wake
         if wake:
             self._wake()
         return end
 
-    def _batch_filled(self, topic: str, partition: int, move_sticky: bool) -> bool:
-        """A batch is ready (or a partition's first batch opened): with the lock held, move a
-        sticky partition whose batch is full, and say whether send() must wake the sender
-        (once per sender pass)."""
-        if move_sticky:
-            partitions = len(self._topics[topic].partitions)
-            if partitions > 1 and self._sticky.get(topic) == partition:
-                self._sticky[topic] = (partition + random.randrange(1, partitions)) % partitions
+    def _sticky_stint(self, topic: str, partitions: int) -> Stint:
+        """The topic's stint, with the lock held, having counted what the fast path appended
+        since the last call (`_append` does the same inline)."""
+        stint = self.sticky.stint(topic, partitions)
+        batch = self._open.get(topic)
+        if batch is not None and batch.sticky_bytes:
+            stint.nbytes += batch.sticky_bytes
+            batch.sticky_bytes = 0
+        return stint
+
+    def _batch_ready(self) -> bool:
+        """A batch is ready (or a partition's first batch opened): with the lock held, say
+        whether send() must wake the sender (once per sender pass)."""
         wake = not self._wake_scheduled
         self._wake_scheduled = True
         return wake

@@ -1,8 +1,19 @@
 """Read-only inspection of a partition directory: `dump` (like Kafka's dump-log tool) and `verify`.
 
 Neither opens the log for writing nor runs recovery: they show the files exactly as they are,
-so an operator can look at a crashed partition before a broker recovers it. `verify` returns the
-list of problems; each names the file and the byte position or index entry concerned.
+so an operator can look at a crashed partition before a broker recovers it. `examine` returns
+what it found in two lists, each entry naming the file and the byte position or index entry:
+
+- problems: damage to the records themselves (a bad checksum or length, a torn tail, offsets out
+  of order, a missing segment), which the broker either cuts (losing the unflushed records
+  there) or refuses to serve (the partition stays offline); `raftlog storage verify` exits 1.
+- notes: derived data that the broker rebuilds by itself from the batches: a missing, torn or
+  stale index or time index, a missing or unreadable recovery-point or leader-epoch
+  checkpoint. A live or just-refetched log routinely has some (its active segment's indices
+  are written at roll and close), so they are not problems: `verify` prints them and exits 0.
+  Each note says what rebuilds it and when.
+
+`verify(path)` is the problems alone.
 
 One fault, one problem: after a damaged batch the rest of its segment cannot be read, so the
 index entries past it and the next segment's expected start are unknown; `verify` does not
@@ -15,7 +26,6 @@ the segment is cut there and later segments are deleted (log.py).
 from __future__ import annotations
 
 import os
-import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TextIO
@@ -23,11 +33,32 @@ from typing import TextIO
 from raftlog.errors import CorruptRecordError
 from raftlog.records import HEADER, HEADER_SIZE, INT32, LOG_OVERHEAD, decode_records, validate_batch
 from raftlog.storage.checkpoint import CheckpointError, OffsetCheckpoint
-from raftlog.storage.index import OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE
-from raftlog.storage.log import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_FILE
+from raftlog.storage.epoch_cache import LeaderEpochCache
+from raftlog.storage.index import IndexFormatError, SparseIndex
+from raftlog.storage.log import CLEAN_SHUTDOWN_FILE, EPOCH_CACHE_FILE, RECOVERY_POINT_FILE
 from raftlog.storage.segment import INDEX_SUFFIX, TIMEINDEX_SUFFIX, parse_segment_name
 
 CHUNK_BYTES = 1024 * 1024
+
+
+# What rebuilds an index (the notes' last words); see segment.py's load() and log.py's
+# _repair_index for the rules.
+REBUILT_AT_OPEN = "derived data: the broker's next open rebuilds both index files from the batches"
+REBUILT_BY_CHECK = (
+    "derived data: the broker's next open checks this segment batch by batch and rebuilds its "
+    "indices"
+)
+REBUILT_BY_READ = "derived data: the first read that uses it rebuilds the index"
+EPOCHS_REBUILT = "derived data: the broker's next open rebuilds it from the batches' leader epochs"
+
+
+@dataclass(frozen=True, slots=True)
+class Findings:
+    """What `examine` found: `problems` (damage to records; rc 1) and `notes` (derived data the
+    broker rebuilds by itself; see the module docstring)."""
+
+    problems: tuple[str, ...]
+    notes: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,8 +163,15 @@ def _consequence(offset: int, recovery_point: int | None, later_segments: int, g
 
 
 def verify(path: str) -> list[str]:
-    """Every problem found in the partition (or segment) at `path`; empty when all is well."""
+    """Every problem found in the partition (or segment) at `path`; empty when all is well
+    (notes aside: see `examine`)."""
+    return list(examine(path).problems)
+
+
+def examine(path: str) -> Findings:
+    """The problems and notes of the partition (or segment) at `path`."""
     problems: list[str] = []
+    notes: list[str] = _checkpoint_notes(path)
     recovery_point = recovery_point_of(path)
     segments = segment_files(path)
     expected: int | None = None  # None: unknown (the start, or after a damaged segment)
@@ -168,50 +206,106 @@ def verify(path: str) -> list[str]:
             starts[b.position] = (base_offset, running_max_ts)
             running_max_ts = max(running_max_ts, max_ts)
             expected = base_offset + last_delta + 1
-        problems.extend(_verify_index(log_path, base, starts, damaged_at))
+        # The broker's open checks batch by batch (rebuilding the indices) every segment that
+        # holds offsets at or above the recovery point; it only sanity-checks the others'.
+        end = segments[i + 1][0] if later else expected
+        checked = recovery_point is not None and (
+            base >= recovery_point or (end is not None and end > recovery_point)
+        )
+        index_problems, index_notes = _verify_index(log_path, base, starts, damaged_at, checked)
+        problems.extend(index_problems)
+        notes.extend(index_notes)
         if damaged_at is not None:
             expected = None
-    return problems
+    return Findings(tuple(problems), tuple(notes))
+
+
+def _checkpoint_notes(path: str) -> list[str]:
+    """Notes on the derived checkpoints of a partition directory that its next open replaces:
+    the recovery point (missing or unreadable: every segment is checked batch by batch) and
+    the leader epoch cache (rebuilt from the batches)."""
+    if not os.path.isdir(path) or not segment_files(path):
+        return []
+    notes = []
+    rp_path = os.path.join(path, RECOVERY_POINT_FILE)
+    try:
+        missing = OffsetCheckpoint(rp_path).read() is None
+        why = "missing"
+    except CheckpointError as e:
+        missing, why = True, f"unreadable ({e})"
+    if missing:
+        notes.append(
+            f"{rp_path}: {why} (derived data: the broker's next open checks every segment "
+            "batch by batch, and cuts damage it finds there instead of keeping it offline, "
+            "unless a clean-shutdown marker holds the log end)"
+        )
+    epoch_path = os.path.join(path, EPOCH_CACHE_FILE)
+    if not os.path.exists(epoch_path):
+        notes.append(f"{epoch_path}: missing ({EPOCHS_REBUILT})")
+    else:
+        try:
+            LeaderEpochCache.load(epoch_path)
+        except CheckpointError as e:
+            notes.append(f"{epoch_path}: unreadable ({e}) ({EPOCHS_REBUILT})")
+    return notes
 
 
 def _verify_index(
-    log_path: str, base: int, starts: dict[int, tuple[int, int]], damaged_at: int | None
-) -> list[str]:
-    """Problems of the segment's indices; entries at or past `damaged_at` (the first damaged
-    batch, whose rest of segment is unreadable) are not checked."""
+    log_path: str,
+    base: int,
+    starts: dict[int, tuple[int, int]],
+    damaged_at: int | None,
+    checked_at_open: bool,
+) -> tuple[list[str], list[str]]:
+    """(problems, notes) of the segment's indices; entries at or past `damaged_at` (the first
+    damaged batch, whose rest of segment is unreadable) are not checked.
+
+    Index files are derived data, so nearly everything here is a note saying what rebuilds
+    it: the open rebuilds indices that break SparseIndex.load's rules or whose last offset
+    entry misses its batch (segment.py), a read rebuilds an offset index whose entry misses its
+    batch, and the open rebuilds every index of a segment it checks batch by batch
+    (`checked_at_open`). A time index entry that disagrees with the batches while the file
+    keeps those rules is the one thing nothing rebuilds (offset-for-time lookups would use it):
+    a problem, with the remedy."""
     stem = log_path[: -len(".log")]
-    problems = []
     index_path, time_path = stem + INDEX_SUFFIX, stem + TIMEINDEX_SUFFIX
-    for p, size in ((index_path, OFFSET_ENTRY_SIZE), (time_path, TIME_ENTRY_SIZE)):
-        if not os.path.exists(p):
-            problems.append(f"{p}: missing (recovery rebuilds it)")
-        elif os.path.getsize(p) % size:
-            problems.append(f"{p}: size {os.path.getsize(p)} is not a multiple of {size}")
-    if problems:
-        return problems
-    with open(index_path, "rb") as f:
-        offsets = list(struct.iter_unpack("<ii", f.read()))
-    with open(time_path, "rb") as f:
-        times = list(struct.iter_unpack("<qi", f.read()))
-    if len(offsets) != len(times):
-        problems.append(f"{index_path}: {len(offsets)} entries but {time_path} has {len(times)}")
-    for i, (rel, position) in enumerate(offsets):
+    at_open = REBUILT_BY_CHECK if checked_at_open else REBUILT_AT_OPEN
+    index = SparseIndex(index_path, time_path)
+    try:
+        # The open's own checks (missing or torn files, entries out of order or past the
+        # segment's end), on the files as they are: read-only.
+        index.load(os.path.getsize(log_path))
+    except IndexFormatError as e:
+        return [], [f"{e} ({at_open})"]
+    problems, notes = [], []
+    entries = zip(index.rels, index.positions, index.timestamps, strict=True)
+    for i, (rel, position, ts) in enumerate(entries):
         if damaged_at is not None and position >= damaged_at:
             break
         found = starts.get(position)
         if found is None or found[0] != base + rel:
-            problems.append(
+            # The open checks the last entry (rebuilding the index if it misses); a read
+            # that uses another one finds no batch there and rebuilds it then.
+            last = i == len(index) - 1
+            notes.append(
                 f"{index_path}: entry {i} maps offset {base + rel} to byte {position}, "
-                f"where {'no batch starts' if found is None else f'offset {found[0]} starts'}"
+                f"where {'no batch starts' if found is None else f'offset {found[0]} starts'} "
+                f"({at_open if last or checked_at_open else REBUILT_BY_READ})"
             )
-        elif i < len(times):
-            ts, trel = times[i]
-            if trel != rel or ts < found[1]:
+        elif ts < found[1]:
+            text = (
+                f"{time_path}: entry {i} ({ts}, offset {base + rel}) disagrees with the "
+                f"segment (batches before offset {base + rel} reach timestamp {found[1]})"
+            )
+            if checked_at_open:
+                notes.append(f"{text} ({at_open})")
+            else:
                 problems.append(
-                    f"{time_path}: entry {i} ({ts}, offset {base + trel}) disagrees with the "
-                    f"segment (batches before offset {base + rel} reach timestamp {found[1]})"
+                    f"{text}: nothing rebuilds it while the file keeps the index rules, and "
+                    "lookups by time use it; delete both index files of this segment (the "
+                    "broker's next open rebuilds them)"
                 )
-    return problems
+    return problems, notes
 
 
 def dump(path: str, out: TextIO, records: bool = False) -> int:

@@ -8,8 +8,10 @@ arrive in send order; every partition is served; the offsets the producer was to
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 
 import pytest
 
@@ -234,6 +236,114 @@ def test_send_many_round_trip(broker: BrokerProcess, api: str) -> None:
     for got in per_partition:
         positions = [order[v] for v in got if v]  # the empty values are alike
         assert positions == sorted(positions), "a partition holds records out of send order"
+
+
+# The keyless spread test (issue #21): rates, how long, and on how many partitions.
+SPREAD_RATES = (500, 2_000, 20_000)
+SPREAD_SECONDS = 10.0
+SPREAD_PARTITIONS = 6
+
+
+def send_paced(
+    rate: int, seconds: float, stop: threading.Event, send: Callable[[int], None]
+) -> int:
+    """Send `rate` records a second for `seconds`: `send(k)` sends the k records now due,
+    then the thread waits until the next one is due (a schedule, as Kafka's
+    ThroughputThrottler paces, not a wait for a state). Returns how many were sent."""
+    start = time.monotonic()
+    total = int(rate * seconds)
+    sent = 0
+    while sent < total and not stop.is_set():
+        due = min(total, int((time.monotonic() - start) * rate) + 1)
+        if due > sent:
+            send(due - sent)
+            sent = due
+        stop.wait(max(0.0, start + sent / rate - time.monotonic()))
+    return sent
+
+
+def test_keyless_records_spread_evenly_when_batches_leave_by_linger(
+    broker: BrokerProcess,
+) -> None:
+    """Default producers send keyless 200-byte records at 500, 2,000 and 20,000 records/s to
+    topics of six partitions: no partition gets more than twice its fair share. At these
+    rates every batch leaves by linger_ms (5 ms: 2.5, 10 and 100 records, all far below the
+    64 KiB batch_size), the case where the sticky partition used to stay on one partition.
+
+    Cost: the rates run at the same time, on their own topics and producers (the sync
+    Producer's send() at each rate, as in the issue, and AsyncProducer.send_many at 2,000/s,
+    which has its own sticky logic), for 10 s, not 20 s each: 10 s instead of 60. 10 s still
+    shows the behaviour: the old partitioner never moved at all at 500 and 2,000/s, so one
+    partition got everything from the first second; and the new one needs about six stints
+    of batch_size (64 KiB, 290 records) to go round the partitions once, which the slowest
+    rate makes in 3.5 s (17 stints in 10 s; whole rounds give every partition the same
+    number, so the worst partition then gets 3 of 17 stints: 1.06x its share). The same rates
+    over the full 20 s, without a network, are tests/unit/test_partitioner.py's."""
+    value = bytes(200)
+    stop = threading.Event()
+    sent: dict[str, int] = {}
+    errors: list[BaseException] = []
+
+    def sync_sender(topic: str, rate: int) -> None:
+        with Producer(bootstrap_servers=broker.bootstrap) as producer:
+            producer.partitions_for(topic)  # metadata first: the pacing starts on time
+
+            def send(k: int) -> None:
+                for _ in range(k):
+                    producer.send(topic, value)
+
+            sent[topic] = send_paced(rate, SPREAD_SECONDS, stop, send)
+            producer.flush(timeout=60)
+
+    def async_many_sender(topic: str, rate: int) -> None:
+        async def run() -> None:
+            async with AsyncProducer(bootstrap_servers=broker.bootstrap) as producer:
+                await producer.partitions_for(topic)
+                loop = asyncio.get_running_loop()
+                start, total, n = loop.time(), int(rate * SPREAD_SECONDS), 0
+                while n < total and not stop.is_set():
+                    due = min(total, int((loop.time() - start) * rate) + 1)
+                    if due > n:
+                        await producer.send_many(topic, [value] * (due - n))
+                        n = due
+                    await asyncio.sleep(max(0.0, start + n / rate - loop.time()))
+                await producer.flush()
+                sent[topic] = n
+
+        asyncio.run(run())
+
+    senders: dict[str, tuple[Callable[[str, int], None], int]] = {
+        f"spread-{rate}": (sync_sender, rate) for rate in SPREAD_RATES
+    }
+    senders["spread-async-many-2000"] = (async_many_sender, 2_000)
+    for topic in senders:
+        create_topic(broker, topic, SPREAD_PARTITIONS)
+
+    def guarded(topic: str) -> None:
+        target, rate = senders[topic]
+        try:
+            target(topic, rate)
+        except BaseException as e:  # re-raised in the test's thread below
+            errors.append(e)
+            stop.set()
+
+    threads = [threading.Thread(target=guarded, args=(t,)) for t in senders]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(SPREAD_SECONDS + 90)
+    assert not any(t.is_alive() for t in threads), "a sender did not finish"
+    if errors:
+        raise errors[0]
+    for topic, (_, rate) in senders.items():
+        counts = log_end_offsets(broker, topic, SPREAD_PARTITIONS)
+        total = sum(counts.values())
+        assert total == sent[topic] == int(rate * SPREAD_SECONDS), (topic, sent, counts)
+        fair = total / SPREAD_PARTITIONS
+        assert max(counts.values()) <= 2 * fair, (
+            f"{topic}: a partition got {max(counts.values()) / fair:.2f}x its fair share "
+            f"of {total} records: {counts}"
+        )
 
 
 def test_every_partition_is_served_while_one_has_a_backlog(broker: BrokerProcess) -> None:

@@ -29,10 +29,10 @@ from raftlog.topics import TopicPartition
 TP0, TP1 = TopicPartition("t", 0), TopicPartition("t", 1)
 
 
-def _core(**kw: object) -> tuple[_ProducerCore, list[int]]:
+def _core(rng: random.Random | None = None, **kw: object) -> tuple[_ProducerCore, list[int]]:
     """A producer core with metadata for topic "t" (partition p led by node p) and no loop:
     wake-ups are counted instead of sent."""
-    core = _ProducerCore(ProducerConfig(**kw))  # type: ignore[arg-type]
+    core = _ProducerCore(ProducerConfig(**kw), rng)  # type: ignore[arg-type]
     core.client.topics["t"] = TopicInfo(
         "t", "id", tuple(PartitionInfo(p, p, 0, (p,), (p,)) for p in range(2))
     )
@@ -540,13 +540,11 @@ def test_send_many_builds_the_batches_that_sends_one_by_one_build(
     """The same records, batch boundaries, sticky partition moves and sizes as send() called
     for each value in order (mixed lengths: runs of one length take the fast path)."""
     values = [bytes([i % 251]) * n for i, n in enumerate(sizes)]
-    one, _ = _core(linger_ms=60_000, batch_size=batch_size)
-    many, _ = _core(linger_ms=60_000, batch_size=batch_size)
-    random.seed(7)
+    one, _ = _core(random.Random(7), linger_ms=60_000, batch_size=batch_size)
+    many, _ = _core(random.Random(7), linger_ms=60_000, batch_size=batch_size)
     futs = [
         one.append("t", v, None, None, partition, 1234, True) for v in values
     ]  # the timestamp send_many will use
-    random.seed(7)
     group = many_of(many, values, partition)
     assert len(group) == len(values)
     for f, g in zip(futs, group, strict=True):

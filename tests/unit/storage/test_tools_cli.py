@@ -170,14 +170,99 @@ def test_verify_checks_the_indices(tmp_path: str) -> None:
         f.write(struct.pack("<i", pos + 1))
     with open(stem + ".timeindex", "r+b") as f:
         f.seek(2 * 12)
-        f.write(struct.pack("<q", 5))  # below the timestamps of the batches before it
-    assert tools.verify(path) == [
-        f"{stem}.index: entry 1 maps offset 2 to byte {pos + 1}, where no batch starts",
-        f"{stem}.timeindex: entry 2 (5, offset 3) disagrees with the segment "
-        "(batches before offset 3 reach timestamp 102)",
-    ]
+        f.write(struct.pack("<q", 101))  # below batch 2's 102, not below entry 1's 101
+    # The log was closed cleanly, so the next open trusts this segment: it checks only the
+    # index rules and the last entry. A wrong middle offset entry is rebuilt by the read that
+    # uses it (a note); a time index entry that keeps the rules is rebuilt by nothing (a
+    # problem).
+    found = tools.examine(path)
+    assert found.notes == (
+        f"{stem}.index: entry 1 maps offset 2 to byte {pos + 1}, where no batch starts "
+        f"({tools.REBUILT_BY_READ})",
+    )
+    assert found.problems == (
+        f"{stem}.timeindex: entry 2 (101, offset 3) disagrees with the segment "
+        "(batches before offset 3 reach timestamp 102): nothing rebuilds it while the file "
+        "keeps the index rules, and lookups by time use it; delete both index files of this "
+        "segment (the broker's next open rebuilds them)",
+    )
+    assert tools.verify(path) == list(found.problems)
+    # A time index entry below the one before it breaks the rules: the open rebuilds both.
+    with open(stem + ".timeindex", "r+b") as f:
+        f.seek(2 * 12)
+        f.write(struct.pack("<q", 5))
+    found = tools.examine(path)
+    assert found.problems == () and len(found.notes) == 1, found
+    assert found.notes[0].startswith(f"{stem}.index: entry 2 (3, ")
+    size = os.path.getsize(stem + ".log")
+    assert found.notes[0].endswith(
+        f"ts 5) breaks the index rules (previous (2, {pos + 1}), segment size {size}) "
+        f"({tools.REBUILT_AT_OPEN})"
+    )
     os.unlink(stem + ".timeindex")
-    assert tools.verify(path) == [f"{stem}.timeindex: missing (recovery rebuilds it)"]
+    assert tools.examine(path) == tools.Findings(
+        (), (f"{stem}.timeindex is missing ({tools.REBUILT_AT_OPEN})",)
+    )
+
+
+def test_what_recovery_rebuilds_is_a_note_and_verify_exits_0(tmp_path: str) -> None:
+    """A live log (the broker running, or just refetched): its active segment and the one
+    rolled last have no index files yet, and its recovery point lags. That is how a healthy
+    log looks, and the broker rebuilds all of it by itself: notes, exit status 0."""
+    path = os.path.join(str(tmp_path), "live-0")
+    log = PartitionLog.open(path, LogConfig(segment_bytes=300), clock_ms=FakeClock())
+    try:
+        for i in range(6):
+            log.append(encode_batch([(b"k", b"v" * 50)] * 2, timestamp=100 + i), 1)
+        # The active segment's indices are written at roll and close; those of the segment
+        # rolled last, by a background flush that may or may not have run yet.
+        active = os.path.join(path, segment_name(log.segment_base_offsets[-1]))
+        assert not os.path.exists(active + ".index")
+        run = raftlog("storage", "verify", path)
+        assert (run.returncode, run.stderr) == (0, ""), run.stdout
+        lines = run.stdout.splitlines()
+        assert lines[-1] == f"{path}: ok"
+        note = f" is missing ({tools.REBUILT_BY_CHECK})"
+        assert f"note: {active}.index{note}" in lines[:-1], lines
+        assert all(line.endswith(note) for line in lines[:-1]), lines
+    finally:
+        log.close()
+    assert tools.examine(path) == tools.Findings((), ())
+    # Derived checkpoints, lost or unreadable: notes too.
+    os.unlink(os.path.join(path, "recovery-point-offset-checkpoint"))
+    with open(os.path.join(path, "leader-epoch-checkpoint"), "w") as f:
+        f.write("garbage\n")
+    for name in os.listdir(path):
+        if name.startswith(segment_name(0)) and name.endswith("index"):
+            os.unlink(os.path.join(path, name))
+    run = raftlog("storage", "verify", path)
+    assert (run.returncode, run.stderr) == (0, ""), run.stdout
+    notes = [line for line in run.stdout.splitlines() if line.startswith("note: ")]
+    assert len(notes) == 3 and run.stdout.endswith(f"{path}: ok\n"), run.stdout
+    assert "recovery-point-offset-checkpoint: missing (derived data" in notes[0]
+    assert "leader-epoch-checkpoint: unreadable (" in notes[1]
+    assert notes[2] == f"note: {path}/{segment_name(0)}.index is missing ({tools.REBUILT_AT_OPEN})"
+    # And the broker's open does rebuild them: afterwards nothing is left to note.
+    PartitionLog.open(path, LogConfig(segment_bytes=300), clock_ms=FakeClock()).close()
+    assert tools.examine(path) == tools.Findings((), ())
+
+
+def test_damaged_records_stay_problems_beside_the_notes(partition: str) -> None:
+    """Offsets out of order (a base offset rewritten: outside the checksum) are a problem,
+    exit status 1, even where notes come with it; the notes are printed as well."""
+    path = seg(partition, 3)
+    with open(path, "r+b") as f:
+        f.write(struct.pack("<q", 7))  # the batch should start at offset 3
+    os.unlink(os.path.join(partition, segment_name(0) + ".index"))
+    run = raftlog("storage", "verify", partition)
+    assert run.returncode == 1
+    assert run.stdout.splitlines() == [
+        f"{path}: byte 0: batch has offset 7, expected 3 [offset 3 is below the recovery "
+        "point 6: the broker keeps this partition offline and deletes nothing]",
+        f"note: {os.path.join(partition, segment_name(0))}.index is missing "
+        f"({tools.REBUILT_AT_OPEN})",
+    ]
+    assert run.stderr == f"1 problem(s) in {partition}\n"
 
 
 def test_verify_checks_that_segments_chain(tmp_path: str) -> None:
