@@ -159,6 +159,11 @@ class LogManager:
         self._scrub_logs: list[tuple[TopicPartition, PartitionLog]] = []
         self._scrub_keys: list[TopicPartition] = []
         self._scrub_listed_at = -SCRUB_LIST_INTERVAL_S
+        # Logs that went offline while serving (moved out by check_offline), and the logs
+        # whose topic sets flush.ms (maybe_flush): housekeeping looks at these, not at every
+        # one of 10,000 logs a second.
+        self._went_offline_while_serving: set[TopicPartition] = set()
+        self._flushed_by_time: set[TopicPartition] = set()
         # Long-polling fetches waiting for a partition to grow.
         self._waiters: dict[TopicPartition, set[asyncio.Future[None]]] = {}
         self.errors = RateLimitedLog(ERROR_LOG_INTERVAL_S, clock)
@@ -263,6 +268,9 @@ class LogManager:
         plog = opened
         self._logs[tp] = plog
         self._topics[tp] = topic
+        plog.on_offline = lambda: self._went_offline_while_serving.add(tp)
+        if plog.config.flush_ms is not None:
+            self._flushed_by_time.add(tp)
         was = self._offline.pop(tp, None)
         if was is not None:
             log.info(
@@ -421,11 +429,14 @@ class LogManager:
     # -- housekeeping --------------------------------------------------------------------------
 
     def check_offline(self) -> int:
-        """Move logs that went offline while serving to the offline table; returns how many."""
+        """Move logs that went offline while serving to the offline table; returns how many.
+        Only the ones that said so are looked at (`on_offline`), not every log."""
         moved = 0
-        for tp, plog in list(self._logs.items()):
-            error = plog.offline_error
-            if error is None:
+        went, self._went_offline_while_serving = self._went_offline_while_serving, set()
+        for tp in went:
+            plog = self._logs.get(tp)
+            error = None if plog is None else plog.offline_error
+            if plog is None or error is None:
                 continue
             del self._logs[tp]
             topic = self._topics.pop(tp)
@@ -527,7 +538,12 @@ class LogManager:
         return checked
 
     def maybe_flush(self) -> None:
-        for tp, plog in list(self._logs.items()):
+        """Flush by `flush.ms`: only the logs whose topic sets it."""
+        for tp in list(self._flushed_by_time):
+            plog = self._logs.get(tp)
+            if plog is None:
+                self._flushed_by_time.discard(tp)
+                continue
             try:
                 plog.maybe_flush()
             except RaftlogError as e:

@@ -507,16 +507,20 @@ class Broker:
 
     async def _apply_metadata(self) -> None:
         """Every hosted partition's role as the metadata says, in slices of at most
-        RECONCILE_SLICE_S, yielding to the loop in between (a failover changes thousands)."""
+        RECONCILE_SLICE_S, yielding to the loop in between (a failover changes thousands).
+        News that arrives meanwhile is taken by another pass (the metadata's version)."""
+        metadata, replicas = self.metadata, self.replicas
         while not self.stopping:
-            done = self.replicas.apply_metadata(
-                self.metadata.topics().values(),
-                self.metadata.broker_epochs(),
-                RECONCILE_SLICE_S,
-            )
-            if done:
+            version = metadata.topology_version
+            changes = replicas.role_changes(metadata.topics().values())
+            while changes and not self.stopping:
+                changes = replicas.apply_role_changes(
+                    changes, metadata.broker_epochs(), RECONCILE_SLICE_S
+                )
+                if changes:
+                    await asyncio.sleep(0)
+            if metadata.topology_version == version:
                 return
-            await asyncio.sleep(0)
 
     def _sync_replicas(self) -> None:
         """The ReplicaManager hosts exactly the open logs (roles follow in _apply_metadata)."""

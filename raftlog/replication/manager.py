@@ -97,6 +97,8 @@ FETCH_SESSION_VERIFY_MS = 60_000
 # how long an unused one lives (a follower fetches at least every replica_fetch_wait_max_ms).
 FETCH_SESSIONS_MAX = 100
 FETCH_SESSION_IDLE_MS_MAX = 120_000
+# A partition whose metadata changed: (partition, its new PartitionInfo, its topic's config).
+RoleChange = tuple["Partition", PartitionInfo, dict[str, str]]
 # Called with None (committed) or the error of an acks=all produce.
 CommitCallback = Callable[[RaftlogError | None], None]
 
@@ -179,6 +181,8 @@ class Partition:
         self.append_failures = 0
         self.fetch_backoff_until_ms = 0
         self.flush_done: asyncio.Future[None] | None = None
+        # Follower: the leader whose ReplicaFetcher fetches this partition (None: none).
+        self.fetched_from: int | None = None
 
     def partition_config(self) -> PartitionConfig:
         return PartitionConfig(
@@ -359,7 +363,7 @@ class ReplicaManager:
         self._perform(p, p.core.go_offline(p.core.leader_epoch, p.core.partition_epoch), now)
         p.wake(p.follower_waiters)
         p.wake(p.consumer_waiters)
-        self._update_fetchers()
+        self._assign_fetcher(p)
 
     def get(self, tp: TopicPartition) -> Partition | None:
         return self.partitions.get(tp)
@@ -391,44 +395,52 @@ class ReplicaManager:
 
     # -- metadata ------------------------------------------------------------------------------
 
-    def apply_metadata(
-        self,
-        topics: Iterable[TopicInfo],
-        broker_epochs: dict[int, int],
-        budget_s: float | None = None,
-    ) -> bool:
-        """Bring every hosted partition's role in line with the metadata. With `budget_s`,
-        stop once that much time has gone and return False: the caller yields to the event
-        loop and calls again (partitions already applied are skipped: their `info` is the
-        metadata's). True when every partition is in line."""
-        self._broker_epochs = dict(broker_epochs)
-        now = self.clock_ms()
-        deadline = None if budget_s is None else time.monotonic() + budget_s
-        changes = _RoleChanges(self.node_id)
-        done = True
+    def apply_metadata(self, topics: Iterable[TopicInfo], broker_epochs: dict[int, int]) -> None:
+        """Bring every hosted partition's role in line with the metadata, at once."""
+        self.apply_role_changes(self.role_changes(topics), broker_epochs)
+
+    def role_changes(self, topics: Iterable[TopicInfo]) -> list[RoleChange]:
+        """The hosted partitions whose metadata differs from what they last applied. Cheap
+        for unchanged ones (ClusterMetadata keeps their PartitionInfo objects)."""
+        changes: list[RoleChange] = []
+        partitions = self.partitions
         for t in topics:
             name = t.name
             for info in t.partitions:
-                p = self.partitions.get(TopicPartition(name, info.partition))
+                p = partitions.get(TopicPartition(name, info.partition))
                 if p is None or p.info is info:
                     continue
                 if p.info == info:
                     p.info = info  # the same state in a new object: compare by identity next
                     continue
-                p.topic_config = dict(t.config)
-                self._apply_partition(p, info, now, changes)
-                if (
-                    deadline is not None
-                    and changes.count % 16 == 0
-                    and (time.monotonic() >= deadline)
-                ):
-                    done = False
-                    break
-            if not done:
+                changes.append((p, info, t.config))
+        return changes
+
+    def apply_role_changes(
+        self,
+        changes: list[RoleChange],
+        broker_epochs: dict[int, int],
+        budget_s: float | None = None,
+    ) -> list[RoleChange]:
+        """Apply `role_changes`; with `budget_s`, stop once that much time has gone and return
+        the ones left (the caller yields to the event loop and calls again with them; one the
+        metadata changed again meanwhile is applied, then corrected by the next pass)."""
+        self._broker_epochs = dict(broker_epochs)
+        now = self.clock_ms()
+        deadline = None if budget_s is None else time.monotonic() + budget_s
+        log_changes = _RoleChanges(self.node_id)
+        done = 0
+        for p, info, config in changes:
+            done += 1
+            if self.partitions.get(p.tp) is not p or p.info is info:
+                continue  # removed, or applied already
+            p.topic_config = dict(config)
+            self._apply_partition(p, info, now, log_changes)
+            self._assign_fetcher(p)
+            if deadline is not None and done % 16 == 0 and time.monotonic() >= deadline:
                 break
-        changes.log_summary()
-        self._update_fetchers()
-        return done
+        log_changes.log_summary()
+        return changes[done:]
 
     def _apply_partition(
         self, p: Partition, info: PartitionInfo, now: int, changes: _RoleChanges
@@ -498,8 +510,8 @@ class ReplicaManager:
             p.wake(p.follower_waiters)
             if core.role is Role.LEADER:
                 self._hot.add(p.tp)
-            else:
-                self._fetch_state_changed(p)
+            elif p.fetched_from == core.leader_id:
+                self._fetchers[core.leader_id].changed(p.tp)
         elif (
             core.role is Role.LEADER
             and info.leader_epoch == core.leader_epoch
@@ -517,24 +529,29 @@ class ReplicaManager:
                 info.partition_epoch,
             )
 
-    def _update_fetchers(self) -> None:
-        """One fetcher per leader this broker follows a partition of, each told the
-        partitions it fetches."""
-        by_leader: dict[int, dict[TopicPartition, Partition]] = {}
-        for tp, p in self.partitions.items():
-            if p.core.role is Role.FOLLOWER:
-                by_leader.setdefault(p.core.leader_id, {})[tp] = p
-        for leader_id in list(self._fetchers):
-            if leader_id not in by_leader:
-                self._fetchers.pop(leader_id).stop()
-        for leader_id, followed in by_leader.items():
-            fetcher = self._fetchers.get(leader_id)
-            if fetcher is None:
-                fetcher = self._fetchers[leader_id] = ReplicaFetcher(self, leader_id)
-                if self._task_group is not None:
-                    fetcher.start(self._task_group)
-            fetcher.follow(followed)
-            fetcher.wake()
+    def _assign_fetcher(self, p: Partition) -> None:
+        """`p` is fetched by the fetcher of the leader it follows, or by none: move it."""
+        core = p.core
+        target = core.leader_id if core.role is Role.FOLLOWER else None
+        if p.fetched_from == target:
+            return
+        if p.fetched_from is not None:
+            old = self._fetchers.get(p.fetched_from)
+            if old is not None:
+                old.drop(p.tp)
+                if not old.followed:
+                    del self._fetchers[p.fetched_from]
+                    old.stop()
+        p.fetched_from = target
+        if target is None:
+            return
+        fetcher = self._fetchers.get(target)
+        if fetcher is None:
+            fetcher = self._fetchers[target] = ReplicaFetcher(self, target)
+            if self._task_group is not None:
+                fetcher.start(self._task_group)
+        fetcher.add(p.tp, p)
+        fetcher.wake()
 
     def following(self, leader_id: int) -> list[Partition]:
         return [
@@ -546,8 +563,8 @@ class ReplicaManager:
     def _fetch_state_changed(self, p: Partition) -> None:
         """`p`'s fetch state (log end, epochs, durable offset) may have changed: its
         fetcher sends it in the next request of its session."""
-        if p.core.role is Role.FOLLOWER:
-            fetcher = self._fetchers.get(p.core.leader_id)
+        if p.fetched_from is not None:
+            fetcher = self._fetchers.get(p.fetched_from)
             if fetcher is not None:
                 fetcher.changed(p.tp)
 
@@ -836,15 +853,16 @@ class ReplicaFetcher:
     def wake(self) -> None:
         self._wake.set()
 
-    def follow(self, followed: dict[TopicPartition, Partition]) -> None:
-        """The partitions to fetch from this leader now."""
-        old = self.followed
-        if followed.keys() != old.keys():
+    def add(self, tp: TopicPartition, p: Partition) -> None:
+        """Fetch `tp` from this leader from now on."""
+        self.followed[tp] = p
+        self._changed.add(tp)
+        self._followed_changed = True
+
+    def drop(self, tp: TopicPartition) -> None:
+        """Stop fetching `tp` from this leader (forgotten by the next request)."""
+        if self.followed.pop(tp, None) is not None:
             self._followed_changed = True
-        for tp, p in followed.items():
-            if old.get(tp) is not p:
-                self._changed.add(tp)
-        self.followed = followed
 
     def changed(self, tp: TopicPartition) -> None:
         self._changed.add(tp)

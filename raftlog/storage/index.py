@@ -157,8 +157,8 @@ class SparseIndex:
         """Write both files from scratch (after a rebuild). Not fsynced unless asked: an
         index is derived data, and one a power failure tears is rebuilt by the next open."""
         for path in (self._offset_path, self._time_path):
-            if os.path.exists(path):
-                os.truncate(path, 0)
+            # Created even with no entries: a missing file means "rebuild me" to the next open.
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
         self._persisted = 0
         self._synced = -1
         self.persist(fsync=fsync)

@@ -226,6 +226,8 @@ class PartitionLog:
         # shutdown and nothing has changed since. It is removed before the first change
         # (`_begin_change`), not at open, so that opening and closing an idle log writes and
         # fsyncs nothing (a broker with 10,000 partitions restarts in seconds, not minutes).
+        # Called when the log goes offline while serving (its owner moves it out, soon).
+        self.on_offline: Callable[[], None] | None = None
         self._clean_marker = False
         # Nothing has changed on disk since open, and the files recover to this very state
         # (the clean marker is there, or the log is new and empty): close just closes them.
@@ -791,7 +793,8 @@ class PartitionLog:
         gets the right answer even before the first append)."""
         self._check_writable()
         if epoch > self.epoch_cache.latest_epoch:
-            self._assign_epoch(epoch, self._next_offset)
+            # In memory only: written before the first batch of it (`_write`).
+            self.epoch_cache.assign(epoch, self._next_offset, persist=False)
 
     def _assign_epoch(self, epoch: int, start_offset: int) -> None:
         """Persist a new epoch before any batch of it is written (epoch_cache.py's rule)."""
@@ -818,6 +821,14 @@ class PartitionLog:
         them (follower). The whole append is one unit: if any part fails, all of it is undone.
         """
         self._begin_change()
+        if self.epoch_cache.unpersisted:
+            try:
+                self.epoch_cache.persist()
+            except OSError as e:
+                raise StorageError(
+                    f"{self.name}: writing {self.epoch_cache.path} failed "
+                    f"({os_error_text(e)}); nothing appended"
+                ) from e
         if self._roll_flush is not None and self._roll_flush.done():
             self._finish_roll_flush()
         seg = self._segments[-1]
@@ -1004,6 +1015,8 @@ class PartitionLog:
     def _set_offline(self, offline: LogOfflineError, cause: BaseException | None) -> NoReturn:
         self._offline = offline
         log.error("%s; the log is offline until reopened", offline)
+        if self.on_offline is not None:
+            self.on_offline()
         raise offline from cause
 
     def _repair_index(self, seg: LogSegment, damage: SegmentDamage) -> None:
