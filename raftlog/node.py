@@ -18,6 +18,7 @@
     queued_request_bytes_max = 268435456         # optional: client connection limits, see
     connections_per_address_max = 250            #   BrokerConfig (broker/server.py) for
     connection_idle_ms_max = 600000              #   each one's default and why
+    request_receive_ms_max = 30000               #   (each listener has its own)
     [log]                                        # broker-wide topic config defaults
     "retention.ms" = "604800000"
 
@@ -102,6 +103,7 @@ _BROKER_SETTINGS = (
     "connections_max",
     "connections_per_address_max",
     "connection_idle_ms_max",
+    "request_receive_ms_max",
     "retention_check_interval_ms",
     "fetch_zero_copy_min_bytes",
 )
@@ -140,6 +142,7 @@ class NodeConfig:
     connections_max: int | None = None  # (max.connections)
     connections_per_address_max: int | None = None  # (max.connections.per.ip)
     connection_idle_ms_max: int | None = None  # (connections.max.idle.ms)
+    request_receive_ms_max: int | None = None  # a frame's deadline (Kafka: request.timeout.ms)
     retention_check_interval_ms: int | None = None  # (log.retention.check.interval.ms)
     fetch_zero_copy_min_bytes: int | None = None  # smaller fetched data is copied, not sendfile'd
 
