@@ -464,13 +464,14 @@ class Broker:
         )
 
     async def _replica_connection(self, node_id: int) -> Any:
-        """The connection this broker's fetcher uses to reach leader `node_id`."""
+        """The connection this broker's fetcher uses to reach leader `node_id`: to its
+        replication listener (its client listener if it registered none)."""
         from raftlog.client.connection import BrokerConnection
 
         conn = self._replica_conns.get(node_id)
         if conn is not None and not conn.closed:
             return conn
-        broker = self.metadata.broker(node_id)
+        broker = self.metadata.replication_endpoint(node_id)
         if broker is None:
             raise NotLeaderOrFollowerError(f"broker {node_id} is not registered")
         conn = await BrokerConnection.connect(
