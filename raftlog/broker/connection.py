@@ -545,6 +545,9 @@ class Connection(asyncio.Protocol):
 
     def _close(self) -> None:
         self._closing = True
+        # It reads nothing more: what it held goes back now, not when the transport has
+        # flushed (a peer that does not read could hold it, and the oldest frame's privilege).
+        self.connections.memory.release(self)
         if self.transport is not None:
             self.transport.close()  # sends what is buffered, then closes
 
@@ -827,9 +830,7 @@ class Connection(asyncio.Protocol):
         if correlation_id is not None:
             self._respond_error(correlation_id, InvalidRequestError(str(error)))
         self._write_gathered()
-        self._closing = True
-        if self.transport is not None:
-            self.transport.close()  # sends what is buffered, then closes
+        self._close()
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -931,6 +932,7 @@ class Connection(asyncio.Protocol):
 
     def _abort(self) -> None:
         self._closing = True
+        self.connections.memory.release(self)
         if self.transport is not None:
             self.transport.abort()
 
