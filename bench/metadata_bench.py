@@ -244,14 +244,14 @@ class NodeProcess:
 
 class LocalCluster:
     """Three combined controller+broker nodes on 127.0.0.1, configured as `raftlog dev
-    --nodes 3 --port 0` would configure them (free client and Raft ports)."""
+    --nodes 3 --port 0` would configure them (free client, Raft and replication ports)."""
 
     def __init__(self, data_dir: str, session_timeout_ms: int, log_level: str):
         self.data_dir = data_dir
         self.log_level = log_level
         self.session_timeout_ms = session_timeout_ms
-        ports = free_ports(2 * NODES, HOST)
-        client, raft = ports[:NODES], ports[NODES:]
+        ports = free_ports(3 * NODES, HOST)
+        client, raft, replication = ports[:NODES], ports[NODES : 2 * NODES], ports[2 * NODES :]
         voters = [f"{i + 1}@{HOST}:{raft[i]}" for i in range(NODES)]
         self.nodes: dict[int, NodeProcess] = {}
         for i in range(NODES):
@@ -266,6 +266,7 @@ class LocalCluster:
                     "roles": ["controller", "broker"],
                     "data_dir": os.path.abspath(node_dir),
                     "client_listener": f"{HOST}:{client[i]}",
+                    "replication_listener": f"{HOST}:{replication[i]}",
                     "controller_voters": voters,
                     "auto_create_topics": False,
                     "fetch_zero_copy": False,

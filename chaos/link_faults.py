@@ -7,12 +7,13 @@
             ...                                               # the toxic is on
                                                               # removed here, always
 
-Where the proxy sits: each node advertises its proxy's address as its client listener, so the
-metadata names the proxy to everyone who looks a broker up: producers and consumers after
-their bootstrap, and other brokers' replica fetchers. A toxic on node i's proxy therefore hurts
-every client and replication connection TO node i (its produce and fetch requests, and the
-fetches of the followers of the partitions it leads) in the stream it names ("upstream": the
-requests, "downstream": the responses). Raft traffic (pysyncobj) is not proxied: pysyncobj names
+Where the proxies sit: each node advertises a proxy's address as its client listener and
+another's as its replication listener, so the metadata names the proxies to everyone who looks
+a broker up: producers and consumers after their bootstrap, and other brokers' replica fetchers
+(which dial the replication listener). A toxic on node i goes on both of its proxies and so
+hurts every client and replication connection TO node i (its produce and fetch requests, and
+the fetches of the followers of the partitions it leads) in the stream it names ("upstream":
+the requests, "downstream": the responses). Raft traffic (pysyncobj) is not proxied: pysyncobj names
 a peer by its address and only one side of a pair dials, so two names for one peer break its
 peer matching; the network faults (chaos/netns.py) cut Raft. The suite's own observer (the
 runner's `describe`, the final reads' bootstrap) dials the nodes' own listeners, so a toxic
@@ -108,7 +109,8 @@ class Links:
         self.address = address
         self.server = server
         self.client = Toxiproxy()
-        self.proxies: dict[int, Proxy] = {}
+        # Each node's proxies: one per listener it advertises (client, replication).
+        self.proxies: dict[int, list[Proxy]] = {}
         self.tag = f"raftlog-{os.getpid()}-{int(time.time() * 1000) % 1_000_000}"
         deadline = time.monotonic() + SERVER_START_TIMEOUT_S
         while not self._api().running():
@@ -135,17 +137,19 @@ class Links:
         return self.client
 
     def proxy(self, node_id: int, upstream: str) -> str:
-        """Create node `node_id`'s proxy to `upstream`; the address it listens on."""
-        name = f"{self.tag}-node-{node_id}"
+        """Create a proxy of node `node_id` to `upstream` (one of its listeners); the address
+        it listens on. A node's toxics go on every proxy it has."""
+        proxies = self.proxies.setdefault(node_id, [])
+        name = f"{self.tag}-node-{node_id}" + (f"-{len(proxies)}" if proxies else "")
         try:
             proxy = self._api().create(upstream=upstream, name=name, listen="127.0.0.1:0")
         except (ProxyExists, InvalidToxic, KeyError) as e:
             raise FaultError(f"creating proxy {name} for {upstream}: {e!r}") from None
-        self.proxies[node_id] = proxy
+        proxies.append(proxy)
         log.info("node %d: proxy %s on %s for %s", node_id, name, proxy.listen, upstream)
         return str(proxy.listen)
 
-    def _proxy(self, node_id: int) -> Proxy:
+    def _proxies(self, node_id: int) -> list[Proxy]:
         try:
             return self.proxies[node_id]
         except KeyError:
@@ -158,34 +162,36 @@ class Links:
         name = f"{TOXIC_NAME_PREFIX}{toxic}_{stream}"
         self._api()
         try:
-            self._proxy(node_id).add_toxic(
-                name=name, type=toxic, stream=stream, attributes=dict(options["attributes"])
-            )
+            for proxy in self._proxies(node_id):
+                proxy.add_toxic(
+                    name=name, type=toxic, stream=stream, attributes=dict(options["attributes"])
+                )
         except (InvalidToxic, NotFound, ProxyExists) as e:
             raise FaultError(f"node {node_id}: adding toxic {name} {options}: {e!r}") from None
         return name
 
     def remove_toxics(self, node_id: int) -> None:
-        """Remove every toxic the suite added to node `node_id`'s proxy, and enable it."""
-        proxy = self._proxy(node_id)
-        self._api()
-        try:
-            for name in proxy.toxics():
-                if name.startswith(TOXIC_NAME_PREFIX):
-                    proxy.destroy_toxic(name)
-            if not proxy.enabled:
-                proxy.enable()
-        except NotFound as e:
-            raise FaultError(f"node {node_id}: healing proxy {proxy.name}: {e!r}") from None
+        """Remove every toxic the suite added to node `node_id`'s proxies, and enable them."""
+        for proxy in self._proxies(node_id):
+            self._api()
+            try:
+                for name in proxy.toxics():
+                    if name.startswith(TOXIC_NAME_PREFIX):
+                        proxy.destroy_toxic(name)
+                if not proxy.enabled:
+                    proxy.enable()
+            except NotFound as e:
+                raise FaultError(f"node {node_id}: healing proxy {proxy.name}: {e!r}") from None
 
     def close(self) -> list[str]:
         problems: list[str] = []
-        for node_id, proxy in self.proxies.items():
-            self._api()
-            try:
-                proxy.destroy()
-            except NotFound as e:
-                problems.append(f"deleting node {node_id}'s proxy {proxy.name}: {e!r}")
+        for node_id, proxies in self.proxies.items():
+            for proxy in proxies:
+                self._api()
+                try:
+                    proxy.destroy()
+                except NotFound as e:
+                    problems.append(f"deleting node {node_id}'s proxy {proxy.name}: {e!r}")
         self.proxies.clear()
         if self.server is not None:
             problems.extend(self.server.close())

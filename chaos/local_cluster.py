@@ -36,9 +36,11 @@ from raftlog.topics import TopicPartition
 T = TypeVar("T")
 
 LOOPBACK = "127.0.0.1"
-# Ports inside a namespace: Kafka's client port and the Raft port `raftlog dev` would use.
+# Ports inside a namespace: Kafka's client port and the Raft and replication ports `raftlog
+# dev` would use.
 NETNS_CLIENT_PORT = 9092
 NETNS_RAFT_PORT = 9192
+NETNS_REPLICATION_PORT = 9292
 # A 2-core machine shared with other work starts Python slowly; a healthy node starts in 1-3 s.
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
@@ -250,9 +252,10 @@ class LocalCluster(ClientViews):
         settings: dict[str, Any] | None = None,
         advertise: Callable[[int, str], str] | None = None,
     ):
-        """`advertise(node_id, client_address)`, if given, returns the address the node
-        advertises instead of its own (a link-fault proxy in front of it: chaos/link_faults.py);
-        the suite itself keeps dialling `client_address`."""
+        """`advertise(node_id, address)`, if given, returns the address the node advertises
+        instead of its own, for its client and for its replication listener (a link-fault
+        proxy in front of each: chaos/link_faults.py); the suite itself keeps dialling the
+        client address."""
         self.root = root
         self.network = network
         ids = list(range(1, n + 1))
@@ -262,18 +265,28 @@ class LocalCluster(ClientViews):
             hosts = {i: network.address(i) for i in ids}
             client = dict.fromkeys(ids, NETNS_CLIENT_PORT)
             raft = dict.fromkeys(ids, NETNS_RAFT_PORT)
+            replication = dict.fromkeys(ids, NETNS_REPLICATION_PORT)
         else:
             hosts = dict.fromkeys(ids, LOOPBACK)
-            ports = free_ports(2 * n, LOOPBACK)
+            ports = free_ports(3 * n, LOOPBACK)
             client = dict(zip(ids, ports[:n], strict=True))
-            raft = dict(zip(ids, ports[n:], strict=True))
+            raft = dict(zip(ids, ports[n : 2 * n], strict=True))
+            replication = dict(zip(ids, ports[2 * n :], strict=True))
         voters = [f"{i}@{hosts[i]}:{raft[i]}" for i in ids]
         self.nodes: dict[int, Node] = {}
         for i in ids:
             path = root / "data" / f"node-{i}" / "node.toml"
             path.parent.mkdir(parents=True, exist_ok=True)
             address = f"{hosts[i]}:{client[i]}"
-            advertised = {"advertised_listener": advertise(i, address)} if advertise else {}
+            replication_address = f"{hosts[i]}:{replication[i]}"
+            advertised = (
+                {
+                    "advertised_listener": advertise(i, address),
+                    "replication_advertised_listener": advertise(i, replication_address),
+                }
+                if advertise
+                else {}
+            )
             write_node_config(
                 str(path),
                 {
@@ -281,6 +294,7 @@ class LocalCluster(ClientViews):
                     "roles": ["controller", "broker"],
                     "data_dir": str(path.parent),
                     "client_listener": address,
+                    "replication_listener": replication_address,
                     "controller_voters": voters,
                     "broker_session_timeout_ms": session_timeout_ms,
                     **advertised,

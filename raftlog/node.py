@@ -8,6 +8,9 @@
     advertised_listener = "node-1:9092"          # optional: the address others are told
     external_listener = "0.0.0.0:9094"           # optional: a second listener for clients
     external_advertised_listener = "127.0.0.1:19092"   # elsewhere, and what they are told
+    replication_listener = "0.0.0.0:9095"        # optional: where followers fetch from it
+    replication_advertised_listener = "node-1:9095"    # optional: what the others are told
+                                                 #   (default: advertised_listener's host)
     controller_voters = ["1@127.0.0.1:19092", "2@127.0.0.1:19093", "3@127.0.0.1:19094"]
     broker_heartbeat_interval_ms = 500
     broker_session_timeout_ms = 3000
@@ -18,6 +21,7 @@
     queued_request_bytes_max = 268435456         # optional: client connection limits, see
     connections_per_address_max = 250            #   BrokerConfig (broker/server.py) for
     connection_idle_ms_max = 600000              #   each one's default and why
+    request_receive_ms_max = 30000               #   (each listener has its own)
     [log]                                        # broker-wide topic config defaults
     "retention.ms" = "604800000"
 
@@ -25,13 +29,21 @@ A controller's Raft address is its own entry in `controller_voters`; it also rec
 brokers' UDP heartbeats on that host and port number. A broker that is not a controller
 follows the metadata as an observer.
 
-Listeners (Kafka's listeners / advertised.listeners, with two fixed names): the client listener
-is where the other brokers (replica fetches) and clients reach this broker, registered in the
-metadata as `advertised_listener` (default: `client_listener` itself; a listener bound to
-0.0.0.0 must advertise an address others can connect to). An optional external listener serves
-clients that reach the brokers by other addresses (a host outside a container network): a
-client connected to it receives every broker's external address in Metadata and
-FindCoordinator answers, so it bootstraps from one and follows the rest.
+Listeners (Kafka's listeners / advertised.listeners, with three fixed names): the client
+listener is where clients reach this broker, registered in the metadata as
+`advertised_listener` (default: `client_listener` itself; a listener bound to 0.0.0.0 must
+advertise an address others can connect to). An optional external listener serves clients that
+reach the brokers by other addresses (a host outside a container network): a client connected
+to it receives every broker's external address in Metadata and FindCoordinator answers, so it
+bootstraps from one and follows the rest. The replication listener (Kafka's inter-broker
+listener) is where the other brokers' followers fetch from this one, registered as
+`replication_advertised_listener` (default: `replication_listener` itself, or, bound to
+0.0.0.0, the client listener's advertised host with its own port): its connections
+have their own request memory and limits, so no client can make replication wait behind its
+frames, and it serves only followers' requests. Without one, followers fetch through the client
+listener (as brokers registered before it existed are reached). Controller traffic needs none
+of these: Raft runs over pysyncobj's own TCP port and broker heartbeats are UDP datagrams, both
+on the controller's `controller_voters` address.
 
 Environment: `raftlog node` reads `RAFTLOG_<SETTING>` (e.g. RAFTLOG_NODE_ID=2,
 RAFTLOG_CONTROLLER_VOTERS="1@a:9093,2@b:9093,3@c:9093") over the TOML's settings, so one file
@@ -102,6 +114,7 @@ _BROKER_SETTINGS = (
     "connections_max",
     "connections_per_address_max",
     "connection_idle_ms_max",
+    "request_receive_ms_max",
     "retention_check_interval_ms",
     "fetch_zero_copy_min_bytes",
 )
@@ -121,6 +134,10 @@ class NodeConfig:
     # metadata names for it (None: external_listener itself).
     external_listener: str | None = None
     external_advertised_listener: str | None = None
+    # Where the other brokers' followers fetch from this one, and what the metadata names for
+    # it (None: replication_listener itself). No replication listener: the client listener.
+    replication_listener: str | None = None
+    replication_advertised_listener: str | None = None
     # Kafka's defaults are 2 s / 9 s; a local cluster wants faster failure detection.
     broker_heartbeat_interval_ms: int = 500
     broker_session_timeout_ms: int = 3000
@@ -140,6 +157,7 @@ class NodeConfig:
     connections_max: int | None = None  # (max.connections)
     connections_per_address_max: int | None = None  # (max.connections.per.ip)
     connection_idle_ms_max: int | None = None  # (connections.max.idle.ms)
+    request_receive_ms_max: int | None = None  # a frame's deadline (Kafka: request.timeout.ms)
     retention_check_interval_ms: int | None = None  # (log.retention.check.interval.ms)
     fetch_zero_copy_min_bytes: int | None = None  # smaller fetched data is copied, not sendfile'd
 
@@ -160,10 +178,14 @@ class NodeConfig:
             address = getattr(self, name)
             if address is not None:
                 _split_listener(name, address)
-        if self.external_advertised_listener is not None and self.external_listener is None:
-            raise InvalidConfigError(
-                "external_advertised_listener is set but external_listener is not"
-            )
+        for kind in ("external", "replication"):
+            if (
+                getattr(self, f"{kind}_advertised_listener") is not None
+                and getattr(self, f"{kind}_listener") is None
+            ):
+                raise InvalidConfigError(
+                    f"{kind}_advertised_listener is set but {kind}_listener is not"
+                )
         # [log] holds topic config defaults: the same keys and checks as a topic's config.
         try:
             LogConfig.from_topic_config(self.log)
@@ -195,20 +217,25 @@ class NodeConfig:
         except TypeError as e:
             raise InvalidConfigError(f"{path}: {e}") from None
 
-    def listener_address(self, external: bool = False) -> tuple[str, int]:
-        """(host, port) the client or the external listener binds."""
-        if external:
-            assert self.external_listener is not None
-            return _split_listener("external_listener", self.external_listener)
-        return _split_listener("client_listener", self.client_listener)
+    def listener_address(self, listener: str = "client") -> tuple[str, int]:
+        """(host, port) the client, external or replication listener binds."""
+        name = f"{listener}_listener"
+        address = getattr(self, name)
+        assert address is not None, f"{name} is not set"
+        return _split_listener(name, address)
 
-    def advertised(self, bound_port: int, external: bool = False) -> tuple[str, int]:
-        """(host, port) the metadata names for a listener bound on `bound_port`."""
-        name = "external_advertised_listener" if external else "advertised_listener"
+    def advertised(self, bound_port: int, listener: str = "client") -> tuple[str, int]:
+        """(host, port) the metadata names for a listener bound on `bound_port`. A replication
+        listener bound to every address (0.0.0.0) and not advertised otherwise is named by the
+        host the client listener advertises: the other brokers reach this one by that name."""
+        name = "advertised_listener" if listener == "client" else f"{listener}_advertised_listener"
         address = getattr(self, name)
         if address is not None:
             return _split_listener(name, address)
-        return self.listener_address(external)[0], bound_port
+        host = self.listener_address(listener)[0]
+        if listener == "replication" and host in _WILDCARD_HOSTS:
+            host = self.advertised(0)[0]
+        return host, bound_port
 
     @property
     def voters(self) -> dict[int, str]:
@@ -228,7 +255,11 @@ _LISTENERS = (
     "advertised_listener",
     "external_listener",
     "external_advertised_listener",
+    "replication_listener",
+    "replication_advertised_listener",
 )
+# Hosts a listener binds to listen on every address: not a name another host can dial.
+_WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
 # The settings a RAFTLOG_<NAME> variable can set, by how its text is read.
 _ENV_INT = "int"
 _ENV_BOOL = "bool"
@@ -369,6 +400,10 @@ class Node:
             check_port_free(cfg.client_listener, socket.SOCK_STREAM, "client listener")
             if cfg.external_listener is not None:
                 check_port_free(cfg.external_listener, socket.SOCK_STREAM, "external listener")
+            if cfg.replication_listener is not None:
+                check_port_free(
+                    cfg.replication_listener, socket.SOCK_STREAM, "replication listener"
+                )
 
     def controller_address(self) -> str | None:
         leader = self.quorum.status().leader
@@ -458,7 +493,8 @@ class Node:
     async def _start_broker(self, tg: asyncio.TaskGroup, stop: asyncio.Event) -> None:
         cfg = self.config
         host, port = cfg.listener_address()
-        external = cfg.listener_address(external=True) if cfg.external_listener else None
+        external = cfg.listener_address("external") if cfg.external_listener else None
+        replication = cfg.listener_address("replication") if cfg.replication_listener else None
         self.broker = Broker(
             BrokerConfig(
                 data_dir=cfg.data_dir,
@@ -466,6 +502,7 @@ class Node:
                 host=host,
                 port=port,
                 external_listener=external,
+                replication_listener=replication,
                 auto_create_topics=cfg.auto_create_topics,
                 fetch_zero_copy=cfg.fetch_zero_copy,
                 default_partitions=cfg.default_partitions,
@@ -484,7 +521,12 @@ class Node:
         advertised_host, advertised_port = cfg.advertised(self.broker.port)
         external_advertised = None
         if self.broker.external_port is not None:
-            external_advertised = list(cfg.advertised(self.broker.external_port, external=True))
+            external_advertised = list(cfg.advertised(self.broker.external_port, "external"))
+        replication_advertised = None
+        if self.broker.replication_port is not None:
+            replication_advertised = list(
+                cfg.advertised(self.broker.replication_port, "replication")
+            )
         incarnation = uuid.uuid4().hex
         backoff_s = RETRY_BACKOFF_MIN_S
         while True:
@@ -500,6 +542,7 @@ class Node:
                     clean_shutdown=self._clean_start,
                     external=external_advertised,
                     controller_voters=list(cfg.controller_voters),
+                    **({"replication": replication_advertised} if replication_advertised else {}),
                 )
                 break
             except RaftlogError as e:

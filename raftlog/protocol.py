@@ -29,7 +29,7 @@ import enum
 import struct
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -81,24 +81,74 @@ class RemoteProtocolError(Exception):
 
 
 class FrameTooLargeError(RemoteProtocolError):
-    pass
+    """A frame longer than the decoder's limit. `frame_bytes` is the length its prefix
+    announced (frame_length + 4, the whole frame); `header` is the frame's decoded header when
+    the decoder was asked to read it (`oversized_header_bytes_max`) and could, else None."""
+
+    def __init__(
+        self, message: str, frame_bytes: int = 0, limit_bytes: int = 0, header: Any = None
+    ):
+        super().__init__(message)
+        self.frame_bytes = frame_bytes
+        self.limit_bytes = limit_bytes
+        self.header = header
+
+
+class PartialFrame(NamedTuple):
+    """The incomplete frame at the end of a decoder's buffer."""
+
+    number: int  # frames the decoder took before this one: the frame's number on the stream
+    frame_bytes: int  # its whole length, prefix included (0: its length has not arrived yet)
+    received_bytes: int  # how much of it the decoder holds
+
+    @property
+    def missing_bytes(self) -> int:
+        """Bytes still to come (at least 1; a frame whose length is unknown needs its prefix)."""
+        if not self.frame_bytes:
+            return FRAME_PREFIX_SIZE - self.received_bytes
+        return self.frame_bytes - self.received_bytes
 
 
 class FrameDecoder:
     """Splits a byte stream into frames: (header, payload) pairs.
 
-    The decoder keeps at most one partial frame. A frame larger than `max_frame_bytes` raises
-    FrameTooLargeError as soon as its length prefix arrives, before any of it is buffered.
+    The decoder keeps at most one partial frame (and, until they are taken, the whole frames
+    before it). A frame larger than `max_frame_bytes` raises FrameTooLargeError before any of
+    its payload is buffered: at once from its length prefix, or, with
+    `oversized_header_bytes_max` > 0, once its header (if at most that long) has arrived, so
+    that the error carries the header and the caller can answer its correlation id. The rest
+    of that frame is then discarded as it arrives (never buffered: `discarding_bytes` counts
+    it down) and the stream goes on at the next frame.
     """
 
-    __slots__ = ("_buf", "_max_frame_bytes", "_pos")
+    __slots__ = (
+        "_buf",
+        "_discard",
+        "_frames",
+        "_max_frame_bytes",
+        "_oversized_header_bytes_max",
+        "_pos",
+    )
 
-    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES):
+    def __init__(
+        self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, oversized_header_bytes_max: int = 0
+    ):
         self._buf = bytearray()
         self._pos = 0
         self._max_frame_bytes = max_frame_bytes
+        self._oversized_header_bytes_max = oversized_header_bytes_max
+        # Frames taken by next_frame (or refused as oversized), for PartialFrame.number.
+        self._frames = 0
+        # Bytes of a refused oversized frame still to come: dropped as they arrive.
+        self._discard = 0
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
+        if self._discard:
+            skip = min(self._discard, len(data))
+            self._discard -= skip
+            if skip == len(data):
+                return
+            data = memoryview(data)[skip:]
         # Payload views handed out earlier may still be alive: a bytearray with live views
         # cannot be resized, so the unconsumed tail moves to a new buffer instead.
         if self._pos == len(self._buf):
@@ -120,34 +170,53 @@ class FrameDecoder:
         return len(self._buf) - self._pos
 
     @property
+    def discarding_bytes(self) -> int:
+        """Bytes of a refused oversized frame that are still to arrive (and be dropped)."""
+        return self._discard
+
+    @property
     def has_frame(self) -> bool:
         """Whether next_frame would return a frame or raise (rather than return None)."""
         avail = len(self._buf) - self._pos
         if avail < 4:
             return False
         frame_length: int = struct.unpack_from("<I", self._buf, self._pos)[0]
-        if frame_length > self._max_frame_bytes or frame_length < 4:
+        if frame_length < 4:
+            return True
+        if frame_length > self._max_frame_bytes and not self._oversized_header_bytes_max:
             return True
         if avail >= FRAME_PREFIX_SIZE:
             header_length: int = struct.unpack_from("<I", self._buf, self._pos + 4)[0]
             if header_length > frame_length - 4 or header_length > MAX_HEADER_BYTES:
                 return True
+            if frame_length > self._max_frame_bytes:
+                return (
+                    header_length > self._oversized_header_bytes_max
+                    or avail >= FRAME_PREFIX_SIZE + header_length
+                )
         return avail >= 4 + frame_length
 
     @property
     def max_frame_bytes(self) -> int:
         return self._max_frame_bytes
 
-    @property
-    def pending_frame_bytes(self) -> int:
-        """The bytes this decoder will hold once the frame it is reading is complete: the
-        whole frame when its length prefix has arrived, else what is buffered. A broker
-        reserves this much memory before it reads on (connection.py)."""
-        avail = len(self._buf) - self._pos
-        if avail < 4:
-            return avail
-        frame_length: int = struct.unpack_from("<I", self._buf, self._pos)[0]
-        return max(avail, 4 + frame_length)
+    def partial_frame(self) -> PartialFrame | None:
+        """The incomplete frame at the end of the buffer, or None if the buffer ends where a
+        frame ends. Whole frames not taken yet are stepped over (one step when there are none,
+        the usual case)."""
+        buf, pos, end = self._buf, self._pos, len(self._buf)
+        number = self._frames
+        while True:
+            avail = end - pos
+            if avail == 0:
+                return None
+            if avail < 4:
+                return PartialFrame(number, 0, avail)
+            frame_bytes = 4 + struct.unpack_from("<I", buf, pos)[0]
+            if avail < frame_bytes:
+                return PartialFrame(number, frame_bytes, avail)
+            pos += frame_bytes
+            number += 1
 
     def next_frame(self) -> tuple[list[Any], memoryview] | None:
         """The next whole frame as (decoded header array, payload view), or None for "need more".
@@ -164,9 +233,8 @@ class FrameDecoder:
             (frame_length,) = struct.unpack_from("<I", buf, pos)
             header_length = 0  # not read yet: the frame is incomplete (or too small)
         if frame_length > self._max_frame_bytes:
-            raise FrameTooLargeError(
-                f"frame of {frame_length} bytes exceeds the limit of {self._max_frame_bytes}"
-            )
+            self._oversized(frame_length, header_length, avail)
+            return None  # its header is not in yet
         if frame_length < 4:
             raise RemoteProtocolError(f"frame length {frame_length} is too small for a header")
         # Checked as soon as the prefix is in, not when the whole frame is: a peer that does
@@ -181,20 +249,48 @@ class FrameDecoder:
         if avail < 4 + frame_length:
             return None
         start = pos + FRAME_PREFIX_SIZE
-        try:
-            header = msgpack.unpackb(
-                buf[start : start + header_length], raw=False, strict_map_key=False
-            )
-        except Exception as e:  # msgpack raises several unrelated types for garbage
-            raise RemoteProtocolError(f"header is not valid msgpack: {e}") from None
-        if not isinstance(header, list):
-            raise RemoteProtocolError(
-                f"header must be a msgpack array, got {type(header).__name__}"
-            )
+        header = _unpack_header(buf[start : start + header_length])
         end = pos + 4 + frame_length
         payload = memoryview(buf)[start + header_length : end]
         self._pos = end
+        self._frames += 1
         return header, payload
+
+    def _oversized(self, frame_length: int, header_length: int, avail: int) -> None:
+        """Refuse a frame over the limit: at once, or (oversized_header_bytes_max) once its
+        header is in, carrying the header; the rest of the frame is then discarded."""
+        message = f"frame of {frame_length} bytes exceeds the limit of {self._max_frame_bytes}"
+        limit = self._oversized_header_bytes_max
+        if not limit:
+            raise FrameTooLargeError(message, 4 + frame_length, self._max_frame_bytes)
+        if avail < FRAME_PREFIX_SIZE:
+            return None
+        header = None
+        if header_length <= min(limit, frame_length - 4):
+            if avail < FRAME_PREFIX_SIZE + header_length:
+                return None
+            start = self._pos + FRAME_PREFIX_SIZE
+            try:
+                header = _unpack_header(self._buf[start : start + header_length])
+            except RemoteProtocolError:
+                header = None
+        # Drop what is buffered of the frame; the rest is dropped as it arrives.
+        end = self._pos + 4 + frame_length
+        taken = min(end, len(self._buf))
+        self._discard = end - taken
+        self._pos = taken
+        self._frames += 1
+        raise FrameTooLargeError(message, 4 + frame_length, self._max_frame_bytes, header)
+
+
+def _unpack_header(data: bytes | bytearray) -> list[Any]:
+    try:
+        header = msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except Exception as e:  # msgpack raises several unrelated types for garbage
+        raise RemoteProtocolError(f"header is not valid msgpack: {e}") from None
+    if not isinstance(header, list):
+        raise RemoteProtocolError(f"header must be a msgpack array, got {type(header).__name__}")
+    return header
 
 
 # One msgpack Packer per thread: `msgpack.packb` builds a Packer (and its buffer) per call,
@@ -269,6 +365,10 @@ class ProduceTemplate:
         self._before_corr = header[: first + 1]
         self._after_corr = header[first + 5 : last + 1]
         self._header_length = len(header)
+
+    def frame_length(self, nbytes: int) -> int:
+        """The frame_length field of a request with `nbytes` of payload."""
+        return 4 + self._header_length + nbytes
 
     def frame_prefix(self, correlation_id: int, nbytes: int) -> bytes:
         """Frame prefix and header of a request whose payload (`nbytes` long) follows.

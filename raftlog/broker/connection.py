@@ -14,14 +14,30 @@ Rules:
   serving this connection and every other. Nothing the client sent is blamed for it.
 - Back-pressure: reading pauses while too many responses are queued or the socket's write
   buffer is full, so a client that never reads cannot make the broker buffer without limit.
-- Request memory (`RequestMemory`, Kafka's queued.max.request.bytes): before a connection
-  reads on into a frame whose length prefix has arrived, it reserves the whole frame from a
-  pool shared by every connection; when the pool cannot hold it, the connection stops reading
-  until other frames are handled or their connections close. A frame larger than the pool
-  could never fit and is refused like an oversized frame. Beyond the pool, memory is bounded by
-  one socket read (256 KiB) per connection that was reading when the pool filled.
-- Connection limits (`Connections`): at most `connections_max` in all and
-  `connections_per_address_max` from one address; a refused connection gets one error frame
+- Request memory (`RequestMemory` in request_memory.py, Kafka's queued.max.request.bytes):
+  each listener's connections share a pool, counted as bytes arrive (what a decoder buffers,
+  plus one socket read reserved while a frame is incomplete), never for what a length prefix
+  announces. A connection whose next read does not fit stops reading until memory is
+  released; the oldest incomplete frame may always read on, so frames always complete. A
+  frame larger than the pool could never fit and is refused like an oversized frame.
+- A frame must arrive in full within `request_receive_ms_max` of its first byte (Kafka's
+  request timeouts play this part for its clients): a connection that trickles is closed, and
+  logged at WARNING with its address, the frame's announced size, the bytes received and the
+  setting (at most SLOW_FRAME_LOG_BURST lines per SLOW_FRAME_LOG_INTERVAL_S, then a count).
+- A frame over the limit (`request_bytes_max`, or a pool smaller than that) is answered before
+  the connection closes: the decoder reads the small header after the length prefix (at most
+  OVERSIZED_HEADER_BYTES_MAX) for the correlation id, the request gets RecordTooLargeError
+  (a Produce) or InvalidRequestError (any other API) naming the frame's size, the limit and its
+  setting, the rest of the frame is read and dropped (never buffered: a close with unread bytes
+  would reset the connection and lose the answer), then the connection closes. A header that
+  cannot be read closes it at once. ApiVersions tells clients the limit, so they refuse such
+  requests before sending them.
+- Listeners: the client and external listeners share one `Connections`; the replication
+  listener has its own (its own pool and limits), so a client cannot make followers' fetches
+  wait, and serves only what followers need (REPLICATION_APIS, and Fetch only from replicas);
+  any other request gets InvalidRequestError naming the client listener.
+- Connection limits (`Connections`, per listener as above): at most `connections_max` in
+  all and `connections_per_address_max` from one address; a refused connection gets one error frame
   (correlation id 0, PolicyViolationError naming the limit) and is closed, and refusals are
   logged at most once per REFUSAL_LOG_INTERVAL_S with a count. A connection with no request in
   flight and no bytes received for `connection_idle_ms_max` is closed (Kafka's
@@ -45,6 +61,7 @@ Rules:
 from __future__ import annotations
 
 import asyncio
+import enum
 import functools
 import io
 import logging
@@ -54,10 +71,12 @@ from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from raftlog import protocol
+from raftlog.broker.request_memory import RequestMemory
 from raftlog.errors import (
     InvalidRequestError,
     PolicyViolationError,
     RaftlogError,
+    RecordTooLargeError,
     UnsupportedVersionError,
 )
 from raftlog.storage import FileSlice
@@ -84,6 +103,13 @@ _check_produce_body = protocol.REQUEST_BODIES[_PRODUCE].check
 MAX_GROUPED_REQUESTS = 128
 # A flood of refused connections logs one line per interval (with a count), not one each.
 REFUSAL_LOG_INTERVAL_S = 10.0
+# Connections closed for a frame that did not arrive in time: a few lines each interval, each
+# naming its peer (an operator looks for who), then a count.
+SLOW_FRAME_LOG_INTERVAL_S = 10.0
+SLOW_FRAME_LOG_BURST = 10
+# The header read from an oversized frame to answer it: a request header is a few hundred
+# bytes (a Produce's lists its partitions); a longer one is not read, the connection closes.
+OVERSIZED_HEADER_BYTES_MAX = 64 * 1024
 # The correlation id of the one frame a refused connection gets: clients start at 1.
 REFUSAL_CORRELATION_ID = 0
 
@@ -158,89 +184,60 @@ class _Slot:
         self.response: Response | None = None
 
 
-class RequestMemory:
-    """Kafka's queued.max.request.bytes: the request bytes all connections may hold at once.
+class Listener(enum.Enum):
+    """Which listener accepted a connection (raftlog/node.py has the three)."""
 
-    Each connection counts what its decoder holds, or, once a frame's length prefix is in,
-    the whole frame: the frame's bytes are reserved before they are read, so every frame that
-    started reading can finish, and connections never deadlock each holding part of one. A
-    connection whose next frame does not fit stops reading and waits, in arrival order; each
-    release wakes the waiters that now fit.
-    """
-
-    def __init__(self, bytes_max: int):
-        self.bytes_max = bytes_max
-        self.used = 0
-        self._held: dict[Connection, int] = {}
-        self._waiting: dict[Connection, None] = {}  # insertion-ordered: first come, first fed
-
-    @property
-    def waiting(self) -> int:
-        return len(self._waiting)
-
-    def update(self, conn: Connection, buffered: int, wanted: int) -> bool:
-        """Count `wanted` bytes for `conn` (it holds `buffered` now) if they fit; True if it
-        may read on. False: it holds `buffered`, waits, and is woken by `memory_available`."""
-        old = self._held.get(conn, 0)
-        if wanted > old and self.used - old + wanted > self.bytes_max:
-            self._set(conn, old, buffered)
-            self._waiting[conn] = None
-            return False
-        self._set(conn, old, wanted)
-        if wanted == buffered and self.used >= self.bytes_max:
-            # Nothing reserved ahead: its next read would come on top of a full pool.
-            self._waiting[conn] = None
-            return False
-        self._waiting.pop(conn, None)
-        return True
-
-    def release(self, conn: Connection) -> None:
-        self._waiting.pop(conn, None)
-        self._set(conn, self._held.get(conn, 0), 0)
-
-    def _set(self, conn: Connection, old: int, new: int) -> None:
-        if new:
-            self._held[conn] = new
-        else:
-            self._held.pop(conn, None)
-        self.used += new - old
-        if new < old and self._waiting:
-            for waiter in list(self._waiting):
-                if self.used >= self.bytes_max:
-                    break
-                if waiter in self._waiting:
-                    waiter.memory_available()
+    CLIENT = "client"
+    # Metadata and FindCoordinator name the brokers' external addresses.
+    EXTERNAL = "external"
+    # Followers' fetches: its own Connections, and only REPLICATION_APIS.
+    REPLICATION = "replication"
 
 
-class _RefusalLog:
-    """One WARNING for the first refused connection, then at most one line per interval with
-    the count of the others: a flood must not turn into a flood of log lines."""
+# What the replication listener serves: a follower's fetches, and what it may ask first.
+REPLICATION_APIS = frozenset(
+    int(k) for k in (protocol.ApiKey.API_VERSIONS, protocol.ApiKey.METADATA, protocol.ApiKey.FETCH)
+)
 
-    def __init__(self, interval_s: float):
+
+class _RateLimitedLog:
+    """The first `burst` lines of an interval are logged as they come (WARNING); the others
+    are counted and summed up in one line at the end of the interval: a flood must not turn
+    into a flood of log lines."""
+
+    def __init__(self, interval_s: float, burst: int, summary: str):
+        # `summary` is a format with {count}, {interval_s} and {last}.
         self.interval_s = interval_s
-        self.refused = 0  # since the broker started
+        self.burst = burst
+        self.summary = summary
+        self.noted = 0  # since the broker started
+        self._logged = 0  # in this interval
         self._suppressed = 0
         self._last = ""
         self._timer: asyncio.TimerHandle | None = None
 
-    def note(self, peer: str, reason: str) -> None:
-        self.refused += 1
+    def note(self, line: str, last: str) -> None:
+        """Log `line`, or count it (`last` describes it in the summary)."""
+        self.noted += 1
         if self._timer is None:
-            log.warning("refusing connection from %s: %s", peer, reason)
             self._timer = asyncio.get_running_loop().call_later(self.interval_s, self._flush)
+        if self._logged < self.burst:
+            self._logged += 1
+            log.warning("%s", line)
         else:
             self._suppressed += 1
-            self._last = f"{peer}: {reason}"
+            self._last = last
 
     def _flush(self) -> None:
+        self._logged = 0
         if not self._suppressed:
             self._timer = None
             return
         log.warning(
-            "refused %d more connections in the last %.0f s (the last from %s)",
-            self._suppressed,
-            self.interval_s,
-            self._last,
+            "%s",
+            self.summary.format(
+                count=self._suppressed, interval_s=self.interval_s, last=self._last
+            ),
         )
         self._suppressed = 0
         self._timer = asyncio.get_running_loop().call_later(self.interval_s, self._flush)
@@ -252,18 +249,41 @@ class _RefusalLog:
 
 
 class Connections:
-    """Every open client connection of a broker and the limits they share: how many in all,
-    how many per address, the request memory pool, the idle timeout."""
+    """Every open connection of one listener (or of the client and external listeners
+    together) and the limits they share: how many in all, how many per address, the request
+    memory pool, the idle timeout, the frame deadline."""
 
-    def __init__(self, config: BrokerConfig):
+    def __init__(self, config: BrokerConfig, name: str = "client"):
         self.config = config
+        self.name = name
         self.open: set[Connection] = set()
         self._per_address: Counter[str] = Counter()
-        self.memory = RequestMemory(config.queued_request_bytes_max)
-        self.refusals = _RefusalLog(REFUSAL_LOG_INTERVAL_S)
+        self.memory: RequestMemory[Connection] = RequestMemory(
+            config.queued_request_bytes_max, Connection.memory_available
+        )
+        self.refusals = _RateLimitedLog(
+            REFUSAL_LOG_INTERVAL_S,
+            1,
+            "refused {count} more connections in the last {interval_s:.0f} s (the last from "
+            "{last})",
+        )
+        self.slow_frames = _RateLimitedLog(
+            SLOW_FRAME_LOG_INTERVAL_S,
+            SLOW_FRAME_LOG_BURST,
+            "closed {count} more connections in the last {interval_s:.0f} s whose frame did "
+            f"not arrive within request_receive_ms_max={config.request_receive_ms_max} (the "
+            "last from {last})",
+        )
         self.idle_s = config.connection_idle_ms_max / 1000
+        self.frame_deadline_s = config.request_receive_ms_max / 1000
         # What one frame may be: both bounds apply, and the message names the one that bit.
         self.frame_bytes_max = min(config.request_bytes_max, config.queued_request_bytes_max)
+        self.frame_limit_setting = (
+            f"queued_request_bytes_max={config.queued_request_bytes_max} (all connections' "
+            "request bytes)"
+            if config.queued_request_bytes_max < config.request_bytes_max
+            else f"request_bytes_max={config.request_bytes_max}"
+        )
 
     def admit(self, conn: Connection, address: str) -> str | None:
         """Register `conn`, or return why it is refused."""
@@ -289,25 +309,36 @@ class Connections:
 
     def close(self) -> None:
         self.refusals.close()
+        self.slow_frames.close()
 
 
 class Connection(asyncio.Protocol):
-    def __init__(self, broker: Broker, external: bool = False):
+    def __init__(self, broker: Broker, listener: Listener = Listener.CLIENT):
         self.broker = broker
+        self.listener = listener
         # Accepted by the external listener: Metadata and FindCoordinator then name the
         # brokers' external addresses.
-        self.external = external
-        self.connections: Connections = broker.connections
+        self.external = listener is Listener.EXTERNAL
+        self._replication = listener is Listener.REPLICATION
+        self.connections: Connections = (
+            broker.replication_connections
+            if listener is Listener.REPLICATION
+            else broker.connections
+        )
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self._address = "?"
-        self._decoder = protocol.FrameDecoder(self.connections.frame_bytes_max)
+        self._decoder = protocol.FrameDecoder(
+            self.connections.frame_bytes_max, OVERSIZED_HEADER_BYTES_MAX
+        )
         self._slots: deque[_Slot] = deque()
         self._tasks: set[asyncio.Task[None]] = set()
         self._paused_reading = False
         self._write_paused = False
         self._waiting_memory = False
         self._closing = False
+        # An oversized frame was answered: its rest is read and dropped, then we close.
+        self._draining = False
         self._sending = False  # a sendfile writer is running
         # Segment fds held by queued responses (Response.fds), bounded by reading less.
         self._response_fds = 0
@@ -324,6 +355,9 @@ class Connection(asyncio.Protocol):
         # Idle detection: when bytes last arrived (loop time), and the timer that checks.
         self._received_at = 0.0
         self._idle_timer: asyncio.TimerHandle | None = None
+        # The frame deadline: the number of the incomplete frame being timed, and its timer.
+        self._timed_frame = -1
+        self._frame_timer: asyncio.TimerHandle | None = None
 
     @property
     def busy(self) -> bool:
@@ -343,7 +377,9 @@ class Connection(asyncio.Protocol):
         refused = self.connections.admit(self, self._address)
         if refused is not None:
             self._closing = True
-            self.connections.refusals.note(self.peer, refused)
+            self.connections.refusals.note(
+                f"refusing connection from {self.peer}: {refused}", f"{self.peer}: {refused}"
+            )
             # One frame saying why, so the client reports the limit rather than a reset.
             transport.write(
                 protocol.encode_response_header(
@@ -366,10 +402,10 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
-        for handle in (self._idle_timer, self._resume_handle):
+        for handle in (self._idle_timer, self._resume_handle, self._frame_timer):
             if handle is not None:
                 handle.cancel()
-        self._idle_timer = self._resume_handle = None
+        self._idle_timer = self._resume_handle = self._frame_timer = None
         for task in self._tasks:
             task.cancel()
         for slot in self._slots:
@@ -391,6 +427,12 @@ class Connection(asyncio.Protocol):
         if self._closing:
             return
         self._received_at = asyncio.get_running_loop().time()
+        if self._draining:
+            # The rest of an oversized frame: dropped (the decoder counts it down); bytes
+            # after it are not read at all, the connection closes once it is answered.
+            self._decoder.feed(memoryview(data)[: self._decoder.discarding_bytes])
+            self._maybe_finish_draining()
+            return
         self._decoder.feed(data)
         self._process()
 
@@ -398,7 +440,7 @@ class Connection(asyncio.Protocol):
         """Dispatch the whole frames buffered, until the queued responses reach a bound (the
         rest wait in the decoder; `_update_reading` resumes them once the queue drains)."""
         self._resume_handle = None
-        if self._processing or self._closing:
+        if self._processing or self._closing or self._draining:
             return
         self._processing = True
         self._out = []
@@ -421,14 +463,18 @@ class Connection(asyncio.Protocol):
                     if group is not None:
                         self._finish_group(group)
                         group = None
-                    self._protocol_error(None, self._frame_error(e))
-                    return
+                    if not isinstance(e, protocol.FrameTooLargeError):
+                        self._protocol_error(None, e)
+                        return
+                    self._refuse_oversized(e)
+                    break
                 if frame is None:
                     break
                 header, payload = frame
                 if (
                     len(header) == 5
                     and header[0] == _PRODUCE
+                    and not self._replication
                     and header[1] == 0
                     and type(header[2]) is int
                     and type(header[4]) is dict
@@ -455,38 +501,125 @@ class Connection(asyncio.Protocol):
             self._processing = False
         self._account_memory()
         self._update_reading()
+        if self._draining:
+            self._maybe_finish_draining()
 
-    def _frame_error(self, e: protocol.RemoteProtocolError) -> protocol.RemoteProtocolError:
-        """Name the bound a too-large frame broke: the request memory pool or the frame limit."""
-        cfg = self.broker.config
-        if isinstance(e, protocol.FrameTooLargeError) and (
-            cfg.queued_request_bytes_max < cfg.request_bytes_max
+    def _refuse_oversized(self, e: protocol.FrameTooLargeError) -> None:
+        """Answer a frame over the limit (if its header gave a correlation id), drop the rest
+        of it as it arrives, then close (module docstring)."""
+        conns = self.connections
+        header = e.header
+        corr = header[2] if header and len(header) > 2 and type(header[2]) is int else None
+        api = header[0] if header and type(header[0]) is int else None
+        what = _API_NAMES.get(api, "request") if api is not None else "request"
+        message = (
+            f"a {what} frame of {e.frame_bytes - 4} bytes (after its length field) exceeds "
+            f"broker {self.broker.config.node_id}'s {conns.frame_limit_setting}"
+        )
+        log.warning("closing connection from %s: %s", self.peer, message)
+        if corr is None:
+            self._write_gathered()
+            self._close()
+            return
+        error: RaftlogError = (
+            RecordTooLargeError(message) if api == _PRODUCE else InvalidRequestError(message)
+        )
+        self._respond_error(corr, error)
+        self._draining = True
+        # Nothing more is buffered for this connection; the frame deadline bounds the rest.
+        conns.memory.release(self)
+        self._waiting_memory = False
+        self._watch_frame(self._decoder.discarding_bytes > 0)
+
+    def _maybe_finish_draining(self) -> None:
+        """Close a draining connection once the oversized frame is read and every response
+        before its answer (and the answer) is written."""
+        if (
+            self._draining
+            and not self._closing
+            and not self._decoder.discarding_bytes
+            and not self.busy
+            and self._out is None
         ):
-            return protocol.FrameTooLargeError(
-                f"{e}: queued_request_bytes_max={cfg.queued_request_bytes_max} (all "
-                "connections' request bytes) could never hold it"
-            )
-        return e
+            self._close()
+
+    def _close(self) -> None:
+        self._closing = True
+        # It reads nothing more: what it held goes back now, not when the transport has
+        # flushed (a peer that does not read could hold it, and the oldest frame's privilege).
+        self.connections.memory.release(self)
+        if self.transport is not None:
+            self.transport.close()  # sends what is buffered, then closes
 
     def _account_memory(self) -> None:
         if self._closing:
             return
+        if self._draining:
+            self._waiting_memory = False  # it holds nothing: it reads to drop
+            return
         dec = self._decoder
-        self._waiting_memory = not self.connections.memory.update(
-            self, dec.buffered_bytes, dec.pending_frame_bytes
-        )
+        partial = dec.partial_frame()
+        if partial is None:
+            missing = frame = 0
+        else:
+            missing, frame = partial.missing_bytes, partial.number
+        memory = self.connections.memory
+        self._waiting_memory = not memory.update(self, dec.buffered_bytes, missing, frame)
+        self._watch_frame(partial is not None, frame)
         if self._waiting_memory:
             log.debug(
                 "%s: request memory full (%d of queued_request_bytes_max=%d used); reading "
-                "paused for a frame of %d bytes",
+                "paused with %d bytes buffered",
                 self.peer,
-                self.connections.memory.used,
-                self.connections.memory.bytes_max,
-                dec.pending_frame_bytes,
+                memory.used,
+                memory.bytes_max,
+                dec.buffered_bytes,
             )
 
+    def _watch_frame(self, incomplete: bool, frame: int = -2) -> None:
+        """Time the incomplete frame `frame` (a new one from now), or stop timing."""
+        if not incomplete:
+            if self._frame_timer is not None:
+                self._frame_timer.cancel()
+                self._frame_timer = None
+            return
+        if self._frame_timer is not None and self._timed_frame == frame:
+            return  # the same frame: its deadline stands
+        if self._frame_timer is not None:
+            self._frame_timer.cancel()
+        self._timed_frame = frame
+        loop = asyncio.get_running_loop()
+        self._frame_timer = loop.call_at(
+            loop.time() + self.connections.frame_deadline_s, self._frame_overdue
+        )
+
+    def _frame_overdue(self) -> None:
+        """A frame did not arrive in full within request_receive_ms_max: close the connection."""
+        self._frame_timer = None
+        if self._closing or self.transport is None:
+            return
+        partial = self._decoder.partial_frame()
+        if self._draining:
+            announced, received = "the rest of an oversized frame", ""
+        elif partial is None or partial.number != self._timed_frame:
+            return  # completed meanwhile (a timer that lost a race with a read)
+        elif partial.frame_bytes:
+            announced = f"its frame of {partial.frame_bytes} bytes"
+            received = f" ({partial.received_bytes} received)"
+        else:
+            announced = "its frame's length prefix"
+            received = f" ({partial.received_bytes} of 4 bytes received)"
+        ms = self.connections.config.request_receive_ms_max
+        self.connections.slow_frames.note(
+            f"closing connection from {self.peer}: {announced} did not arrive within "
+            f"request_receive_ms_max={ms}{received}",
+            self.peer,
+        )
+        self._close()
+
     def memory_available(self) -> None:
-        """Called by RequestMemory when memory was released: try again, read on if granted."""
+        """Called by RequestMemory when memory was released (or this connection's frame
+        became the oldest): try again, read on if granted."""
         self._account_memory()
         self._update_reading()
 
@@ -505,10 +638,9 @@ class Connection(asyncio.Protocol):
             log.debug(
                 "closing connection from %s: idle for connection_idle_ms_max=%d",
                 self.peer,
-                self.broker.config.connection_idle_ms_max,
+                self.connections.config.connection_idle_ms_max,
             )
-            self._closing = True
-            transport.close()
+            self._close()
             return
         self._idle_timer = loop.call_at(self._received_at + idle_s, self._check_idle)
 
@@ -607,6 +739,9 @@ class Connection(asyncio.Protocol):
                 ),
             )
             return
+        if self._replication and not _replication_request(api_key, body):
+            self._respond_error(correlation_id, self._not_for_replication(api_key))
+            return
         try:
             protocol.check_request_body(api_key, body)
             result = handler(body, payload, self)
@@ -635,6 +770,17 @@ class Connection(asyncio.Protocol):
         except Exception as e:
             slot.response = self._internal_error(slot.correlation_id, _request_of(api_key), e)
         self._flush()
+
+    def _not_for_replication(self, api_key: int) -> InvalidRequestError:
+        broker = self.broker
+        what = protocol.ApiKey(api_key).name
+        if api_key == protocol.ApiKey.FETCH:
+            what = "a consumer's FETCH (replica_id -1)"
+        return InvalidRequestError(
+            f"broker {broker.config.node_id}'s replication listener serves only followers "
+            f"(API_VERSIONS, METADATA and a replica's FETCH), not {what}: clients connect to "
+            f"its client listener, {broker.config.host}:{broker.port}"
+        )
 
     def _request_failed(self, correlation_id: int, api_key: int, e: Exception) -> None:
         """Answer a request whose handler (or body check) raised."""
@@ -684,9 +830,7 @@ class Connection(asyncio.Protocol):
         if correlation_id is not None:
             self._respond_error(correlation_id, InvalidRequestError(str(error)))
         self._write_gathered()
-        self._closing = True
-        if self.transport is not None:
-            self.transport.close()  # sends what is buffered, then closes
+        self._close()
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -718,6 +862,8 @@ class Connection(asyncio.Protocol):
                 transport.writelines([header, *parts])  # type: ignore[list-item]
                 self._release(resp)
         self._update_reading()
+        if self._draining:
+            self._maybe_finish_draining()
 
     def _encode_header(self, correlation_id: int, resp: Response) -> tuple[bytes, Response]:
         """The response's frame prefix and header. A body msgpack refuses is a handler's bug
@@ -786,6 +932,7 @@ class Connection(asyncio.Protocol):
 
     def _abort(self) -> None:
         self._closing = True
+        self.connections.memory.release(self)
         if self.transport is not None:
             self.transport.abort()
 
@@ -810,6 +957,21 @@ class Connection(asyncio.Protocol):
             # Frames left buffered when the queue was full: dispatch them on the next turn
             # of the loop (not from inside whichever callback drained the queue).
             self._resume_handle = asyncio.get_running_loop().call_soon(self._process)
+
+
+_API_NAMES = {int(k): k.name for k in protocol.ApiKey}
+_FETCH = int(protocol.ApiKey.FETCH)
+
+
+def _replication_request(api_key: int, body: dict[str, Any]) -> bool:
+    """Whether the replication listener serves this request: REPLICATION_APIS, a Fetch only
+    from a replica (replica_id >= 0)."""
+    if api_key not in REPLICATION_APIS:
+        return False
+    if api_key == _FETCH:
+        replica_id = body.get("replica_id", -1)
+        return type(replica_id) is int and replica_id >= 0
+    return True
 
 
 def _request_of(api_key: int) -> str:

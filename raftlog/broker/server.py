@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raftlog import protocol
-from raftlog.broker.connection import Connection, Connections
+from raftlog.broker.connection import Connection, Connections, Listener
 from raftlog.broker.handlers import admin, fetch, groups, produce, producer_ids
 from raftlog.broker.logs import LogManager
 from raftlog.errors import (
@@ -104,6 +104,12 @@ class BrokerConfig:
     # (host, port) of a second client listener whose clients are told the brokers' external
     # addresses (raftlog/node.py); None: none. Port 0 picks one (Broker.external_port).
     external_listener: tuple[str, int] | None = None
+    # (host, port) of the replication listener, where followers fetch (Kafka's inter-broker
+    # listener): its connections have their own request memory pool and limits, so client
+    # connections cannot make replication wait; it serves only followers' requests. None:
+    # none (followers then fetch through the client listener). Port 0 picks one
+    # (Broker.replication_port).
+    replication_listener: tuple[str, int] | None = None
     # Kafka's socket.request.max.bytes: a bigger frame closes the connection.
     request_bytes_max: int = protocol.DEFAULT_MAX_FRAME_BYTES
     # Kafka's queued.max.request.bytes (unbounded there by default): the request bytes all
@@ -125,6 +131,12 @@ class BrokerConfig:
     # Kafka's connections.max.idle.ms (its default too): a connection with no request in flight
     # and no bytes received for this long is closed, so leaked sockets cannot hold slots.
     connection_idle_ms_max: int = 10 * 60 * 1000
+    # A request frame must arrive in full within this long of its first byte, or its
+    # connection is closed (and logged): a peer that announces a frame and trickles it holds
+    # a connection slot and the memory it sent. 30 s, Kafka's request.timeout.ms and our
+    # clients' request_timeout_ms: a client has given up on a request it could not send in
+    # that time. A 100 MiB frame must come at 3.5 MB/s or more; raise it for slower links.
+    request_receive_ms_max: int = 30_000
     # Off by default (Kafka's modern advice): a typo must not silently create a topic.
     auto_create_topics: bool = False
     default_partitions: int = 1
@@ -162,6 +174,7 @@ class BrokerConfig:
             ("connections_max", 1),
             ("connections_per_address_max", 1),
             ("connection_idle_ms_max", 1),
+            ("request_receive_ms_max", 1),
             ("fetch_zero_copy_min_bytes", 0),
         ):
             value = getattr(self, name)
@@ -247,7 +260,9 @@ class Broker:
             (protocol.ApiKey.INIT_PRODUCER_ID, producer_ids.handle_init_producer_id),
         ):
             self.handlers[int(key)] = functools.partial(fn, self)
+        # The client and external listeners' connections, and the replication listener's.
         self.connections = Connections(config)
+        self.replication_connections = Connections(config, "replication")
         self._server: asyncio.Server | None = None
         self._housekeeping: asyncio.Task[None] | None = None
         self._offline_reporter: asyncio.Task[None] | None = None
@@ -255,6 +270,8 @@ class Broker:
         self.port = config.port
         self._external_server: asyncio.Server | None = None
         self.external_port: int | None = None
+        self._replication_server: asyncio.Server | None = None
+        self.replication_port: int | None = None
         self.stopping = False
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -266,17 +283,27 @@ class Broker:
             lambda: Connection(self), self.config.host, self.config.port, reuse_address=True
         )
         self.port = self._server.sockets[0].getsockname()[1]
-        if self.config.external_listener is not None:
-            host, port = self.config.external_listener
-            self._external_server = await loop.create_server(
-                lambda: Connection(self, external=True), host, port, reuse_address=True
+        for listener, address in (
+            (Listener.EXTERNAL, self.config.external_listener),
+            (Listener.REPLICATION, self.config.replication_listener),
+        ):
+            if address is None:
+                continue
+            host, port = address
+            server = await loop.create_server(
+                functools.partial(Connection, self, listener), host, port, reuse_address=True
             )
-            self.external_port = self._external_server.sockets[0].getsockname()[1]
+            bound = server.sockets[0].getsockname()[1]
+            if listener is Listener.EXTERNAL:
+                self._external_server, self.external_port = server, bound
+            else:
+                self._replication_server, self.replication_port = server, bound
             log.info(
-                "broker %d: external listener on %s:%d",
+                "broker %d: %s listener on %s:%d",
                 self.config.node_id,
+                listener.value,
                 host,
-                self.external_port,
+                bound,
             )
         self._housekeeping = _background(self._housekeep(), "housekeeping")
         self._reconciler = _background(self._reconcile_loop(), "reconciler")
@@ -297,7 +324,8 @@ class Broker:
         """Graceful stop: no new connections, in-flight requests finish, logs flush and close."""
         self.stopping = True
         try:
-            for server in (self._server, self._external_server):
+            servers = (self._server, self._external_server, self._replication_server)
+            for server in servers:
                 if server is not None:
                     server.close()
             self.replicas.close()  # waiting produces answer, followers stop, HWs checkpointed
@@ -322,13 +350,15 @@ class Broker:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + self.config.shutdown_timeout_ms / 1000
             # Let queued responses drain (long-polls answer at their deadline or on data).
-            while any(c.busy for c in self.connections.open) and loop.time() < deadline:
+            pools = (self.connections, self.replication_connections)
+            while any(c.busy for conns in pools for c in conns.open) and loop.time() < deadline:
                 await asyncio.sleep(0.01)
-            for conn in list(self.connections.open):
-                if conn.transport is not None:
-                    conn.transport.close()
-            self.connections.close()
-            for server in (self._server, self._external_server):
+            for conns in pools:
+                for conn in list(conns.open):
+                    if conn.transport is not None:
+                        conn.transport.close()
+                conns.close()
+            for server in servers:
                 if server is not None:
                     with contextlib.suppress(asyncio.TimeoutError):
                         async with asyncio.timeout(1.0):
@@ -550,13 +580,14 @@ class Broker:
         )
 
     async def _replica_connection(self, node_id: int) -> Any:
-        """The connection this broker's fetcher uses to reach leader `node_id`."""
+        """The connection this broker's fetcher uses to reach leader `node_id`: to its
+        replication listener (its client listener if it registered none)."""
         from raftlog.client.connection import BrokerConnection
 
         conn = self._replica_conns.get(node_id)
         if conn is not None and not conn.closed:
             return conn
-        broker = self.metadata.broker(node_id)
+        broker = self.metadata.replication_endpoint(node_id)
         if broker is None:
             raise NotLeaderOrFollowerError(f"broker {node_id} is not registered")
         conn = await BrokerConnection.connect(

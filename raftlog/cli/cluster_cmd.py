@@ -2,7 +2,9 @@
 
 `--json` prints DescribeCluster's body (docs/PROTOCOL.md), every field named, plus two lists
 derived from its partitions: `offline_partitions` (no leader) and `under_replicated_partitions`
-(ISR smaller than the replica list), each as [topic, partition]. The human form marks the same
+(ISR smaller than the replica list), each as [topic, partition]. Each broker's `replication` is
+where followers fetch from it ([host, port] of its replication listener; null: its client
+listener). The human form marks the same
 (OFFLINE, UNDER-REPLICATED) and replicas whose logs their broker reported offline (damaged data,
 a full disk), with the broker's reason.
 """
@@ -63,9 +65,13 @@ def format_status(st: dict[str, Any]) -> str:
         lines.append(f"  controller {v['node_id']}  {v['address']}  {role}")
     lines.append("Brokers:")
     for b in st["brokers"]:
+        # Where followers fetch from it (brokers without a replication listener: the client's).
+        replication = b.get("replication")
+        fetched_at = f"{replication[0]}:{replication[1]}" if replication else "client listener"
         lines.append(
-            f"  broker {b['node_id']}  {b['host']}:{b['port']}  rack={b['rack'] or '-'}  "
-            f"epoch={b['broker_epoch']}  {'FENCED' if b['fenced'] else 'alive'}"
+            f"  broker {b['node_id']}  {b['host']}:{b['port']}  replication {fetched_at}  "
+            f"rack={b['rack'] or '-'}  epoch={b['broker_epoch']}  "
+            f"{'FENCED' if b['fenced'] else 'alive'}"
         )
     partitions = st["partitions"]
     degraded = [p for p in partitions if p["offline_replicas"]]

@@ -2,7 +2,8 @@
 
 `raftlog dev --nodes 1` runs one combined controller+broker node in this process, with its data
 directly in --data-dir. `raftlog dev --nodes 3` writes `DIR/node-<id>/node.toml` for three
-combined nodes on 127.0.0.1 (client ports PORT, PORT+1, ...; Raft ports PORT+100, ...), starts
+combined nodes on 127.0.0.1 (client ports PORT, PORT+1, ...; Raft ports PORT+100, ...;
+replication listeners, where followers fetch, PORT+200, ...), starts
 each as its own process (`raftlog node --config ...`), and stops them all on Ctrl-C or SIGTERM.
 A restart with the same DIR reuses the written configs, so the cluster and its data come back.
 Each node writes its pid to its data directory's `node.pid`, and `node.ready` once it serves
@@ -38,6 +39,8 @@ from raftlog.node import NodeConfig, run_node
 from raftlog.readiness import read_ready_file, write_line
 
 RAFT_PORT_OFFSET = 100
+# Node i's replication listener (followers fetch there): PORT + REPLICATION_PORT_OFFSET + i - 1.
+REPLICATION_PORT_OFFSET = 200
 # `raftlog node --health`: a healthy node answers a DescribeCluster in milliseconds; a container
 # health check's own timeout (docker/compose.yaml) must be longer than this.
 HEALTH_TIMEOUT_MS = 3000
@@ -334,11 +337,12 @@ def _run_cluster(args: argparse.Namespace) -> int:
     paths = [os.path.join(args.data_dir, f"node-{i}", "node.toml") for i in range(1, n + 1)]
     if not all(os.path.exists(p) for p in paths):
         if args.port == 0:
-            ports = free_ports(2 * n, args.host)
-            client, raft = ports[:n], ports[n:]
+            ports = free_ports(3 * n, args.host)
+            client, raft, replication = ports[:n], ports[n : 2 * n], ports[2 * n :]
         else:
             client = [args.port + i for i in range(n)]
             raft = [args.port + RAFT_PORT_OFFSET + i for i in range(n)]
+            replication = [args.port + REPLICATION_PORT_OFFSET + i for i in range(n)]
         voters = [f"{i + 1}@{args.host}:{raft[i]}" for i in range(n)]
         for i, path in enumerate(paths):
             os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -349,6 +353,7 @@ def _run_cluster(args: argparse.Namespace) -> int:
                     "roles": ["controller", "broker"],
                     "data_dir": os.path.abspath(os.path.dirname(path)),
                     "client_listener": f"{args.host}:{client[i]}",
+                    "replication_listener": f"{args.host}:{replication[i]}",
                     "controller_voters": voters,
                     "auto_create_topics": args.auto_create_topics,
                     "fetch_zero_copy": args.fetch_zero_copy,

@@ -15,6 +15,12 @@ anything fails the requests at once too (BrokerNotAvailableError: a broker may h
 crashed). A broker that refuses the connection (a connection limit) sends one frame with
 correlation id 0 and the error saying which limit; that error fails every request.
 
+The broker's frame limit: `learn_limits` asks ApiVersions for `request_bytes_max` (the largest
+frame_length the broker reads); from then on a request over it is refused here, before it is
+written, with RecordTooLargeError (a Produce) or InvalidRequestError naming both sizes. A broker
+that is sent one anyway (its limit not learned yet, or a broker too old to say it) answers it
+with the same error and closes the connection.
+
 Two ways to wait for a response: `request` (await a future) for the occasional call, and
 `queue_request` + `flush` for the producer's hot path: the response runs a callback straight
 from `data_received` (no task, no future, no timer per request), the requests queued in one
@@ -36,9 +42,11 @@ from typing import Any
 from raftlog import protocol
 from raftlog.errors import (
     BrokerNotAvailableError,
+    InvalidRequestError,
     NotABrokerError,
     RaftlogError,
     RaftlogTimeoutError,
+    RecordTooLargeError,
     error_from_code,
 )
 
@@ -90,6 +98,10 @@ class BrokerConnection(asyncio.Protocol):
         # Called when a request gets no response in time (the cluster client then asks other
         # brokers for metadata first).
         self.on_timeout: Callable[[], None] | None = None
+        # The largest frame_length the broker reads, once `learn_limits` asked it (None: not
+        # known, nothing refused here).
+        self.request_bytes_max: int | None = None
+        self.limits_learned = False
 
     @classmethod
     async def connect(
@@ -214,6 +226,36 @@ class BrokerConnection(asyncio.Protocol):
 
     # -- requests ------------------------------------------------------------------------------
 
+    async def learn_limits(self, timeout_s: float) -> None:
+        """Ask the broker (ApiVersions) for its frame limit; from then on, requests over it are
+        refused before they are sent. A broker that does not state one leaves it unknown."""
+        try:
+            body, _ = await self.request(protocol.ApiKey.API_VERSIONS, {}, (), timeout_s)
+        except RaftlogError as e:
+            if e.retriable:
+                raise  # no answer: the caller tries this broker again later
+            body = {}  # a broker that refuses the question: its limit stays unknown
+        limit = body.get("request_bytes_max")
+        self.request_bytes_max = limit if type(limit) is int and limit > 0 else None
+        self.limits_learned = True
+
+    def check_size(self, api_key: int, frame_length: int, what: str = "") -> None:
+        """Raise if a request frame of `frame_length` bytes (after its length field) is over
+        the broker's limit: RecordTooLargeError for a Produce, else InvalidRequestError.
+        `what` says what the request carries, for the message."""
+        limit = self.request_bytes_max
+        if limit is None or frame_length <= limit:
+            return
+        api = protocol.ApiKey(api_key).name
+        message = (
+            f"a {api} request of {frame_length} bytes{what} is over broker "
+            f"{self.host}:{self.port}'s request_bytes_max={limit} (the largest request it "
+            "reads): not sent"
+        )
+        if api_key == protocol.ApiKey.PRODUCE:
+            raise RecordTooLargeError(message)
+        raise InvalidRequestError(message)
+
     def send(
         self,
         api_key: int,
@@ -228,12 +270,13 @@ class BrokerConnection(asyncio.Protocol):
         assert self.transport is not None
         corr = self._next_id()
         fut: asyncio.Future[ResponseT] | None = None
+        frame = protocol.encode_request(api_key, api_version, corr, self.client_id, body, payload)
+        if self.request_bytes_max is not None:
+            self.check_size(api_key, _frame_length(frame))
         if expect_response:
             fut = asyncio.get_running_loop().create_future()
             self._pending[corr] = fut
-        self.transport.writelines(
-            protocol.encode_request(api_key, api_version, corr, self.client_id, body, payload)
-        )
+        self.transport.writelines(frame)
         return fut
 
     def queue_request(
@@ -247,7 +290,14 @@ class BrokerConnection(asyncio.Protocol):
         """Queue a request for the next `flush`; `callback` gets its outcome (None: no response
         is expected, as for acks=0)."""
         corr = self._register(api_key, callback, timeout_s)
-        self._out += protocol.encode_request(api_key, 0, corr, self.client_id, body, payload)
+        frame = protocol.encode_request(api_key, 0, corr, self.client_id, body, payload)
+        if self.request_bytes_max is not None:
+            try:
+                self.check_size(api_key, _frame_length(frame))
+            except RaftlogError:
+                self._forget(corr)
+                raise
+        self._out += frame
 
     def queue_produce(
         self,
@@ -259,6 +309,9 @@ class BrokerConnection(asyncio.Protocol):
     ) -> None:
         """`queue_request` for a one-partition Produce whose header comes from `template`
         (`nbytes` = the payload's size)."""
+        limit = self.request_bytes_max
+        if limit is not None and template.frame_length(nbytes) > limit:
+            self.check_size(protocol.ApiKey.PRODUCE, template.frame_length(nbytes))
         corr = self._register(protocol.ApiKey.PRODUCE, callback, timeout_s)
         out = self._out
         out.append(template.frame_prefix(corr, nbytes))
@@ -286,6 +339,14 @@ class BrokerConnection(asyncio.Protocol):
             if self._timer is None:
                 self._arm_timer()
         return corr
+
+    def _forget(self, corr: int) -> None:
+        """Undo `_register` of the request just registered (it will not be sent)."""
+        self._pending.pop(corr, None)
+        if self._deadline_ids and self._deadline_ids[-1] == corr:
+            self._deadline_ids.pop()
+            self._deadline_at.pop()
+            self._deadline_api.pop()
 
     def flush(self) -> None:
         """Write every queued request (one write for all of them)."""
@@ -371,3 +432,8 @@ class BrokerConnection(asyncio.Protocol):
         self._fail_all(BrokerNotAvailableError(f"connection to {self.host}:{self.port} closed"))
         if self.transport is not None:
             self.transport.close()
+
+
+def _frame_length(frame: Sequence[bytes | memoryview]) -> int:
+    """The frame_length field of an encoded frame (its bytes after that field)."""
+    return sum(map(len, frame)) - 4

@@ -136,6 +136,10 @@ REFUSED_BEFORE_APPEND: tuple[type[RaftlogError], ...] = (
     RecordTooLargeError,
 )
 
+# Room left for a Produce request's header when several batches are grouped under a broker's
+# request_bytes_max: the header lists each partition with its topic (249 bytes at most) and
+# two integers, so this holds about 250 partitions of the longest names.
+REQUEST_HEADER_BYTES_ROOM = 64 * 1024
 # A record's encoded size must fit the batch's 32-bit length fields (with the batch header).
 RECORD_BYTES_MAX = 2**31 - 1 - HEADER_SIZE
 # Record timestamps are int64 milliseconds since the epoch, never negative (as in Kafka).
@@ -706,11 +710,14 @@ class _Accumulator:
         free_slots: Callable[[int], int],
         closing: bool,
         muted: Callable[[TopicPartition], bool] | None = None,
+        max_request_of: Callable[[int], int] | None = None,
     ) -> tuple[dict[int, list[list[_Batch]]], float | None, list[_Batch]]:
         """Take the ready batches as requests per leader (at most `free_slots(node)` requests
-        of at most max_request_size each). Also returns the next time a lingering batch becomes
-        ready, and the batches whose delivery timeout ran out before they could be sent.
-        `self.slot_bound` tells whether ready batches stayed for want of an in-flight slot.
+        of at most max_request_size each, or `max_request_of(node)`: less when the broker reads
+        less). Also returns the next time a lingering batch becomes ready, and the batches
+        whose delivery timeout ran out before they could be sent. A batch larger than that
+        bound still goes alone in a request (the sender refuses it if the broker cannot read
+        it). `self.slot_bound` tells whether ready batches stayed for want of an in-flight slot.
 
         `muted` (idempotence): partitions that send nothing now (a retry waits for their
         batches in flight); with it, a request takes at most one batch per partition, so a
@@ -718,11 +725,11 @@ class _Accumulator:
         config = self.config
         linger = config.linger_ms / 1000
         batch_size = config.batch_size
-        max_request = config.max_request_size
         flush = bool(self.flushing) or closing
         requests: dict[int, list[list[_Batch]]] = {}
         last_size: dict[int, int] = {}
         slots: dict[int, int] = {}
+        request_caps: dict[int, int] = {}
         next_ready: float | None = None
         expired: list[_Batch] = []
         self.slot_bound = False
@@ -755,6 +762,9 @@ class _Accumulator:
             free = slots.get(node)
             if free is None:
                 free = slots[node] = free_slots(node)
+                if max_request_of is not None:
+                    request_caps[node] = max_request_of(node)
+            max_request = request_caps.get(node, config.max_request_size)
             while q:
                 b = q[0]
                 size = b.builder.size_bytes
@@ -1329,7 +1339,12 @@ class _ProducerCore:
             with self.acc.lock:
                 self._wake_scheduled = False
                 requests, next_ready, expired = self.acc.drain(
-                    now, self._node_of, self._free_slots, self._closing, self._muted
+                    now,
+                    self._node_of,
+                    self._free_slots,
+                    self._closing,
+                    self._muted,
+                    self._max_request,
                 )
                 pending = self.acc.pending()
             for b in expired:
@@ -1414,12 +1429,22 @@ class _ProducerCore:
                 self._spawn(self._init_producer_id())
             return 0  # a response or the id's arrival wakes the sender
         conn = self.client.ready_connection(node)
-        if conn is None:
+        if conn is None or not conn.limits_learned:
             self._schedule_connect(node)
             return 0
         if not conn.writable:
             return 0  # resume_writing wakes the sender
         return self.config.max_in_flight_requests_per_connection - self._in_flight[node]
+
+    def _max_request(self, node: int) -> int:
+        """The bound of a request of several batches to `node`: max_request_size, or less
+        when the broker reads less (with room for the request's header)."""
+        max_request = self.config.max_request_size
+        conn = self.client.ready_connection(node)
+        limit = conn.request_bytes_max if conn is not None else None
+        if limit is not None:
+            max_request = min(max_request, limit - REQUEST_HEADER_BYTES_ROOM)
+        return max_request
 
     # -- idempotence ---------------------------------------------------------------------------
 
@@ -1549,10 +1574,17 @@ class _ProducerCore:
             self._spawn(self._connect(node))
 
     async def _connect(self, node: int) -> None:
+        conn = None
         try:
             conn = await self.client.connection(node)
             conn.on_writable = self._kick
+            if not conn.limits_learned:
+                # The broker's frame limit, before the first Produce: a batch it could not
+                # read fails here at once (RecordTooLargeError), not by a closed connection.
+                await conn.learn_limits(self.config.request_timeout_ms / 1000)
         except RaftlogError as e:
+            if conn is not None and not conn.limits_learned:
+                conn.close()  # no answer to ApiVersions: try a new connection next time
             # The leader may have moved: refresh the metadata of every topic waiting on it.
             log.debug("cannot connect to broker %d: %s", node, e)
             with self.acc.lock:
@@ -1665,24 +1697,49 @@ class _ProducerCore:
         self._space_freed()
         b.complete(-1, error)
 
+    def _refused(self, b: _Batch, error: RaftlogError) -> None:
+        """A batch refused before it was sent (it is over the broker's request limit): its
+        records fail with the error, at once (not retriable)."""
+        self.acc.release(b.builder.size_bytes)  # never sent: its bytes leave the buffer now
+        self._space_freed()
+        b.attempts += 1
+        b.last_error = error
+        b.complete(-1, error)
+        if b.sequence >= 0:
+            self._sequence_lost(b)
+
     def _send_one(self, conn: BrokerConnection | None, node: int, b: _Batch) -> None:
         """`_send_request` for a request of one batch, the common case: its header comes from
         the partition's pre-encoded template instead of msgpack."""
-        try:
-            head, tail = b.builder.build_parts()
-        except Exception as e:  # any cause: see _unbuildable
-            self._unbuildable(b, e)
-            return
         tp = b.tp
-        if self._idempotent:
-            head, tail = self._stamp(b, head, tail)
-            self._tp_in_flight[tp] += 1
-        nbytes = len(head) + len(tail)
         template = self._templates.get(tp)
         if template is None:
             template = self._templates[tp] = protocol.ProduceTemplate(
                 self.config.client_id, self._acks, self._timeout_ms, tp.topic, tp.partition
             )
+        limit = conn.request_bytes_max if conn is not None else None
+        if limit is not None and template.frame_length(b.builder.size_bytes) > limit:
+            # Before the batch is built (a copy of it) or its sequence stamped (a hole).
+            assert conn is not None
+            size = b.builder.size_bytes
+            try:
+                conn.check_size(
+                    protocol.ApiKey.PRODUCE,
+                    template.frame_length(size),
+                    f" (a record batch of {size} bytes for {tp})",
+                )
+            except RecordTooLargeError as e:
+                self._refused(b, e)
+                return
+        try:
+            head, tail = b.builder.build_parts()
+        except Exception as e:  # any cause: see _unbuildable
+            self._unbuildable(b, e)
+            return
+        nbytes = len(head) + len(tail)
+        if self._idempotent:
+            head, tail = self._stamp(b, head, tail)
+            self._tp_in_flight[tp] += 1
         self._in_flight[node] += 1
         self._inflight_batches += 1
         done = _OneBatchRequest(self, node, b, nbytes)

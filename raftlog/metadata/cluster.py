@@ -97,6 +97,9 @@ class ClusterMetadata:
         # external address, or its client listener's where it has none).
         self._external_brokers: list[BrokerInfo] = []
         self._all_brokers: dict[int, BrokerInfo] = {}
+        # Where followers reach each registered broker: its replication listener, or its
+        # client listener where it registered none (a broker started before it existed).
+        self._replication_endpoints: dict[int, BrokerInfo] = {}
         self._broker_epochs: dict[int, int] = {}
         self._broker_voters: dict[int, list[str] | None] = {}
 
@@ -122,6 +125,7 @@ class ClusterMetadata:
                     self._brokers,
                     self._external_brokers,
                     self._all_brokers,
+                    self._replication_endpoints,
                     self._broker_epochs,
                     self._broker_voters,
                 )
@@ -139,9 +143,15 @@ class ClusterMetadata:
                 for n, b in sorted(s.brokers.items())
                 if not b["fenced"]
             ]
+            replication = {
+                n: BrokerInfo(n, str(b["replication"][0]), int(b["replication"][1]), b["rack"])
+                if b.get("replication")
+                else every[n]
+                for n, b in sorted(s.brokers.items())
+            }
             epochs = {n: int(b["broker_epoch"]) for n, b in s.brokers.items()}
             voters = {n: b.get("controller_voters") for n, b in s.brokers.items()}
-            return version, topics, live, external, every, epochs, voters
+            return version, topics, live, external, every, replication, epochs, voters
 
         (
             self._cache_version,
@@ -149,6 +159,7 @@ class ClusterMetadata:
             self._brokers,
             self._external_brokers,
             self._all_brokers,
+            self._replication_endpoints,
             self._broker_epochs,
             self._broker_voters,
         ) = self.quorum.read(grab)
@@ -162,6 +173,12 @@ class ClusterMetadata:
         """A registered broker's endpoint, fenced or not (followers reach leaders by it)."""
         self._refresh()
         return self._all_brokers.get(node_id)
+
+    def replication_endpoint(self, node_id: int) -> BrokerInfo | None:
+        """Where followers fetch from registered broker `node_id` (fenced or not): its
+        replication listener, or its client listener if it registered none."""
+        self._refresh()
+        return self._replication_endpoints.get(node_id)
 
     @property
     def controller_id(self) -> int:
@@ -341,6 +358,7 @@ class ClusterMetadata:
                         "host": b["host"],
                         "port": b["port"],
                         "external": b.get("external"),
+                        "replication": b.get("replication"),
                         "rack": b["rack"],
                         "broker_epoch": b["broker_epoch"],
                         "fenced": b["fenced"],

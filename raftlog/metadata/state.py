@@ -108,8 +108,9 @@ class MetadataState:
 
     def __init__(self) -> None:
         # node_id -> {"node_id", "host", "port", "rack", "incarnation", "broker_epoch",
-        #             "fenced", "registered_ms", "external", "controller_voters"} (the last two
-        #             missing in brokers registered before they existed)
+        #             "fenced", "registered_ms", "external", "controller_voters",
+        #             "replication"} (the last three missing in brokers registered before they
+        #             existed)
         self.brokers: dict[int, dict[str, Any]] = {}
         # Invariant: strictly increases; every registration takes the next value.
         self.next_broker_epoch = 1
@@ -175,23 +176,27 @@ class MetadataState:
         clean_shutdown: bool = False,
         external: list[Any] | None = None,
         controller_voters: list[str] | None = None,
+        replication: list[Any] | None = None,
     ) -> Result:
         """A broker (re)starts: a new epoch fences any older incarnation still running.
 
-        `external` is [host, port] of its external listener (raftlog/node.py), if it has one;
-        `controller_voters` the voter list it was configured with (nodes compare them).
+        `external` and `replication` are [host, port] of its external and replication
+        listeners (raftlog/node.py), if it has them (followers reach a broker without a
+        replication listener at its client listener); `controller_voters` the voter list it
+        was configured with (nodes compare them).
 
         A restart is a leadership change: the old incarnation leaves every ISR it was in (as
         if fenced), so its partitions move to other in-sync replicas at a new leader epoch, and
         it rejoins each ISR only after catching up again (its log may have lost an unflushed
         tail). Where it was the last ISR member it stays, and leads again at a new epoch.
         """
-        if external is not None and (
-            len(external) != 2 or type(external[0]) is not str or type(external[1]) is not int
-        ):
-            raise InvalidRequestError(
-                f"register_broker: external must be [host, port], got {external!r:.100}"
-            )
+        for name, address in (("external", external), ("replication", replication)):
+            if address is not None and (
+                len(address) != 2 or type(address[0]) is not str or type(address[1]) is not int
+            ):
+                raise InvalidRequestError(
+                    f"register_broker: {name} must be [host, port], got {address!r:.100}"
+                )
         epoch = self.next_broker_epoch
         self.next_broker_epoch += 1
         if node_id in self.brokers:
@@ -207,6 +212,7 @@ class MetadataState:
             "registered_ms": now_ms,
             "external": None if external is None else [external[0], external[1]],
             "controller_voters": None if controller_voters is None else list(controller_voters),
+            "replication": None if replication is None else [replication[0], replication[1]],
         }
         self._elect_for_returning(node_id)
         return _ok(epoch)

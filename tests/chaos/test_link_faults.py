@@ -1,6 +1,7 @@
-"""Link faults on real nodes: three `raftlog node` processes, each behind a Toxiproxy proxy that
-it advertises (chaos/link_faults.py), so clients and replica fetchers reach it through the
-proxy; toxics added through the Toxiproxy API (ours, or TOXIPROXY_URL's) hurt those links.
+"""Link faults on real nodes: three `raftlog node` processes, each behind Toxiproxy proxies that
+it advertises (chaos/link_faults.py: one for its client listener, one for its replication
+listener), so clients and replica fetchers reach it through a proxy; toxics added through the
+Toxiproxy API (ours, or TOXIPROXY_URL's) hurt those links.
 
 - The proxies are in the path: the metadata names them, and a record produced and consumed
   through them arrives.
@@ -75,8 +76,12 @@ def test_the_nodes_advertise_their_proxies_and_data_flows_through_them(
     linked: tuple[LocalCluster, Links],
 ) -> None:
     c, links = linked
-    advertised = {b["node_id"]: f"{b['host']}:{b['port']}" for b in c.describe(1)["brokers"]}
-    assert advertised == {n: str(links.proxies[n].listen) for n in c.node_ids()}
+    # The client listener's proxy and the replication listener's (replica fetchers dial it).
+    advertised = {
+        b["node_id"]: [f"{b['host']}:{b['port']}", "{}:{}".format(*b["replication"])]
+        for b in c.describe(1)["brokers"]
+    }
+    assert advertised == {n: [str(p.listen) for p in links.proxies[n]] for n in c.node_ids()}
     with Producer(bootstrap_servers=c.bootstrap, acks="all") as producer:
         producer.send(TOPIC, b"through the proxy", partition=0).result(30)
     tp = TopicPartition(TOPIC, 0)

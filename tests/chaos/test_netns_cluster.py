@@ -1,7 +1,8 @@
 """Network faults on real nodes: three `raftlog node` processes, each in its own network
 namespace, listening on its namespace address (the voters list names those addresses). Cutting
-one node off with iptables must cut Raft and broker heartbeats alike: the majority elects a
-controller without it and fences its broker; healing brings it back unfenced."""
+one node off with iptables must cut Raft, broker heartbeats and its client and replication
+listeners alike: the majority elects a controller without it and fences its broker; healing
+brings it back unfenced."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 
 from chaos import netns
 from chaos.faults import FaultSpec, inject
-from chaos.local_cluster import LocalCluster, wait_until
+from chaos.local_cluster import NETNS_REPLICATION_PORT, LocalCluster, wait_until
 from chaos.netns import NetnsNetwork
 from raftlog.client import Admin, Producer
 
@@ -80,12 +81,17 @@ def test_isolated_controller_is_fenced_then_returns(
     live = next(n for n in NODES if n != victim)
     victim_host, _, victim_port = c.nodes[victim].client_address.rpartition(":")
     assert can_connect(net, live, victim_host, int(victim_port))
+    # Followers fetch from the victim at its replication listener: the rules must cut it too.
+    replication = {b["node_id"]: b["replication"] for b in c.status_from(live)["brokers"]}
+    assert replication[victim] == [victim_host, NETNS_REPLICATION_PORT], replication
+    assert can_connect(net, live, victim_host, NETNS_REPLICATION_PORT)
 
     with inject(FaultSpec("isolate", (victim,)), network=net):
         assert net.rules(victim) == [
             f"-A INPUT -s {net.address(n)}/32 -j DROP" for n in NODES if n != victim
         ]
         assert not can_connect(net, live, victim_host, int(victim_port))
+        assert not can_connect(net, live, victim_host, NETNS_REPLICATION_PORT)
 
         def fenced_by_majority(v: dict[str, Any]) -> bool:
             return v["controller_id"] not in (-1, victim) and brokers(v)[victim]
@@ -97,6 +103,7 @@ def test_isolated_controller_is_fenced_then_returns(
 
     assert net.rules(victim) == [] and all(net.rules(n) == [] for n in NODES)
     assert can_connect(net, live, victim_host, int(victim_port))
+    assert can_connect(net, live, victim_host, NETNS_REPLICATION_PORT)
 
     def returned(v: dict[str, Any]) -> bool:
         return v["controller_id"] > 0 and brokers(v) == dict.fromkeys(NODES, False)

@@ -47,8 +47,8 @@ def write_cluster_configs(
 ) -> list[Path]:
     """`raftlog dev --nodes n --port 0`'s configs: DIR/node-<id>/node.toml on free ports,
     plus any other node settings (e.g. connection_idle_ms_max=1000)."""
-    ports = free_ports(2 * n, HOST)
-    client, raft = ports[:n], ports[n:]
+    ports = free_ports(3 * n, HOST)
+    client, raft, replication = ports[:n], ports[n : 2 * n], ports[2 * n :]
     voters = [f"{i + 1}@{HOST}:{raft[i]}" for i in range(n)]
     paths = []
     for i in range(n):
@@ -61,6 +61,7 @@ def write_cluster_configs(
                 "roles": ["controller", "broker"],
                 "data_dir": str(path.parent),
                 "client_listener": f"{HOST}:{client[i]}",
+                "replication_listener": f"{HOST}:{replication[i]}",
                 "controller_voters": voters,
                 "broker_session_timeout_ms": session_timeout_ms,
                 **settings,

@@ -452,7 +452,9 @@ def test_topic_is_usable_through_a_follower_right_after_creation(cluster: Cluste
 
 
 CONTROLLER_LINE = re.compile(r"^  controller (\d+)  (\S+)  (leader|follower)$", re.M)
-BROKER_LINE = re.compile(r"^  broker (\d+)  (\S+)  rack=\S+  epoch=(\d+)  (alive|FENCED)$", re.M)
+BROKER_LINE = re.compile(
+    r"^  broker (\d+)  (\S+)  replication (\S+)  rack=\S+  epoch=(\d+)  (alive|FENCED)$", re.M
+)
 
 
 def cluster_status(bootstrap: str) -> tuple[str, Describe]:
@@ -475,10 +477,8 @@ def test_cluster_status_cli(cluster: Cluster) -> None:
         i: n.raft_address for i, n in cluster.nodes.items()
     }
     assert f"leader node {controller}," in text
-    assert [(int(b[0]), b[3]) for b in BROKER_LINE.findall(text)] == [
-        (1, "alive"),
-        (2, "alive"),
-        (3, "alive"),
+    assert [(int(b[0]), b[2], b[4]) for b in BROKER_LINE.findall(text)] == [
+        (i, n.config.replication_listener, "alive") for i, n in sorted(cluster.nodes.items())
     ], text
     assert "Partitions: 3, offline: 0" in text, text
     assert len(re.findall(r"^  shown-\d  leader \d", text, re.M)) == 3, text
@@ -491,8 +491,13 @@ def test_cluster_status_cli(cluster: Cluster) -> None:
     assert [(b["node_id"], f"{b['host']}:{b['port']}", b["fenced"]) for b in st["brokers"]] == [
         (i, n.bootstrap, False) for i, n in sorted(cluster.nodes.items())
     ]
+    # Where followers fetch from each broker: its replication listener.
+    assert ["{}:{}".format(*b["replication"]) for b in st["brokers"]] == [
+        n.config.replication_listener for _, n in sorted(cluster.nodes.items())
+    ]
     assert all(
-        set(b) == {"node_id", "host", "port", "external", "rack", "broker_epoch", "fenced"}
+        set(b)
+        == {"node_id", "host", "port", "external", "replication", "rack", "broker_epoch", "fenced"}
         for b in st["brokers"]
     )
     assert sorted((p["topic"], p["partition"]) for p in st["partitions"]) == [
@@ -513,7 +518,7 @@ def test_cluster_status_cli(cluster: Cluster) -> None:
     )
     # The dead node's address stays in the bootstrap list: the CLI must get past it.
     text, st = cluster_status(cluster.bootstrap)
-    states = {int(b[0]): b[3] for b in BROKER_LINE.findall(text)}
+    states = {int(b[0]): b[4] for b in BROKER_LINE.findall(text)}
     assert states == {n: "FENCED" if n == victim else "alive" for n in cluster.nodes}, text
     assert "Partitions: 3, offline: 1" in text, text
     assert len(re.findall(r"^  shown-\d  OFFLINE ", text, re.M)) == 1, text

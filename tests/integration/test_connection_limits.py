@@ -1,8 +1,9 @@
 """Limits a hostile or careless client meets, on a real broker process.
 
 - Request memory (`queued_request_bytes_max`): connections sending huge frames slowly cannot
-  make the broker hold more than the pool; the ones that do not fit wait and go on once memory
-  is released. Measured as the broker's VmRSS (/proc/<pid>/status).
+  make the broker hold more than the pool and one frame (the oldest, which may always read on);
+  the ones that do not fit wait and go on once memory is released. Measured as the broker's
+  VmRSS (/proc/<pid>/status).
 - Connection limits: a flood of idle sockets from one address gets at most
   `connections_per_address_max` of them, so a client from another address still connects; the
   refusals are logged once per interval, not once each.
@@ -125,7 +126,9 @@ class HugeFrameSender:
 
 
 def test_partial_huge_frames_are_bounded_by_queued_request_bytes_max(make_node: MakeNode) -> None:
-    node = make_node()
+    # The frames stay incomplete for as long as the test runs: past the default deadline
+    # (30 s) on a loaded machine.
+    node = make_node(request_receive_ms_max=300_000)
     assert node.proc is not None
     pid = node.proc.pid
     pool, frame = DEFAULTS.queued_request_bytes_max, DEFAULTS.request_bytes_max
@@ -137,16 +140,19 @@ def test_partial_huge_frames_are_bounded_by_queued_request_bytes_max(make_node: 
         wait_for(lambda: all(s.settled() for s in senders), 120, "every sender done or stalled")
         grown = vm_rss_bytes(pid) - before
         print(f"broker VmRSS {before / MIB:.0f} MiB before, +{grown / MIB:.0f} MiB with 4 frames")
-        # The frames read (2 x 100 MiB) plus the allocator's slack; never all four.
-        assert grown <= pool + 32 * MIB, f"VmRSS grew {grown / MIB:.0f} MiB"
-        fits = pool // frame  # 2 with the defaults: 256 MiB holds two 100 MiB frames
-        assert sum(s.done.is_set() for s in senders) == fits, [s.left for s in senders]
-        # Memory comes back: the first two clients go away, the waiting ones finish.
-        for s in senders[:fits]:
+        # The pool, plus the oldest frame, which may always read on (so that frames cannot
+        # deadlock), plus the allocator's slack; never all four frames.
+        assert grown <= pool + frame + 32 * MIB, f"VmRSS grew {grown / MIB:.0f} MiB"
+        done = [s for s in senders if s.done.is_set()]
+        assert 1 <= len(done) < len(senders), [s.left for s in senders]
+        # Memory comes back: the clients that got their frames in go away, and the waiting
+        # ones finish (each in turn the oldest, or in room the others left).
+        for s in done:
             s.sock.close()
-        for s in senders[fits:]:
-            s.finish()
-            assert s.answered()
+        for s in senders:
+            if s not in done:
+                s.finish()
+                assert s.answered()
     finally:
         for s in senders:
             s.sock.close()

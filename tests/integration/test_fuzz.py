@@ -10,9 +10,9 @@ holds no traceback and no ERROR line since the previous example.
 
 What the broker must do with each kind of input (raftlog/broker/connection.py): an unparseable
 frame is answered with an error if its correlation id can be read, and the connection is
-closed; a well-framed request with bad content gets an error response and the connection stays
-open; a produce whose batch fails validation gets CorruptRecordError for that partition and
-appends nothing.
+closed (a frame over the size limit once its rest has arrived and been dropped); a well-framed
+request with bad content gets an error response and the connection stays open; a produce
+whose batch fails validation gets CorruptRecordError for that partition and appends nothing.
 
 RAFTLOG_SLOW=1 runs ten times as many examples.
 """
@@ -34,8 +34,14 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from raftlog import protocol
+from raftlog.broker.connection import OVERSIZED_HEADER_BYTES_MAX
 from raftlog.client import Admin, Producer, TopicPartition
-from raftlog.errors import CorruptRecordError, UnsupportedVersionError
+from raftlog.errors import (
+    CorruptRecordError,
+    InvalidRequestError,
+    RecordTooLargeError,
+    UnsupportedVersionError,
+)
 from raftlog.records import CHECKSUMMED_FROM, LENGTH_AT, MAGIC_AT, encode_batch, iter_records
 from tests.integration._support import (
     BrokerProcess,
@@ -459,17 +465,66 @@ def test_truncated_frame_then_close(
             assert_responses(raw.drain_until_closed())
 
 
+def oversized_outcome(claimed: int, tail: bytes) -> tuple[str, int | None, Any]:
+    """What the broker must do with a frame over the limit whose bytes after its length field
+    begin with `tail` (raftlog/broker/connection.py): answer the header's correlation id, close
+    at once (a header it cannot read), or wait for more (until the frame's deadline)."""
+    if len(tail) < 4:
+        return "wait", None, None
+    header_length = int.from_bytes(tail[:4], "little")
+    if header_length > min(OVERSIZED_HEADER_BYTES_MAX, claimed - 4):
+        return "close", None, None
+    if len(tail) < 4 + header_length:
+        return "wait", None, None
+    try:
+        header = msgpack.unpackb(tail[4 : 4 + header_length], raw=False, strict_map_key=False)
+    except Exception:
+        return "close", None, None
+    if isinstance(header, list) and len(header) > 2 and type(header[2]) is int:
+        return "answer", header[2], header[0]
+    return "close", None, None
+
+
 @examples(150)
-@given(claimed=st.integers(LIMIT + 1, 2**32 - 1), tail=st.binary(max_size=4096))
+@given(
+    claimed=st.integers(LIMIT + 1, 2**32 - 1),
+    tail=st.one_of(
+        st.binary(max_size=4096),
+        # A header that reads: the broker answers it.
+        st.builds(
+            lambda api, corr, body, rest: (
+                struct.pack("<I", len(h := msgpack.packb([api, 0, corr, "fuzz", body]))) + h + rest
+            ),
+            st.integers(0, 30),
+            st.integers(0, 2**32 - 1),
+            st.dictionaries(st.sampled_from(FIELD_NAMES), scalars, max_size=3),
+            st.binary(max_size=64),
+        ),
+    ),
+)
 @example(claimed=200 * 1024 * 1024, tail=b"")
 @example(claimed=LIMIT + 1, tail=b"\x00" * 4096)
-def test_frame_over_the_size_limit_closes_the_connection(
+def test_frame_over_the_size_limit_is_answered_or_closed_never_buffered(
     env: FuzzEnv, claimed: int, tail: bytes
 ) -> None:
+    outcome, corr, api = oversized_outcome(claimed, tail)
     with env.example(), open_raw(env) as raw:
         send_ignoring_close(raw, struct.pack("<I", claimed) + tail)
-        # Refused when the prefix arrives: the broker closes without reading the rest.
-        assert raw.drain_until_closed() == []
+        if outcome == "close":
+            assert raw.drain_until_closed() == []
+        elif outcome == "answer":
+            got, body, _ = raw.recv_response()
+            assert got == corr, (got, body)
+            produce = type(api) is int and api == protocol.ApiKey.PRODUCE
+            code = RecordTooLargeError.code if produce else InvalidRequestError.code
+            assert body["error"] == code, body
+            assert (
+                f"frame of {claimed} bytes (after its length field) exceeds broker 1's "
+                f"request_bytes_max={LIMIT}"
+            ) in body["message"], body
+            # The rest would be dropped as it came; it never comes, and we hang up.
+        else:
+            assert raw.response_pending(within_s=0.2), "answered a header it had not read"
 
 
 # Bits outside these ranges are the base offset and leader epoch, which the broker overwrites.

@@ -25,7 +25,12 @@ from pathlib import Path
 
 import pytest
 
-from raftlog.cli.dev_cmd import RAFT_PORT_OFFSET, free_ports, write_node_config
+from raftlog.cli.dev_cmd import (
+    RAFT_PORT_OFFSET,
+    REPLICATION_PORT_OFFSET,
+    free_ports,
+    write_node_config,
+)
 from raftlog.client import Admin
 from raftlog.errors import RaftlogError
 from tests.integration._support import (
@@ -105,12 +110,14 @@ def test_a_taken_port_fails_the_node_at_once_naming_it(tmp_path: Path, which: st
 
 
 def contiguous_ports(n: int) -> int:
-    """A base port with base..base+n-1 and base+100..base+100+n-1 free right now."""
+    """A base port with the n client, Raft and replication ports `raftlog dev --port base`
+    takes (base.., base+100.., base+200..) free right now."""
     for _ in range(50):
         base = free_ports(1, HOST)[0]
-        if base + RAFT_PORT_OFFSET + n > 65535:
+        if base + REPLICATION_PORT_OFFSET + n > 65535:
             continue
-        ports = [base + i for i in range(n)] + [base + RAFT_PORT_OFFSET + i for i in range(n)]
+        offsets = (0, RAFT_PORT_OFFSET, REPLICATION_PORT_OFFSET)
+        ports = [base + offset + i for offset in offsets for i in range(n)]
         socks = []
         try:
             for p in ports:

@@ -1,6 +1,7 @@
 """The broker's Connection with a real Broker and stand-in transports (or a real socket, for
-sendfile): internal errors versus malformed requests, the request memory pool, connection
-limits, idle connections, and file slices whose segment changes before they are sent."""
+sendfile): internal errors versus malformed requests, the request memory pool, frames over the
+limit, the frame deadline, the replication listener, connection limits, idle connections, and
+file slices whose segment changes before they are sent."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 import logging
 import os
 import socket
+import struct
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,13 +18,20 @@ import pytest
 
 from raftlog import protocol
 from raftlog.broker import connection as connection_module
-from raftlog.broker.connection import Connection, Response
+from raftlog.broker.connection import Connection, Listener, Response
+from raftlog.broker.request_memory import READ_BYTES
 from raftlog.broker.server import Broker, BrokerConfig
-from raftlog.errors import InvalidRequestError, PolicyViolationError, RaftlogError
+from raftlog.errors import (
+    InvalidRequestError,
+    PolicyViolationError,
+    RaftlogError,
+    RecordTooLargeError,
+)
 from raftlog.storage import FileSlice
 
 API_VERSIONS = int(protocol.ApiKey.API_VERSIONS)
 FETCH = int(protocol.ApiKey.FETCH)
+PRODUCE = int(protocol.ApiKey.PRODUCE)
 # Deadline for state the event loop reaches within a few iterations.
 WAIT_S = 5.0
 
@@ -203,7 +212,7 @@ def frame_rest(total: int) -> bytes:
     return b"\0" * (total - len(frame_prefix(total)))
 
 
-async def test_a_frame_reserves_its_size_and_waits_when_the_pool_is_full(
+async def test_a_frame_reserves_what_it_lacks_and_waits_when_the_pool_is_full(
     make_broker: Callable[..., Broker],
 ) -> None:
     broker = make_broker(queued_request_bytes_max=100_000, request_bytes_max=60_000)
@@ -211,7 +220,8 @@ async def test_a_frame_reserves_its_size_and_waits_when_the_pool_is_full(
     a, b, c = connect(broker, port=1), connect(broker, port=2), connect(broker, port=3)
     a.data_received(frame_prefix(50_000))
     b.data_received(frame_prefix(40_000))
-    assert memory.used == 90_000  # both frames reserved whole, before their bytes arrive
+    # What each frame lacks is reserved (less than one socket read here), before it arrives.
+    assert memory.used == 90_000
     assert transport(a).reading and transport(b).reading
     c.data_received(frame_prefix(30_000))
     assert not transport(c).reading, "a frame that does not fit must stop its reader"
@@ -220,6 +230,26 @@ async def test_a_frame_reserves_its_size_and_waits_when_the_pool_is_full(
     assert [corr for corr, _, _ in transport(a).responses()] == [1]
     assert transport(c).reading, "released memory must wake the waiting reader"
     assert memory.used == 40_000 + 30_000
+
+
+async def test_an_announced_frame_reserves_one_read_not_its_length(
+    make_broker: Callable[..., Broker],
+) -> None:
+    """Issue 21: three connections announcing a third of the pool each, then sending nothing,
+    used to reserve all of it; the next request that came in two reads found no room."""
+    broker = make_broker()  # the defaults: 256 MiB pool, 100 MiB frames
+    pool = broker.config.queued_request_bytes_max
+    attackers = [connect(broker, port=p) for p in (1, 2, 3)]
+    for conn in attackers:
+        conn.data_received(frame_prefix(pool // 3))
+    memory = broker.connections.memory
+    assert memory.used == 3 * (len(frame_prefix(pool // 3)) + READ_BYTES)
+    client = connect(broker, port=4)
+    whole = request(API_VERSIONS, 7, {}, b"x" * 1_000_000)
+    client.data_received(whole[: len(whole) // 2])
+    assert transport(client).reading
+    client.data_received(whole[len(whole) // 2 :])
+    assert [corr for corr, _, _ in transport(client).responses()] == [7]
 
 
 async def test_a_closed_connection_releases_its_reservation(
@@ -235,20 +265,174 @@ async def test_a_closed_connection_releases_its_reservation(
     assert broker.connections.memory.used == 60_000
 
 
+async def test_the_oldest_frame_reads_on_when_partial_frames_fill_the_pool(
+    make_broker: Callable[..., Broker],
+) -> None:
+    """Counting bytes as they come lets partial frames fill the pool; the oldest one may
+    always read on, so they complete one after another instead of waiting for each other."""
+    broker = make_broker(queued_request_bytes_max=100_000, request_bytes_max=60_000)
+    memory = broker.connections.memory
+    conns = [connect(broker, port=p) for p in range(1, 5)]
+    half = frame_prefix(60_000) + b"\0" * 20_000
+    for conn in conns:
+        conn.data_received(half)
+    assert memory.used > memory.bytes_max - 20_000  # full of halves
+    assert transport(conns[0]).reading  # the oldest
+    assert not any(transport(c).reading for c in conns[2:])
+    for i, conn in enumerate(conns):
+        assert transport(conn).reading, f"connection {i} never got to read on"
+        conn.data_received(b"\0" * (60_000 - len(half)))
+        assert [corr for corr, _, _ in transport(conn).responses()] == [1]
+    assert memory.used == 0
+
+
 async def test_a_frame_larger_than_the_pool_is_refused(
     make_broker: Callable[..., Broker], caplog: pytest.LogCaptureFixture
 ) -> None:
     broker = make_broker(queued_request_bytes_max=50_000, request_bytes_max=200_000)
     conn = connect(broker)
     conn.data_received(frame_prefix(60_000))
+    [(corr, body, _)] = transport(conn).responses()
+    assert corr == 1 and body["error"] == InvalidRequestError.code
+    assert body["message"] == (
+        "a API_VERSIONS frame of 59996 bytes (after its length field) exceeds broker 1's "
+        "queued_request_bytes_max=50000 (all connections' request bytes)"
+    )
+    conn.data_received(frame_rest(60_000))  # read and dropped, then the connection closes
     assert transport(conn).closed
-    assert any(
-        "frame of 59996 bytes exceeds the limit of 50000: queued_request_bytes_max=50000"
-        in r.getMessage()
-        for r in caplog.records
-    ), [r.getMessage() for r in caplog.records]
+    assert any(body["message"] in r.getMessage() for r in caplog.records)
     conn.connection_lost(None)
     assert broker.connections.memory.used == 0
+
+
+# -- frames over the limit ------------------------------------------------------------------
+
+
+async def test_an_oversized_produce_is_answered_then_dropped_unbuffered_then_closed(
+    make_broker: Callable[..., Broker],
+) -> None:
+    broker = make_broker(request_bytes_max=10_000)
+    conn = connect(broker)
+    conn.data_received(request(API_VERSIONS, 1, {}))  # answered as usual first
+    big = request(PRODUCE, 2, {"acks": -1, "timeout_ms": 1000, "topics": []}, b"r" * 50_000)
+    conn.data_received(big[:3000])
+    # Answered at once, from the header, before the rest arrives.
+    (_, first, _), (corr, body, _) = transport(conn).responses()
+    assert "apis" in first and first["request_bytes_max"] == 10_000
+    assert corr == 2 and body["error"] == RecordTooLargeError.code, body
+    assert body["message"] == (
+        f"a PRODUCE frame of {len(big) - 4} bytes (after its length field) exceeds broker 1's "
+        "request_bytes_max=10000"
+    )
+    for at in range(3000, len(big), 7000):
+        assert not transport(conn).closed
+        conn.data_received(big[at : at + 7000])
+        assert conn._decoder.buffered_bytes == 0  # dropped, never buffered
+        assert broker.connections.memory.used == 0
+    assert transport(conn).closed  # once the whole frame is read
+    assert len(transport(conn).responses()) == 2
+
+
+async def test_an_oversized_frame_whose_header_cannot_be_read_closes_at_once(
+    make_broker: Callable[..., Broker],
+) -> None:
+    broker = make_broker(request_bytes_max=10_000)
+    conn = connect(broker)
+    # A header length beyond what is read of an oversized frame (OVERSIZED_HEADER_BYTES_MAX).
+    conn.data_received(struct.pack("<II", 10**6, 200_000))
+    assert transport(conn).closed and transport(conn).responses() == []
+
+
+# -- the frame deadline (request_receive_ms_max) --------------------------------------------
+
+
+async def test_a_frame_that_does_not_arrive_in_time_closes_its_connection(
+    make_broker: Callable[..., Broker], caplog: pytest.LogCaptureFixture
+) -> None:
+    broker = make_broker(request_receive_ms_max=50)
+    slow, fast = connect(broker, port=1), connect(broker, port=2)
+    slow.data_received(frame_prefix(5000))
+    whole = request(API_VERSIONS, 3, {})
+    fast.data_received(whole[:5])
+    fast.data_received(whole[5:])  # complete in time: its timer stops
+
+    async def closed() -> None:
+        while not transport(slow).closed:
+            slow.data_received(b"\0")  # trickling does not help
+            await asyncio.sleep(0.01)
+
+    started = asyncio.get_running_loop().time()
+    await asyncio.wait_for(closed(), WAIT_S)
+    assert asyncio.get_running_loop().time() - started >= 0.04
+    assert not transport(fast).closed
+    [line] = [r.getMessage() for r in caplog.records if "request_receive_ms_max" in r.getMessage()]
+    assert line.startswith(
+        "closing connection from 127.0.0.1:1: its frame of 5000 bytes did not arrive within "
+        "request_receive_ms_max=50 ("
+    ), line
+    # What it held is back at once, not when its transport has flushed and gone.
+    assert broker.connections.memory.used == 0 and broker.connections.memory.oldest is None
+
+
+async def test_slow_frame_closes_are_logged_a_few_per_interval_then_counted(
+    make_broker: Callable[..., Broker],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(connection_module, "SLOW_FRAME_LOG_INTERVAL_S", 0.2)
+    broker = make_broker(request_receive_ms_max=20)
+    conns = [connect(broker, port=p) for p in range(1, 31)]
+    for conn in conns:
+        conn.data_received(frame_prefix(5000))
+
+    def lines() -> list[str]:
+        messages = [r.getMessage() for r in caplog.records]
+        return [m for m in messages if "request_receive_ms_max" in m]
+
+    async def summary() -> None:
+        while len(lines()) <= connection_module.SLOW_FRAME_LOG_BURST:
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(summary(), WAIT_S)
+    got = lines()
+    assert all(transport(c).closed for c in conns)
+    assert len(got) == connection_module.SLOW_FRAME_LOG_BURST + 1, got
+    assert got[-1].startswith(
+        f"closed {30 - connection_module.SLOW_FRAME_LOG_BURST} more connections in the last"
+    ), got[-1]
+
+
+# -- the replication listener ---------------------------------------------------------------
+
+
+async def test_the_replication_listener_serves_followers_only(
+    make_broker: Callable[..., Broker],
+) -> None:
+    broker = make_broker(queued_request_bytes_max=100_000, request_bytes_max=60_000)
+    conn = Connection(broker, Listener.REPLICATION)
+    conn.connection_made(FakeTransport())
+    assert conn.connections is broker.replication_connections
+    produce = {"acks": 1, "timeout_ms": 1000, "topics": []}
+    consumer_fetch = {"replica_id": -1, "max_wait_ms": 0, "topics": []}
+    follower_fetch = {"replica_id": 2, "replica_epoch": 1, "max_wait_ms": 0, "topics": []}
+    conn.data_received(
+        request(API_VERSIONS, 1, {})
+        + request(PRODUCE, 2, produce)
+        + request(FETCH, 3, consumer_fetch)
+        + request(FETCH, 4, follower_fetch)
+    )
+    versions, refused_produce, refused_fetch, fetched = transport(conn).responses()
+    assert versions[1]["request_bytes_max"] == 60_000
+    for (_, body, _), what in ((refused_produce, "PRODUCE"), (refused_fetch, "consumer's FETCH")):
+        assert body["error"] == InvalidRequestError.code
+        assert "replication listener serves only followers" in body["message"], body
+        assert what in body["message"] and "client listener" in body["message"], body
+    assert fetched[1] == {"topics": []}
+    # Its own pool: a client connection filling the client pool leaves it untouched.
+    client = connect(broker)
+    client.data_received(frame_prefix(60_000))
+    assert broker.connections.memory.used == 60_000
+    assert broker.replication_connections.memory.used == 0
 
 
 # -- connection limits ----------------------------------------------------------------------

@@ -15,10 +15,12 @@ from raftlog import protocol
 from raftlog.client.connection import FIRST_CORRELATION_ID, BrokerConnection
 from raftlog.errors import (
     BrokerNotAvailableError,
+    InvalidRequestError,
     NotABrokerError,
     PolicyViolationError,
     RaftlogError,
     RaftlogTimeoutError,
+    RecordTooLargeError,
 )
 
 Outcome = tuple[dict[str, Any] | None, RaftlogError | None]
@@ -306,3 +308,49 @@ async def test_a_request_cancelled_as_its_answer_arrives_is_cancelled(
     with pytest.raises(asyncio.CancelledError):
         await task
     conn.close()
+
+
+async def test_a_request_over_the_brokers_limit_is_refused_before_it_is_sent() -> None:
+    """The client learns the broker's request_bytes_max from ApiVersions and refuses a larger
+    request at once, naming both sizes, instead of sending it to have the connection closed."""
+    seen: list[tuple[int, int]] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        decoder = protocol.FrameDecoder(1 << 31)
+        while data := await reader.read(1 << 16):
+            decoder.feed(data)
+            while (frame := decoder.next_frame()) is not None:
+                api, _, corr = frame[0][:3]
+                seen.append((api, len(frame[1])))
+                body = {"apis": [], "request_bytes_max": 1000} if api == 0 else {"ok": corr}
+                writer.writelines(protocol.encode_response(corr, body))
+        writer.close()
+
+    srv = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    conn = await BrokerConnection.connect("127.0.0.1", port, "test")
+    try:
+        assert not conn.limits_learned
+        await conn.learn_limits(5.0)
+        assert conn.limits_learned and conn.request_bytes_max == 1000
+        outcomes, callback, _ = await _outcomes(1)
+        template = protocol.ProduceTemplate("test", 1, 1000, "t", 0)
+        big = b"x" * 2000
+        with pytest.raises(RecordTooLargeError) as e:
+            conn.queue_produce(template, [big], len(big), callback, 1.0)
+        assert f"a PRODUCE request of {template.frame_length(len(big))} bytes is over broker " in (
+            str(e.value)
+        )
+        assert f"127.0.0.1:{port}'s request_bytes_max=1000" in str(e.value)
+        produce = {"acks": 1, "timeout_ms": 1000, "topics": [["t", [[0, len(big)]]]]}
+        with pytest.raises(RecordTooLargeError):
+            conn.queue_request(protocol.ApiKey.PRODUCE, produce, [big], callback, 1.0)
+        with pytest.raises(InvalidRequestError, match="a METADATA request of"):
+            conn.send(protocol.ApiKey.METADATA, {"topics": ["t" * 2000]})
+        assert conn.in_flight == 0 and outcomes == []  # nothing registered, nothing sent
+        body, _ = await conn.request(protocol.ApiKey.METADATA, {}, (), 5.0)
+        assert body["ok"] > 0
+        assert seen == [(0, 0), (1, 0)]
+    finally:
+        conn.close()
+        srv.close()

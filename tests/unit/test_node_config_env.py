@@ -32,6 +32,8 @@ def test_environment_variables_override_the_toml(tmp_path: Path) -> None:
         "RAFTLOG_ADVERTISED_LISTENER": "b:9092",
         "RAFTLOG_EXTERNAL_LISTENER": "0.0.0.0:9094",
         "RAFTLOG_EXTERNAL_ADVERTISED_LISTENER": "127.0.0.1:19093",
+        "RAFTLOG_REPLICATION_LISTENER": "0.0.0.0:9095",
+        "RAFTLOG_REQUEST_RECEIVE_MS_MAX": "5000",
         "RAFTLOG_AUTO_CREATE_TOPICS": "true",
         "RAFTLOG_BOOTSTRAP": "ignored:1",  # the clients' variable, no node setting
     }
@@ -43,15 +45,26 @@ def test_environment_variables_override_the_toml(tmp_path: Path) -> None:
     }
     assert c.listener_address() == ("0.0.0.0", 9092)
     assert c.advertised(9092) == ("b", 9092)
-    assert c.listener_address(external=True) == ("0.0.0.0", 9094)
-    assert c.advertised(9094, external=True) == ("127.0.0.1", 19093)
+    assert c.listener_address("external") == ("0.0.0.0", 9094)
+    assert c.advertised(9094, "external") == ("127.0.0.1", 19093)
+    # A replication listener on every address is named by the client's advertised host.
+    assert c.listener_address("replication") == ("0.0.0.0", 9095)
+    assert c.advertised(9095, "replication") == ("b", 9095)
+    assert c.broker_settings() == {"request_receive_ms_max": 5000}
     # Without an environment (the tests' harness, `raftlog dev`), the file alone counts.
     assert NodeConfig.load(path).node_id == 9
 
 
 def test_without_advertised_listeners_the_bound_ones_are_named(tmp_path: Path) -> None:
-    c = NodeConfig(node_id=1, data_dir="/d", controller_voters=["1@a:1"], client_listener="h:0")
+    c = NodeConfig(
+        node_id=1,
+        data_dir="/d",
+        controller_voters=["1@a:1"],
+        client_listener="h:0",
+        replication_listener="r:0",
+    )
     assert c.advertised(4321) == ("h", 4321)
+    assert c.advertised(4322, "replication") == ("r", 4322)
 
 
 @pytest.mark.parametrize(
@@ -72,13 +85,14 @@ def test_bad_variables_are_refused_naming_them(
         NodeConfig.load(path, {variable: value})
 
 
-def test_an_external_advertised_listener_needs_an_external_listener() -> None:
-    with pytest.raises(InvalidConfigError, match="external_listener is not"):
+@pytest.mark.parametrize("kind", ["external", "replication"])
+def test_an_advertised_listener_needs_its_listener(kind: str) -> None:
+    with pytest.raises(InvalidConfigError, match=f"{kind}_listener is not"):
         NodeConfig(
             node_id=1,
             data_dir="/d",
             controller_voters=["1@a:1"],
-            external_advertised_listener="127.0.0.1:1",
+            **{f"{kind}_advertised_listener": "127.0.0.1:1"},  # type: ignore[arg-type]
         )
 
 

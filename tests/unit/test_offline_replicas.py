@@ -136,6 +136,7 @@ def test_describe_cluster_names_every_field() -> None:
         "host": "127.0.0.1",
         "port": 9001,
         "external": None,
+        "replication": None,
         "rack": None,
         "broker_epoch": epochs[1],
         "fenced": False,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+
 import msgpack
 import pytest
 from hypothesis import given
@@ -143,16 +145,56 @@ def test_a_header_length_that_cannot_fit_is_refused_before_the_frame_arrives() -
         dec.next_frame()
 
 
-def test_pending_frame_bytes_is_the_whole_frame_once_its_prefix_is_in() -> None:
-    frame = _request(1, b"p" * 1000)
+def test_partial_frame_names_the_incomplete_frame_at_the_end_of_the_buffer() -> None:
+    first, second = _request(1, b"p" * 1000), _request(2, b"q" * 10)
     dec = FrameDecoder()
-    dec.feed(frame[:3])
-    assert dec.pending_frame_bytes == 3  # no length yet: what is held
-    dec.feed(frame[3:10])
-    assert dec.pending_frame_bytes == len(frame)
-    dec.feed(frame[10:] + frame[:2])
+    assert dec.partial_frame() is None
+    dec.feed(first[:3])
+    assert dec.partial_frame() == (0, 0, 3)  # no length yet
+    assert dec.partial_frame().missing_bytes == 5  # type: ignore[union-attr]  # its prefix
+    dec.feed(first[3:10])
+    assert dec.partial_frame() == (0, len(first), 10)
+    dec.feed(first[10:] + second[:5])
+    # A whole frame not taken yet is stepped over: the partial one is frame number 1.
+    assert dec.partial_frame() == (1, len(second), 5)
     assert dec.next_frame() is not None
-    assert dec.pending_frame_bytes == 2
+    dec.feed(second[5:])
+    assert dec.partial_frame() is None
+    assert dec.next_frame() is not None
+
+
+def test_an_oversized_frame_is_refused_with_its_header_and_its_rest_dropped() -> None:
+    big = _request(7, b"x" * 5000)
+    after = _request(8)
+    dec = FrameDecoder(max_frame_bytes=1000, oversized_header_bytes_max=1024)
+    dec.feed(big[:6])
+    assert dec.next_frame() is None and not dec.has_frame  # its header is not in yet
+    dec.feed(big[6:100])
+    assert dec.has_frame
+    with pytest.raises(protocol.FrameTooLargeError) as e:
+        dec.next_frame()
+    assert e.value.frame_bytes == len(big) and e.value.limit_bytes == 1000
+    assert protocol.parse_request_header(e.value.header)[2] == 7
+    assert dec.buffered_bytes == 0 and dec.discarding_bytes == len(big) - 100
+    dec.feed(big[100:3000])
+    assert dec.buffered_bytes == 0 and dec.discarding_bytes == len(big) - 3000
+    dec.feed(big[3000:] + after)  # the stream goes on after it
+    assert dec.discarding_bytes == 0
+    frame = dec.next_frame()
+    assert frame is not None and protocol.parse_request_header(frame[0])[2] == 8
+
+
+@pytest.mark.parametrize(
+    "header_length, why", [(5000, "longer than what is read"), (2, "not msgpack")]
+)
+def test_an_oversized_frame_without_a_readable_header_is_refused_without_one(
+    header_length: int, why: str
+) -> None:
+    dec = FrameDecoder(max_frame_bytes=1000, oversized_header_bytes_max=4096)
+    dec.feed(struct.pack("<II", 100_000, header_length) + b"\xc1\xc1")
+    with pytest.raises(protocol.FrameTooLargeError) as e:
+        dec.next_frame()
+    assert e.value.header is None, why
 
 
 # -- request body shapes -------------------------------------------------------------------

@@ -23,7 +23,16 @@ def handle_api_versions(
     broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
 ) -> Response:
     apis = [[k, lo, hi] for k, (lo, hi) in sorted(protocol.SUPPORTED_VERSIONS.items())]
-    return Response({"apis": apis, "server_version": __version__, "node_id": broker.config.node_id})
+    return Response(
+        {
+            "apis": apis,
+            "server_version": __version__,
+            "node_id": broker.config.node_id,
+            # The largest frame_length this listener reads: clients refuse bigger requests
+            # before sending them (RecordTooLargeError) instead of having them refused.
+            "request_bytes_max": conn.connections.frame_bytes_max,
+        }
+    )
 
 
 def handle_metadata(
