@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 VERSION = 0
 
@@ -33,6 +34,26 @@ def fsync_dir(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+# fsyncs of many small files at once (`fsync_paths`): fsync releases the GIL, and the disk
+# serves several at a time far faster than one after another.
+_SYNC_POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="raftlog-fsync")
+
+
+def _fsync_path(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_paths(paths: Iterable[str]) -> None:
+    """fsync every file and directory of `paths`, several at a time; raises the first
+    OSError (the others are still tried)."""
+    for _ in _SYNC_POOL.map(_fsync_path, list(dict.fromkeys(paths))):
+        pass
 
 
 def atomic_write(path: str, data: bytes, fsync: bool = True) -> None:
@@ -55,10 +76,10 @@ def atomic_write(path: str, data: bytes, fsync: bool = True) -> None:
         fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
-def write_entries(path: str, entries: Sequence[Sequence[int]]) -> None:
+def write_entries(path: str, entries: Sequence[Sequence[int]], fsync: bool = True) -> None:
     lines = [str(VERSION), str(len(entries))]
     lines.extend(" ".join(str(v) for v in entry) for entry in entries)
-    atomic_write(path, ("\n".join(lines) + "\n").encode())
+    atomic_write(path, ("\n".join(lines) + "\n").encode(), fsync)
 
 
 def read_entries(path: str, width: int) -> list[tuple[int, ...]] | None:

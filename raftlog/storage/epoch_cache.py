@@ -4,24 +4,29 @@ A follower that restarts or changes leader asks the leader "where does my epoch 
 log?" (`end_offset_for_epoch`) and truncates to the answer; this replaces early Kafka's
 truncate-to-high-watermark, which could lose committed records.
 
-Entries are (epoch, start_offset) with both strictly increasing. The cache is persisted with the
-checkpoint format (`checkpoint.py`, entries "epoch start_offset") on every change; changes are
-rare (one per leader election), so each costs an fsync without hurting throughput. The cache is
-derived data: every batch carries its partition leader epoch, so the log can rebuild it when the
-file is missing or corrupt.
+Entries are (epoch, start_offset) with both strictly increasing. The cache is written with the
+checkpoint format (`checkpoint.py`, entries "epoch start_offset") on every change, atomically
+(a temporary file renamed over it) but without an fsync; `sync()` makes it durable, and the
+log calls it before its recovery point moves (a flush, a roll, a close): the file on disk is
+right for every offset below the recovery point. Above it, recovery walks every batch anyway
+and rebuilds the cache's tail from their epochs. So an election costs no fsync (a broker
+taking over 3,000 partitions used to spend seconds of its event loop on them), and nothing
+durable is described wrongly. The cache is derived data: every batch carries its partition
+leader epoch, so the log can rebuild it when the file is missing or corrupt.
 
-Rules: an epoch is written to the file before any batch of that epoch is written, so the file
-never lacks an epoch that the log holds; a new leader's epoch may wait in memory until then
-(`assign(..., persist=False)`); after a crash, entries beyond the log end are dropped on
-recovery (`truncate_from_end`).
+Rules: an epoch is written to the file (not necessarily fsynced) before any batch of that epoch
+is written; a new leader's epoch may wait in memory until then (`assign(..., persist=False)`);
+the file is fsynced before the recovery point passes an offset it describes; after a crash,
+entries at or beyond the first batch recovery checks are replaced by what the batches say.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 from bisect import bisect_left, bisect_right
 
-from raftlog.storage.checkpoint import read_entries, write_entries
+from raftlog.storage.checkpoint import fsync_dir, read_entries, write_entries
 
 UNDEFINED_EPOCH = -1
 UNDEFINED_OFFSET = -1
@@ -37,8 +42,9 @@ class LeaderEpochCache:
             self._epochs.append(epoch)
             self._starts.append(start)
         # The file holds exactly these entries (loaded or written by this object): a change
-        # that leaves them as they are writes nothing.
+        # that leaves them as they are writes nothing. `_synced`: and it is fsynced.
         self._on_disk = False
+        self._synced = False
 
     @classmethod
     def load(cls, path: str) -> LeaderEpochCache:
@@ -56,8 +62,16 @@ class LeaderEpochCache:
                     f"{path}: entries ({e0}, {s0}) then ({e1}, {s1}) do not both increase"
                 )
         cache = cls(path, entries)
-        # No file reads as an empty cache, and an empty cache needs no file.
-        cache._on_disk = True
+        # No file reads as an empty cache, and an empty cache needs no file. What was read is
+        # taken as durable: recovery replaces the part above the recovery point.
+        cache._on_disk = cache._synced = True
+        return cache
+
+    @classmethod
+    def new(cls, path: str) -> LeaderEpochCache:
+        """The empty cache of a new log, whose file does not exist (and need not)."""
+        cache = cls(path)
+        cache._on_disk = cache._synced = True
         return cache
 
     def entries(self) -> list[tuple[int, int]]:
@@ -93,7 +107,7 @@ class LeaderEpochCache:
             self._commit(epochs, starts)
         else:
             self._epochs, self._starts = epochs, starts
-            self._on_disk = False
+            self._on_disk = self._synced = False
         return True
 
     @property
@@ -102,10 +116,30 @@ class LeaderEpochCache:
         return not self._on_disk
 
     def persist(self) -> None:
-        """Write the file if it lacks what memory holds (raises OSError)."""
+        """Write the file if it lacks what memory holds, without fsync (raises OSError)."""
         if not self._on_disk:
-            write_entries(self.path, list(zip(self._epochs, self._starts, strict=True)))
+            self._synced = False
+            write_entries(
+                self.path, list(zip(self._epochs, self._starts, strict=True)), fsync=False
+            )
             self._on_disk = True
+
+    def sync(self) -> None:
+        """Make the file hold what memory holds, durably (raises OSError)."""
+        if self._synced:
+            return
+        self.persist()
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            fd = -1  # an empty cache never written: nothing to make durable but its absence
+        if fd >= 0:
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(os.path.dirname(os.path.abspath(self.path)))
+        self._synced = True
 
     def end_offset_for_epoch(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
         """(largest epoch <= `epoch` in the cache, the offset where that epoch ends).
@@ -149,7 +183,7 @@ class LeaderEpochCache:
         """Write the new entries, then adopt them: if the write fails (OSError), nothing changed."""
         if self._on_disk and epochs == self._epochs and starts == self._starts:
             return
-        self._on_disk = False
-        write_entries(self.path, list(zip(epochs, starts, strict=True)))
+        self._on_disk = self._synced = False
+        write_entries(self.path, list(zip(epochs, starts, strict=True)), fsync=False)
         self._epochs, self._starts = epochs, starts
         self._on_disk = True

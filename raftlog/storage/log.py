@@ -111,6 +111,7 @@ from raftlog.storage.segment import (
     LogSegment,
     SegmentDamage,
     parse_segment_name,
+    segment_name,
 )
 
 log = logging.getLogger(__name__)
@@ -232,9 +233,6 @@ class PartitionLog:
         # Nothing has changed on disk since open, and the files recover to this very state
         # (the clean marker is there, or the log is new and empty): close just closes them.
         self._unchanged = False
-        # Files written without fsync while the log was unchanged (`write_side_file`): made
-        # durable before its first change, with the directory.
-        self._sync_before_change: list[str] = []
         # The fsync of the segment rolled last, running on _ROLL_FLUSHER, and the recovery
         # point it establishes when it completes.
         self._roll_flush: Future[None] | None = None
@@ -259,8 +257,16 @@ class PartitionLog:
         """
         self = cls(path, config or LogConfig(), clock_ms)
         try:
-            os.makedirs(path, exist_ok=True)
-            self._recover(frozenset(check_segments))
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            try:
+                os.mkdir(path)
+                created = True
+            except FileExistsError:
+                created = False
+            if created:
+                self._create()
+            else:
+                self._recover(frozenset(check_segments))
         except OSError as e:
             # E.g. a full disk: recovery rewrites indices and checkpoints. Close what was opened.
             _close_all(self._segments)
@@ -274,6 +280,26 @@ class PartitionLog:
             _close_all(self._segments)
             raise
         return self
+
+    def _create(self) -> None:
+        """A new log in the new, empty directory: one empty segment and nothing else (no
+        checkpoint, no index, no fsync): what the next open finds recovers to this same empty
+        log, and a broker creating 10,000 partitions makes two files each, not fifteen calls."""
+        seg = LogSegment(
+            self.path,
+            0,
+            os.open(
+                os.path.join(self.path, segment_name(0) + LOG_SUFFIX),
+                os.O_RDWR | os.O_CREAT | os.O_EXCL,
+                0o644,
+            ),
+        )
+        seg.index_interval = self.config.index_interval_bytes
+        self._segments = [seg]
+        self._bases = [0]
+        self.epoch_cache = LeaderEpochCache.new(self.epoch_cache.path)
+        self._unchanged = True
+        log.debug("%s: created", self.name)
 
     def _corrupted(self, damage: SegmentDamage, later_segments: int = -1) -> LogCorruptedError:
         """The error for damage below the recovery point: what, where, and what was kept."""
@@ -434,6 +460,32 @@ class PartitionLog:
         self._delete_segments_below(self._log_start)
         if rebuild_epochs:
             self._rebuild_epoch_cache()
+        else:
+            # The file is right below the recovery point (it is fsynced before the recovery
+            # point moves); from the first batch checked on, the batches say what it holds.
+            runs = [
+                (epoch, start)
+                for seg in unsynced
+                if seg in self._segments
+                for epoch, start in seg.checked_epochs
+                if start < seg.next_offset and epoch != NO_PARTITION_LEADER_EPOCH
+            ]
+            # Only runs that reach into the log (above its start): batches below it are gone
+            # for the log, and so are their epochs.
+            ends = [start for _, start in runs[1:]] + [self._next_offset]
+            walked = [
+                run
+                for run, end in zip(runs, ends[: len(runs)], strict=True)
+                if end > self._log_start
+            ]
+            if walked:
+                cache = self.epoch_cache
+                # An epoch the file starts at the log end describes no batch, and stays as the
+                # running log kept it (an empty log's epoch starts at its end).
+                at_end = [e for e in cache.entries() if e[1] >= self._next_offset]
+                cache.truncate_from_end(walked[0][1])
+                for epoch, start in [*walked, *at_end]:
+                    cache.assign(epoch, start)
         # Epochs starting at or after the log end never wrote a batch here (assigned just before
         # a crash), except in an empty log: there the epoch covering the log start starts at the
         # log end, as the running log keeps it after delete_records_before(log_end).
@@ -449,6 +501,7 @@ class PartitionLog:
             if seg in self._segments and seg.size:
                 os.fdatasync(seg.fd)
                 seg.index.persist(fsync=True)
+        self.epoch_cache.sync()  # before the recovery point moves up over what it describes
         self._recovery_point = self._next_offset
         if self._recovery_point != rp_on_disk:
             self._rp_checkpoint.write(self._recovery_point)
@@ -797,7 +850,8 @@ class PartitionLog:
             self.epoch_cache.assign(epoch, self._next_offset, persist=False)
 
     def _assign_epoch(self, epoch: int, start_offset: int) -> None:
-        """Persist a new epoch before any batch of it is written (epoch_cache.py's rule)."""
+        """Write a new epoch to the cache's file before any batch of it is written
+        (epoch_cache.py's rules; fsynced before the recovery point passes it)."""
         try:
             self.epoch_cache.assign(epoch, start_offset)
         except OSError as e:
@@ -820,7 +874,9 @@ class PartitionLog:
         `iov` holds two buffers per batch (leader: stamp + body) or one buffer for all of
         them (follower). The whole append is one unit: if any part fails, all of it is undone.
         """
-        self._begin_change()
+        # Appends leave the clean-shutdown marker: it still tells the truth about every byte
+        # below the offset it holds, and recovery checks everything above the recovery point.
+        self._unchanged = False
         if self.epoch_cache.unpersisted:
             try:
                 self.epoch_cache.persist()
@@ -977,6 +1033,9 @@ class PartitionLog:
         self._finish_roll_flush()  # at most one rolled segment in flight
         old = self._segments[-1]
         try:
+            # The rolled segment's fsync moves the recovery point past it: the epoch cache
+            # describing it must be durable first (rarely an fsync: it changes at elections).
+            self.epoch_cache.sync()
             new = LogSegment.create(
                 self.path, self._next_offset if base_offset is None else base_offset
             )
@@ -1109,42 +1168,48 @@ class PartitionLog:
             raise LogOfflineError(str(self._offline))
 
     def _begin_change(self) -> None:
-        """Before the first change to the log's files after open: remove the clean-shutdown
-        marker if there is one (and make that durable), since from now on a crash is not a
-        clean shutdown. Free afterwards."""
-        if not self._unchanged:
+        """Before bytes already written change (a truncation, a new log start): remove the
+        clean-shutdown marker if it is still there (and make that durable), since it would
+        vouch for bytes below its offset that are no longer the ones it saw. Appends need
+        not: they only add bytes above it. Free once done."""
+        self._unchanged = False
+        if not self._clean_marker:
             return
         try:
-            if self._clean_marker:
-                self._clean_checkpoint.remove()
-            for path in self._sync_before_change:
-                fd = os.open(path, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-            if self._clean_marker or self._sync_before_change:
-                fsync_dir(self.path)
+            self._clean_checkpoint.remove()
+            fsync_dir(self.path)
         except OSError as e:
             raise StorageError(
-                f"{self.name}: making its files durable before a change failed "
+                f"{self.name}: removing {self._clean_checkpoint.path} before a change failed "
                 f"({os_error_text(e)}); nothing changed"
             ) from e
         self._clean_marker = False
-        self._sync_before_change = []
-        self._unchanged = False
 
-    def write_side_file(self, name: str, data: bytes) -> None:
-        """Write a small file of the owner's into the log's directory (the broker's topic id),
-        atomically. While the log is unchanged since open, without fsync: the file is made
-        durable before the log's first change, so it is on disk before any record is; a new
-        partition costs no fsync until it is written to. Raises OSError."""
+    def write_side_file(self, name: str, data: bytes, sync: bool = True) -> str:
+        """Write a small file of the owner's into the log's directory (the broker's topic
+        id); returns its path. Into a new, empty log it is written in place (torn, it can only
+        describe an empty log, and the owner then drops the directory), else atomically.
+        `sync=False` leaves the fsync to the caller (`fsync_paths`, for many logs at once).
+        Raises OSError."""
         path = os.path.join(self.path, name)
-        if self._unchanged:
-            atomic_write(path, data, fsync=False)
-            self._sync_before_change.append(path)
-        else:
-            atomic_write(path, data)
+        if not self._unchanged or self._next_offset:
+            atomic_write(path, data, sync)
+            return path
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            if os.write(fd, data) != len(data):
+                raise OSError(errno.ENOSPC, f"short write to {path}")
+            if sync:
+                os.fsync(fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(path)  # no half-written file left behind
+            raise
+        finally:
+            os.close(fd)
+        if sync:
+            fsync_dir(self.path)
+        return path
 
     # -- flushing ------------------------------------------------------------------------------
 
@@ -1153,6 +1218,7 @@ class PartitionLog:
         self._check_writable()
         self._finish_roll_flush()
         try:
+            self.epoch_cache.sync()  # before the recovery point passes what it describes
             for seg in reversed(self._segments):
                 if not seg.unflushed:
                     break
@@ -1185,6 +1251,9 @@ class PartitionLog:
         self._check_writable()
         fds: list[int] = []
         try:
+            # Here, not on the thread: the cache changes only at elections, so this rarely
+            # costs an fsync, and it must be durable before the recovery point moves.
+            self.epoch_cache.sync()
             for seg in self._segments:
                 if seg.unflushed:
                     fds.append(os.dup(seg.fd))
@@ -1497,6 +1566,7 @@ class PartitionLog:
         elif self._offline is None:
             try:
                 self._finish_roll_flush()
+                self.epoch_cache.sync()
                 for seg in self._segments:
                     if seg.unflushed:
                         os.fdatasync(seg.fd)

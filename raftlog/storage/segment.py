@@ -75,6 +75,7 @@ class LogSegment:
     __slots__ = (
         "base_offset",
         "bytes_since_index",
+        "checked_epochs",
         "dir",
         "fd",
         "first_batch_timestamp",
@@ -104,6 +105,8 @@ class LogSegment:
         # Set by the owning log from its config; tools that only read keep the default.
         self.index_interval = 4096
         self.unflushed = False
+        # After check(): (epoch, first offset) wherever the valid batches' leader epoch changed.
+        self.checked_epochs: list[tuple[int, int]] = []
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -222,6 +225,7 @@ class LogSegment:
         self.max_timestamp = NO_TIMESTAMP
         self.first_batch_timestamp = NO_TIMESTAMP
         self.bytes_since_index = 0
+        self.checked_epochs = []
         file_size = os.fstat(self.fd).st_size
         pos, expected, reason = 0, self.base_offset, ""
         buf, buf_at = b"", 0
@@ -250,6 +254,9 @@ class LogSegment:
             if h.base_offset != expected:
                 reason = f"batch has offset {h.base_offset}, expected {expected}"
                 break
+            epoch = h.partition_leader_epoch
+            if not self.checked_epochs or epoch != self.checked_epochs[-1][0]:
+                self.checked_epochs.append((epoch, h.base_offset))
             self.note_batch(pos, h.base_offset, total, h.max_timestamp, index=True)
             if pos == 0:
                 self.first_batch_timestamp = h.max_timestamp

@@ -195,16 +195,18 @@ def test_a_clean_log_is_trusted_even_without_its_recovery_point_checkpoint(tmp_p
     ]
 
 
-def test_the_marker_goes_before_the_first_change_so_a_later_crash_is_recovered(
+def test_the_marker_stays_through_appends_and_a_crash_after_them_is_recovered(
     tmp_path: str,
 ) -> None:
+    """The marker vouches for the bytes below the offset it holds; appends only add bytes
+    above it, and recovery checks everything above the recovery point, so it may stay. A
+    change to bytes below it (a truncation) removes it first."""
     path = str(tmp_path / "t-0")
     build(path, segments=2).close()
     log = PartitionLog.open(path, CONFIG, clock_ms=FakeClock())
-    # Nothing changed yet: the marker still tells the truth, and stays.
     assert os.path.exists(os.path.join(path, CLEAN_SHUTDOWN_FILE))
     log.append(batch_of(3), 0)
-    assert not os.path.exists(os.path.join(path, CLEAN_SHUTDOWN_FILE))
+    assert os.path.exists(os.path.join(path, CLEAN_SHUTDOWN_FILE))
     end = log.log_end_offset
     pos = log.read_slice(end - 3, 1).position
     # A crash: no close. The torn tail above the recovery point is cut as before.

@@ -94,12 +94,15 @@ def test_a_crash_before_any_change_reopens_as_cleanly_shut_down(tmp_path: str) -
     assert os.path.exists(os.path.join(path, CLEAN_SHUTDOWN_FILE))
     log = PartitionLog.open(path, CONFIG, clock_ms=FakeClock())
     assert log.log_end_offset == 5
-    # The first change removes the marker before it touches a segment...
+    # Appends leave the marker (they add bytes above the offset it vouches for)...
     log.append(batch_of(2), 0)
-    assert not os.path.exists(os.path.join(path, CLEAN_SHUTDOWN_FILE))
-    # ...and a crash after it recovers as after any crash.
+    assert os.path.exists(os.path.join(path, CLEAN_SHUTDOWN_FILE))
+    # ...and a crash after them recovers as after any crash: what is above is checked.
     log2 = PartitionLog.open(path, CONFIG, clock_ms=FakeClock())
     assert log2.log_end_offset == 7
+    # A change below the offset it vouches for removes it first.
+    log2.truncate_to(3)
+    assert not os.path.exists(os.path.join(path, CLEAN_SHUTDOWN_FILE))
     log2.close()
 
 
@@ -140,10 +143,14 @@ def test_an_epoch_cache_change_that_changes_nothing_writes_nothing(
     cache.truncate_from_end(0)
     assert syncs == [] and not os.path.exists(path)
     cache.assign(3, 10)
-    assert syncs and LeaderEpochCache.load(path).entries() == [(3, 10)]
+    assert LeaderEpochCache.load(path).entries() == [(3, 10)]
+    assert syncs == []  # written; fsynced by sync(), before a recovery point moves over it
+    cache.sync()
+    assert syncs
     syncs.clear()
     cache.truncate_from_end(11)
     cache.truncate_from_start(10)
+    cache.sync()
     assert syncs == []
 
 
@@ -161,5 +168,46 @@ def test_a_new_leaders_epoch_is_written_before_its_first_batch_not_before(
     # A crash now loses the entry, and nothing with it: no batch of epoch 4 exists.
     log.append(batch_of(3), 4)
     assert LeaderEpochCache.load(epoch_file).entries() == [(4, 0)]
-    assert any(c.endswith("leader-epoch-checkpoint.tmp") for c in syncs), syncs
+    assert syncs == []  # written, not yet fsynced: no flush has moved the recovery point
+    log.flush()
+    assert any(c.endswith("leader-epoch-checkpoint") for c in syncs), syncs
     log.close()
+
+
+def _write_cache(path: str, entries: list[tuple[int, int]]) -> None:
+    """The epoch cache file as a power failure may leave it: an older or newer version."""
+    from raftlog.storage.checkpoint import write_entries
+
+    write_entries(os.path.join(path, "leader-epoch-checkpoint"), entries)
+
+
+def test_recovery_rebuilds_the_epoch_cache_above_the_recovery_point_from_the_batches(
+    tmp_path: str,
+) -> None:
+    """The epoch cache is written without fsync and fsynced only before the recovery point
+    moves over what it describes, so after a power failure its file may lag the batches above
+    the recovery point (or hold entries of a history that was cut). Recovery walks those
+    batches anyway: their epochs replace the file's tail."""
+    path = str(tmp_path / "t-0")
+    log = PartitionLog.open(path, CONFIG, clock_ms=FakeClock())
+    log.append(batch_of(10), 1)
+    log.flush()  # recovery point 10, the cache [(1, 0)] durable
+    log.assign_epoch(3)
+    log.append(batch_of(5), 3)
+    log.assign_epoch(4)
+    log.append(batch_of(5), 4)  # offsets 15..19 in epoch 4
+    assert log.epoch_cache.entries() == [(1, 0), (3, 10), (4, 15)]
+    # A crash (no close) that lost the last cache writes: the file is the flushed version.
+    _write_cache(path, [(1, 0)])
+    again = PartitionLog.open(path, CONFIG, clock_ms=FakeClock())
+    assert again.epoch_cache.entries() == [(1, 0), (3, 10), (4, 15)]
+    assert again.end_offset_for_epoch(3) == (3, 15)
+    # A file from a history that was cut and rewritten (a follower truncated, then took other
+    # epochs): entries the batches above the recovery point contradict go.
+    _write_cache(path, [(1, 0), (2, 12), (7, 18)])
+    again.close()
+    os.unlink(os.path.join(path, CLEAN_SHUTDOWN_FILE))  # as after a crash
+    os.unlink(os.path.join(path, "recovery-point-offset-checkpoint"))
+    third = PartitionLog.open(path, CONFIG, clock_ms=FakeClock())
+    assert third.epoch_cache.entries() == [(1, 0), (3, 10), (4, 15)]
+    third.close()
