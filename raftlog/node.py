@@ -576,6 +576,9 @@ class Node:
             )
         )
         tg.create_task(self._watch_voters())
+        # Ready means serving: the logs this node hosts are open and in their roles. (With
+        # heartbeats already going, a broker with 10,000 partitions is not fenced meanwhile.)
+        await self.broker.wait_reconciled(stop)
 
     async def _watch_voters(self) -> None:
         """Stop the node if a majority of the registered brokers list other controller_voters

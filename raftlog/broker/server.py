@@ -42,7 +42,7 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -91,6 +91,10 @@ OFFLINE_REPORT_RETRY_S = 1.0
 # for at most this long before it yields to the loop: a heartbeat or a produce request waits
 # at most about one slice (the broker is fenced after broker_session_timeout_ms of silence).
 RECONCILE_OPEN_SLICE = 256
+# A topic's creation (CreateTopics, or auto-creation by a produce) is answered once this
+# broker's logs of it are open, or after this long at most (then its clients get
+# NotLeaderOrFollower for a while and retry).
+CREATE_OPEN_S_MAX = 10.0
 RECONCILE_SLICE_S = 0.02
 
 
@@ -232,6 +236,9 @@ class Broker:
             max_workers=1, thread_name_prefix=f"raftlog-logs-{config.node_id}"
         )
         self._opening: asyncio.Future[Any] | None = None
+        # The topology version the last finished reconciler pass started from.
+        self._reconciled_version = -1
+        self._reconciled = asyncio.Event()
         # Set whenever the LogManager's offline table changes; the reporter task waits on it.
         self._offline_changed = asyncio.Event()
         self.logs.on_offline_change = self._offline_changed.set
@@ -344,7 +351,7 @@ class Broker:
                 # Logs being opened on the worker thread: let it finish, then close them.
                 await asyncio.wait([self._opening])
                 if not self._opening.cancelled() and self._opening.exception() is None:
-                    for _, _, opened in self._opening.result():
+                    for _, _, opened in self._opening.result()[0]:
                         if isinstance(opened, PartitionLog):
                             opened.close()
             loop = asyncio.get_running_loop()
@@ -481,7 +488,25 @@ class Broker:
                 return
             await self._reconcile_pass()
 
+    async def wait_reconciled(self, stop: asyncio.Event | None = None) -> None:
+        """Until the logs and roles match the metadata as it is now (a pass of the reconciler
+        that started after this call), or until `stop` is set."""
+        target = self.metadata.topology_version
+        while self._reconciled_version < target and not self.stopping:
+            if stop is not None and stop.is_set():
+                return
+            self._reconciled.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(0.5):
+                    await self._reconciled.wait()
+
     async def _reconcile_pass(self) -> None:
+        version = self.metadata.topology_version
+        await self._reconcile_pass_at()
+        self._reconciled_version = version
+        self._reconciled.set()
+
+    async def _reconcile_pass_at(self) -> None:
         self._seen_topology = self.metadata.topology_version
         topics = self.metadata.topics()
         planned = tuple(sorted((t.name, t.topic_id, len(t.partitions)) for t in topics.values()))
@@ -497,9 +522,13 @@ class Broker:
             loop = asyncio.get_running_loop()
             for i in range(0, len(to_open), RECONCILE_OPEN_SLICE):
                 chunk = to_open[i : i + RECONCILE_OPEN_SLICE]
-                self._opening = loop.run_in_executor(self._open_executor, self._open_all, chunk)
-                results = await self._opening
+                self._opening = loop.run_in_executor(
+                    self._open_executor, self.logs.open_many, chunk
+                )
+                results, unsynced = await self._opening
                 self._opening = None
+                if unsynced:  # after the adoption below, on the same thread: off the path
+                    self._on_worker(self.logs.sync_new, unsynced)
                 if self.stopping:
                     for _, _, plog in results:
                         if isinstance(plog, PartitionLog):
@@ -522,18 +551,15 @@ class Broker:
         self._sync_replicas()
         await self._apply_metadata()
 
-    def _open_all(
-        self, chunk: list[tuple[TopicPartition, TopicInfo]]
-    ) -> list[tuple[TopicPartition, TopicInfo, PartitionLog | LogOfflineError]]:
-        """On the worker thread: open (or create) each log of `chunk`."""
-        return [(tp, info, self.logs.open_detached(tp, info)) for tp, info in chunk]
-
     def _purge_deleted(self) -> None:
         """Remove the directories of deleted partitions, on the worker thread."""
-        fut = asyncio.get_running_loop().run_in_executor(
-            self._open_executor, self.logs.purge_deleted
-        )
-        fut.add_done_callback(_log_purge_failure)
+        self._on_worker(self.logs.purge_deleted)
+
+    def _on_worker(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run `fn(*args)` on the worker thread, in order with the log opening it also runs;
+        nobody waits for it, and an exception (a bug: `fn` handles its own errors) is logged."""
+        fut = asyncio.get_running_loop().run_in_executor(self._open_executor, fn, *args)
+        fut.add_done_callback(functools.partial(_log_worker_failure, fn.__name__))
 
     async def _apply_metadata(self) -> None:
         """Every hosted partition's role as the metadata says, in slices of at most
@@ -633,6 +659,11 @@ class Broker:
         info = await self.metadata.create_topic(name, partitions, replication_factor, config)
         self.reconcile()
         log.info("created topic %s with %d partitions", name, len(info.partitions))
+        # Answer once this broker's logs of it are open (what a client of a one-node cluster
+        # expects to use at once), for at most CREATE_OPEN_S_MAX: the topic exists either way.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(CREATE_OPEN_S_MAX):
+                await self.wait_reconciled()
         return info
 
     async def delete_topic(self, name: str) -> None:
@@ -663,6 +694,11 @@ class Broker:
                 pass
             except RaftlogError as e:
                 errors[topic] = e
+        # The request that named them appends next: their logs must be open here first (a
+        # request that found one created meanwhile by another waits as the creator did).
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(CREATE_OPEN_S_MAX):
+                await self.wait_reconciled()
         return errors
 
     def produce_group(self) -> produce.ProduceGroup:
@@ -691,9 +727,9 @@ class Broker:
         return self.leader_partition(tp).high_watermark
 
 
-def _log_purge_failure(fut: asyncio.Future[int]) -> None:
+def _log_worker_failure(what: str, fut: asyncio.Future[Any]) -> None:
     if not fut.cancelled() and fut.exception() is not None:
-        log.error("removing deleted partitions failed", exc_info=fut.exception())
+        log.error("broker worker thread: %s failed", what, exc_info=fut.exception())
 
 
 def _background(coro: Any, what: str) -> asyncio.Task[None]:

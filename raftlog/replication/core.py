@@ -680,6 +680,13 @@ class PartitionCore:
             if r != self.node_id
         )
 
+    def follower_known(self, replica_id: int) -> bool:
+        """Whether a fetch of `replica_id`'s was recorded at this leadership (its position is
+        known). A fetch session's leader records one for a partition whose follower is still
+        unknown, as a full fetch would have."""
+        f = self.followers.get(replica_id)
+        return f is not None and f.log_end_offset >= 0
+
     def on_follower_idle(self, replica_id: int, fetch_offset: int, at_ms: int) -> None:
         """A follower's fetch session held `fetch_offset` for this partition unchanged at
         `at_ms`, and the leader's log ended at or below it then (the request left it out and

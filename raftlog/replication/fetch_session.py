@@ -37,8 +37,9 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from raftlog.errors import FetchSessionIdNotFoundError, InvalidFetchSessionEpochError
 from raftlog.topics import TopicPartition
@@ -48,6 +49,10 @@ NO_SESSION = -1
 NEW_SESSION = 0
 # Session ids are int32 on the wire (Kafka's), never 0.
 SESSION_ID_MAX = 2**31 - 1
+# How often a session's request looks at every partition for news, not only the marked ones.
+FULL_SCAN_INTERVAL_MS = 10_000
+
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -80,8 +85,11 @@ class LeaderSession:
         "id",
         "last_request_ms",
         "last_used_ms",
+        "next_full_scan_ms",
+        "outside_isr",
         "partitions",
         "replica_id",
+        "touched",
     )
 
     def __init__(self, session_id: int, replica_id: int, now_ms: int):
@@ -96,6 +104,16 @@ class LeaderSession:
         # When the last request's partitions were all looked at (`_session_news`): each was
         # then either answered or had nothing new, i.e. the follower was at the log end.
         self.last_request_ms = -1
+        # Partitions that may have news since the last request: the leader marks them when
+        # it appends, when the high watermark moves, when a partition's role or ISR changes
+        # (`touch`). A request looks at these, not at every partition of the session.
+        self.touched: set[TopicPartition] = set()
+        # Partitions whose follower (this session's) is outside the ISR: each request counts
+        # as a fetch of theirs, so they rejoin once caught up (as with full fetches).
+        self.outside_isr: set[TopicPartition] = set()
+        # When a request next looks at every partition anyway: a safety net for a missed
+        # mark, and how a moved log start offset (retention, unmarked) reaches the follower.
+        self.next_full_scan_ms = now_ms + FULL_SCAN_INTERVAL_MS
         # Where the next answer starts its walk over the partitions: it moves on every time,
         # so with a full response budget no partition is always last (and starved).
         self._rotation = 0
@@ -118,15 +136,29 @@ class LeaderSession:
     def forget(self, tps: Iterable[TopicPartition]) -> None:
         for tp in tps:
             self.partitions.pop(tp, None)
+            self.touched.discard(tp)
+            self.outside_isr.discard(tp)
 
-    def rotated(self) -> Iterator[tuple[TopicPartition, SessionPartition]]:
-        """Every partition, starting one further along each call."""
-        items = list(self.partitions.items())
-        if not items:
-            return iter(())
+    def candidates(self, now_ms: int) -> tuple[list[TopicPartition], set[TopicPartition] | None]:
+        """The partitions a request must look at for news, and, when that is all of them (a
+        full scan, every FULL_SCAN_INTERVAL_MS), the ones that were marked (news found in
+        another is a missed mark). Clears the marks."""
+        marked, self.touched = self.touched, set()
+        if self.outside_isr:
+            marked |= self.outside_isr
+        if now_ms >= self.next_full_scan_ms:
+            self.next_full_scan_ms = now_ms + FULL_SCAN_INTERVAL_MS
+            return list(self.partitions), marked
+        return [tp for tp in marked if tp in self.partitions], None
+
+    def rotate(self, items: list[T]) -> list[T]:
+        """`items` starting one further along each call: with a full response budget no
+        partition is always last (and starved)."""
+        if len(items) < 2:
+            return items
         start = self._rotation % len(items)
         self._rotation = start + 1
-        return iter(items[start:] + items[:start])
+        return items[start:] + items[:start]
 
 
 class LeaderSessions:

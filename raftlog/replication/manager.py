@@ -447,6 +447,9 @@ class ReplicaManager:
     ) -> None:
         core = p.core
         p.info = info
+        # Its role or ISR changes: a follower's session must look at it again (an error now,
+        # or a replica outside the ISR whose fetches have to count).
+        self._touch_sessions(p, info.replicas)
         if info.leader_epoch > core.leader_epoch or (
             info.leader_epoch == core.leader_epoch
             and core.role is Role.OFFLINE
@@ -576,6 +579,7 @@ class ReplicaManager:
                 a.token(a.error)
             elif isinstance(a, HighWatermarkChanged):
                 p.wake(p.consumer_waiters)
+                self._touch_sessions(p)  # the followers learn it in their next answer
             elif isinstance(a, AssignEpoch):
                 p.log.assign_epoch(a.epoch)
             elif isinstance(a, ProposeIsr):
@@ -654,6 +658,7 @@ class ReplicaManager:
             # the log end as of its last request (that request would have answered this
             # partition otherwise). Tell the core before the append is judged (the lag rule).
             core.on_follower_idle(replica_id, sp.fetch_offset, session.last_request_ms)
+            session.touched.add(p.tp)
             waiter = self._session_waiters.get(session.id)
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
@@ -668,6 +673,14 @@ class ReplicaManager:
         now = self.clock_ms()
         self._perform(p, p.core.wait_for_commit(last_offset, now + timeout_ms, done, now), now)
         self._hot.add(p.tp)
+
+    def _touch_sessions(self, p: Partition, replicas: Iterable[int] | None = None) -> None:
+        """Mark `p` in the fetch sessions of its replicas: their next request looks at it."""
+        sessions = self.fetch_sessions
+        for replica_id in p.core.replicas if replicas is None else replicas:
+            session = sessions.of_replica(replica_id)
+            if session is not None and p.tp in session.partitions:
+                session.touched.add(p.tp)
 
     def add_session_waiter(self, session: LeaderSession, fut: asyncio.Future[None]) -> None:
         """A long-polling fetch of `session` waits: an append to any of its partitions wakes

@@ -71,7 +71,7 @@ def test_kill9_after_acknowledged_produce(broker: BrokerProcess, acks: int | str
     broker.start()
     with Admin(broker.bootstrap) as admin:
         (desc,) = admin.describe_topics([topic])
-    assert all(p.segments > 1 for p in desc.partitions), "expected several segments"
+    assert all(p.segments > 1 for p in desc.partitions), f"expected several segments: {desc}"
     assert sum(p.log_end_offset for p in desc.partitions) == len(sent)
     check_acknowledged_present(broker, topic, acked)
 

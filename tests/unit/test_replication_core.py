@@ -307,3 +307,46 @@ def test_an_unanswered_isr_expansion_is_resent_and_still_counts() -> None:
     assert core.pending_isr is None
     core.on_leader_append(5_005)
     assert core.high_watermark == 6
+
+
+def test_an_idle_leader_needs_no_tick_until_something_happens() -> None:
+    """The replica manager ticks only leaders that need it (thousands of idle partitions
+    would otherwise cost a third of a core): the rule must see every reason to tick."""
+    core, log, _ = leader(records=0)
+    assert core.needs_tick  # the followers' positions are unknown at a new leadership
+    fetch(core, 2, 0, now=1)
+    fetch(core, 3, 0, now=1)
+    assert not core.needs_tick
+    log.append_leader((0,), 5)
+    core.on_leader_append(2)
+    assert core.needs_tick  # uncommitted records: the ISR may have to shrink
+    fetch(core, 2, 1, now=3)
+    fetch(core, 3, 1, now=3)
+    assert not core.needs_tick
+    core.wait_for_commit(0, 100, "a", 4)
+    assert not core.needs_tick  # committed at once: nothing waits
+    log.append_leader((0,), 5)
+    core.wait_for_commit(1, 100, "b", 5)
+    assert core.needs_tick  # a produce waits (its deadline)
+    follower = core.followers[3]
+    assert core.follower_known(3) and follower.log_end_offset == 1
+
+
+def test_an_idle_follower_in_a_fetch_session_stays_caught_up_when_the_leader_appends() -> None:
+    """A fetch session leaves idle partitions out of its requests, so the leader records no
+    fetch of them for as long as they are idle. When the leader appends after a long quiet
+    spell, the follower must count as caught up as of its session's last request (it was at
+    the log end then), not as of its last recorded fetch: else it would leave the ISR at once."""
+    core, log, _ = leader(records=1)
+    fetch(core, 2, 1, now=0)
+    fetch(core, 3, 1, now=0)
+    quiet = 10 * LAG_MS
+    log.append_leader((0,), 5)
+    # Without the session's word, 2 looks lagging since time 0:
+    assert core.out_of_sync_replicas(quiet + 1) == [2, 3]
+    core.on_follower_idle(2, 1, at_ms=quiet)  # 2's session asked at `quiet`, at the log end
+    core.on_follower_idle(3, 0, at_ms=quiet)  # a stale offset proves nothing: ignored
+    assert core.out_of_sync_replicas(quiet + 1) == [3]
+    # Its next fetch, at the new end, is caught up as always.
+    fetch(core, 2, 2, now=quiet + 5)
+    assert core.out_of_sync_replicas(quiet + LAG_MS) == [3]

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -47,6 +48,8 @@ from raftlog.replication.fetch_session import (
 )
 from raftlog.storage import FileSlice
 from raftlog.topics import TopicPartition
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from raftlog.broker.connection import Connection
@@ -156,7 +159,7 @@ def _session_fetch(
             listed.append(want)
     wanted = listed + _session_news(broker, session, {w.tp for w in listed}, now)
     session.last_request_ms = now
-    response, total, urgent = _read(broker, wanted, max_bytes, True, session.id)
+    response, total, urgent = _read(broker, wanted, max_bytes, True, session)
     if total >= min_bytes or max_wait_ms == 0 or urgent:
         return response
     loop = asyncio.get_running_loop()
@@ -168,7 +171,7 @@ def _session_fetch(
     def read() -> tuple[Response, int, bool]:
         # Each re-read looks for news again (an append woke the session's one waiter).
         news = _session_news(broker, session, listed_tps, replicas.clock_ms())
-        return _read(broker, listed + news, max_bytes, True, session.id)
+        return _read(broker, listed + news, max_bytes, True, session)
 
     return _long_poll(
         broker,
@@ -188,33 +191,45 @@ def _session_news(
     data past the fetch offset the session holds, a new high watermark or log start offset,
     or an error. A partition with data counts as fetched now (the lag rule's bookkeeping),
     and so does one whose follower is outside the ISR: as a full fetch would, that fetch
-    lets it back in once it has caught up (a refused expansion is tried again)."""
+    lets it back in once it has caught up (a refused expansion is tried again).
+
+    Only the partitions the leader marked since the last request are looked at (appends,
+    high watermark moves, role and ISR changes), and every partition every
+    FULL_SCAN_INTERVAL_MS; news a full scan finds unmarked (except a log start moved by
+    retention, which is not marked) is a missed mark, logged as an error."""
     replicas = broker.replicas
     replica_id = session.replica_id
     news: list[_Want] = []
-    for tp, sp in session.rotated():
+    candidates, marked = session.candidates(now)
+    for tp in candidates:
+        sp = session.partitions[tp]
         if tp in listed:
             continue
         p = replicas.get(tp)
-        outside_isr = False
+        record = False  # a fetch of the follower's to record now (the lag rule, the ISR)
         if p is not None and p.core.role is Role.LEADER:
             plog = p.log
             end = plog.log_end_offset
             outside_isr = replica_id not in p.core.isr
-            if (
-                end <= sp.fetch_offset
-                and not outside_isr
-                and p.high_watermark == sp.high_watermark_sent
-                and plog.log_start_offset == sp.log_start_sent
-            ):
+            if outside_isr:
+                session.outside_isr.add(tp)
+            else:
+                session.outside_isr.discard(tp)
+            record = end > sp.fetch_offset or outside_isr or not p.core.follower_known(replica_id)
+            data_or_hw = end > sp.fetch_offset or p.high_watermark != sp.high_watermark_sent
+            if not record and not data_or_hw and plog.log_start_offset == sp.log_start_sent:
                 continue
+            if marked is not None and data_or_hw and tp not in marked:
+                log.error(
+                    "fetch session %d of replica %d: %s had news the leader did not mark "
+                    "(a missed mark; sent now)",
+                    session.id,
+                    replica_id,
+                    tp,
+                )
         want = _Want(tp, sp.fetch_offset, sp.max_bytes, sp.current_leader_epoch)
         want.session = sp
-        if (
-            p is not None
-            and p.core.role is Role.LEADER
-            and (outside_isr or p.log.log_end_offset > sp.fetch_offset)
-        ):
+        if record:
             spec = FollowerFetch(
                 fetch_offset=sp.fetch_offset,
                 last_fetched_epoch=sp.last_fetched_epoch,
@@ -229,7 +244,7 @@ def _session_news(
             except RaftlogError as e:
                 want.error = e
         news.append(want)
-    return news
+    return session.rotate(news)
 
 
 def _check_follower(
@@ -284,7 +299,11 @@ async def _long_poll(
 
 
 def _read(
-    broker: Broker, wanted: list[_Want], max_bytes: int, follower: bool, session_id: int = -1
+    broker: Broker,
+    wanted: list[_Want],
+    max_bytes: int,
+    follower: bool,
+    session: LeaderSession | None = None,
 ) -> tuple[Response, int, bool]:
     """(the response, its data bytes, whether it must go now: an error or a divergence)."""
     zero_copy = broker.config.fetch_zero_copy
@@ -317,6 +336,8 @@ def _read(
                 continue
             if total and remaining <= 0:
                 out.append([tp.partition, 0, hw, log_start, 0, None, None])
+                if session is not None and limit > w.offset:
+                    session.touched.add(tp)  # its data waits for the next request
                 continue
             # read_slice returns at least one whole batch, however small the limit: that is
             # the progress guarantee, and only the response's first batch may use it.
@@ -328,6 +349,8 @@ def _read(
             continue
         if total and sl.size > remaining:
             out.append([tp.partition, 0, hw, log_start, 0, None, None])
+            if session is not None:
+                session.touched.add(tp)  # its data waits for the next request
             continue
         if sl.size:
             if zero_copy and sl.size >= zero_copy_min:
@@ -343,6 +366,6 @@ def _read(
         total += sl.size
         remaining -= sl.size
     body: dict[str, Any] = {"topics": [[t, ps] for t, ps in by_topic.items()]}
-    if session_id >= 0:
-        body["session_id"] = session_id
+    if session is not None:
+        body["session_id"] = session.id
     return Response(body, parts), total, urgent
