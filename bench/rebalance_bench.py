@@ -11,6 +11,8 @@ combined controller+broker node processes on 127.0.0.1, data on a real disk) and
 `--partitions` partitions. Members are raw `GroupMembership`s in this process, each with its
 own connections (as separate consumers would have), each running a consumer's group loop: a
 heartbeat every `--heartbeat-ms`, and a join when the heartbeat says the group rebalances.
+Their heartbeats are spread evenly over the interval, as those of consumers started at
+different times are.
 
 For every size N, `--rounds` rounds of two kinds, each on a fresh group:
 
@@ -96,10 +98,17 @@ class Member:
         self.stop = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
 
-    def start(self) -> None:
-        self.task = asyncio.create_task(self._loop())
+    def start(self, phase: float = 0.0) -> None:
+        """Start the loop; the first heartbeat `phase` (0..1) of an interval later."""
+        self.task = asyncio.create_task(self._loop(phase))
 
-    async def _loop(self) -> None:
+    async def _loop(self, phase: float) -> None:
+        # Consumers started at different times heartbeat at different moments: the members
+        # are spread evenly over the interval, so the last one to hear of a rebalance hears
+        # of it nearly a whole interval later, as in a real group (started together, they
+        # would all hear of it at once).
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stop.wait(), phase * self.heartbeat_s)
         while not self.stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stop.wait(), self.heartbeat_s)
@@ -126,8 +135,8 @@ async def one_round(
     if raw:
         await join_group(raw, topic, partitions, heartbeat_s)
     members = [Member(m, topic, heartbeat_s) for m in raw]
-    for m in members:
-        m.start()
+    for k, m in enumerate(members):
+        m.start(k / len(members))
     newcomer: GroupMembership | None = None
     try:
         await asyncio.sleep(3 * heartbeat_s)  # heartbeats in their steady state
@@ -139,7 +148,7 @@ async def one_round(
             t_request = time.perf_counter()
             joiner = Member(newcomer, topic, heartbeat_s)
             joiner.joined_at[newcomer.generation] = t_request
-            joiner.start()
+            joiner.start(1.0)
             final = [*members, joiner]
         else:
             leaver, final = members[-1], members[:-1]
