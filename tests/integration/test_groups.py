@@ -14,7 +14,7 @@ import pytest
 from raftlog.client import Admin, Consumer, Producer
 from raftlog.errors import CommitFailedError, GroupIdNotFoundError, GroupNotEmptyError
 from raftlog.topics import TopicPartition
-from tests.integration._support import BrokerProcess, wait_for
+from tests.integration._support import BrokerProcess, run_cli, wait_for
 
 TOPIC = "clicks"
 PARTITIONS = 6
@@ -216,6 +216,11 @@ def test_commits_stand_while_the_group_prepares_and_stale_ones_are_refused_after
                     10,
                     "the group preparing a rebalance",
                 )
+                shown = run_cli("group", "describe", "s", "-b", broker.bootstrap)
+                assert shown.returncode == 0, shown
+                assert "state PreparingRebalance  generation 1" in shown.stdout, shown.stdout
+                assert "generation 1 stands until 1 of 2 members rejoin" in shown.stdout
+                assert shown.stdout.count("  not rejoined") == 1, shown.stdout
                 # `first` has not rejoined: its generation stands, its commit goes in.
                 first.commit({TopicPartition(TOPIC, 0): 1})
                 with pytest.raises(GroupNotEmptyError):
