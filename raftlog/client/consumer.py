@@ -217,7 +217,11 @@ class AsyncConsumer:
 
     async def subscribe(self, topics: Sequence[str]) -> None:
         """Consume these topics: with a group_id, the partitions the group assigns to this
-        member (rebalanced as members come and go); without one, every partition."""
+        member (rebalanced as members come and go); without one, every partition.
+
+        With a group_id the join starts here and runs on in the background (it may wait for
+        the group's other members to rejoin); poll waits for it within its timeout, and
+        `assignment()` is empty until it has completed."""
         self._subscription = list(topics)
         if self._group is not None:
             if self._positions or self._join_task is not None or self._group.member_id:

@@ -130,6 +130,8 @@ def anchored_clock_ms() -> Callable[[], int]:
     return lambda: wall_ms + time.monotonic_ns() // 1_000_000 - mono_ms
 
 
+# How many member ids a log line names (a group may have thousands).
+_LOGGED_MEMBERS_MAX = 8
 # A failing expiry of one group is logged at most this often (it is retried every sweep).
 EXPIRY_WARNING_INTERVAL_MS = 10_000
 # Kafka's wire types for partitions and generations (int32) and offsets (int64).
@@ -435,13 +437,17 @@ class GroupCoordinator:
         self._seen(group_id, new_id)
         self._answer_joins(group_id)  # this join may have completed others' rebalance
         if view["state"] == groups.PREPARING:
+            waiting = self._read(lambda s: groups.waiting_for(s.groups[group_id]))
             log.info(
-                "group %s: member %s (client %s) joins; generation %d waits for %s",
+                "group %s: member %s (client %s) joins; generation %d waits for %d members "
+                "to rejoin (%s%s)",
                 group_id,
                 new_id,
                 client_id,
                 view["generation"],
-                self._read(lambda s: groups.waiting_for(s.groups[group_id])),
+                len(waiting),
+                ", ".join(waiting[:_LOGGED_MEMBERS_MAX]),
+                ", ..." if len(waiting) > _LOGGED_MEMBERS_MAX else "",
             )
             view = await self._wait_for_rebalance(group_id, new_id, view["generation"])
             self._seen(group_id, new_id)

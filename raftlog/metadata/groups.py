@@ -23,7 +23,8 @@ States (`GroupPhase`, the record's "state"; Kafka's names and meanings):
   RebalanceInProgressError. Completes when every member has rejoined (a join, a leave, an
   expiry), or at "rebalance_deadline_ms" (the coordinator's `tick_group` carries the time);
   then the generation moves on, with the assignment of the members that rejoined (Stable), or
-  with none left (Empty).
+  with none left (Empty). Kafka keeps static members (an instance id) that did not rejoin;
+  here they are removed like the others, and get their member id back when they join again.
 - CompletingRebalance: not used. In Kafka the group waits there for the leader member's
   SyncGroup (the leader assigns); here the state machine assigns when it completes the join,
   so no member has to be waited for. The Kafka group protocol will add it between

@@ -402,3 +402,26 @@ def test_a_snapshot_of_older_code_loads_and_behaves() -> None:
     assert len(loaded.groups["g"]["assignment"][a]) == 4
     # A deepcopy (the snapshot() path) upgrades the same way.
     assert copy.deepcopy(old_format(s)) == s
+
+
+def test_a_static_member_removed_at_the_deadline_gets_its_id_back() -> None:
+    """Unlike Kafka, a static member (instance id) that does not rejoin in time is removed like
+    the others; joining again with its instance id it gets its member id back."""
+    s = new_state()
+
+    def join_static(member: str, now_ms: int) -> dict[str, Any]:
+        view: dict[str, Any] = ok(
+            s, "join_group", group_id="g", member_id=member, client_id="c", instance_id="i1",
+            session_timeout_ms=10_000, rebalance_timeout_ms=TIMEOUT_MS, topics=["t"],
+            protocols=["range"], now_ms=now_ms,
+        )  # fmt: skip
+        return view
+
+    a = join_static("", 0)["member_id"]
+    b = join(s, now_ms=0)["member_id"]
+    assert ok(s, "tick_group", group_id="g", now_ms=TIMEOUT_MS) == [a]
+    assert sorted(group(s)["members"]) == [b] and group(s)["generation"] == 2
+    view = join_static(a, TIMEOUT_MS + 1)
+    assert view["member_id"] == a and view["state"] == "PreparingRebalance"
+    assert join(s, b)["generation"] == 3
+    assert sorted(group(s)["assignment"]) == [a, b]
