@@ -740,14 +740,24 @@ class AsyncConsumer:
             self._need_committed.difference_update(tps)
 
     async def _heartbeat_loop(self) -> None:
+        """Heartbeat every heartbeat_interval_ms, also while a rebalance waits for the next
+        poll (the coordinator's RebalanceInProgress answer still counts as a sign of life, so
+        an application slow to poll is not expired meanwhile), but not while a join is in
+        flight: the coordinator does not expire a member whose join waits, and the join
+        holds the group connection."""
         group = self._group
         assert group is not None
         while True:
             await asyncio.sleep(self.config.heartbeat_interval_ms / 1000)
-            if self._needs_rejoin or self._join_task is not None:
+            if self._join_task is not None and not self._join_task.done():
                 continue
+            join_before, generation_before = self._join_task, group.generation
             try:
-                if not await group.heartbeat():
+                current = await group.heartbeat()
+                # An answer about the generation a join started since has left behind is old
+                # news (on the group connection a join's answer comes after it).
+                fresh = self._join_task is join_before and group.generation == generation_before
+                if not current and fresh:
                     self._needs_rejoin = True
             except RaftlogError as e:
                 log.debug("group %s: heartbeat failed: %s", group.group_id, e)
