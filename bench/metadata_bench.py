@@ -427,21 +427,45 @@ def stable(members: Sequence[GroupMembership], topic: str, partitions: int) -> b
     return len(owned) == partitions and set(owned) == all_partitions(topic, partitions)
 
 
-async def join_group(members: Sequence[GroupMembership], topic: str, partitions: int) -> None:
-    """Join one by one (each join of a new member starts a generation), then re-join all
-    until every member holds the current generation's assignment."""
-    for m in members:
+async def join_group(
+    members: Sequence[GroupMembership],
+    topic: str,
+    partitions: int,
+    heartbeat_s: float = 0.05,
+    timeout_s: float = 60.0,
+) -> None:
+    """All members join at once, as consumers starting together do, until every member holds
+    the current generation's assignment. A join waits while the group rebalances (the
+    coordinator answers it when every member has joined again), and the members that already
+    hold a generation learn of the next one from a heartbeat: so each member heartbeats every
+    `heartbeat_s` and joins again when told to, like a consumer's poll loop."""
+    done = asyncio.Event()
+
+    async def member(m: GroupMembership) -> None:
         await m.join([topic])
-    for _ in range(10):
-        if stable(members, topic, partitions):
-            return
-        await asyncio.gather(*(m.join([topic]) for m in members))
-    raise RuntimeError(f"group of {len(members)} on {topic} did not settle after 10 re-joins")
+        while not done.is_set():
+            if stable(members, topic, partitions):
+                done.set()
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(done.wait(), heartbeat_s)
+            if not done.is_set() and not await m.heartbeat():
+                await m.join([topic])
+
+    try:
+        async with asyncio.timeout(timeout_s):
+            await asyncio.gather(*(member(m) for m in members))
+    except TimeoutError:
+        raise RuntimeError(
+            f"group of {len(members)} on {topic} did not settle in {timeout_s:.0f} s "
+            f"(generations {sorted({m.generation for m in members})})"
+        ) from None
 
 
 async def close_members(members: Sequence[GroupMembership]) -> None:
     await asyncio.gather(*(m.leave() for m in members), return_exceptions=True)
     for m in members:
+        await m.close()
         await m.client.close()
 
 
@@ -785,13 +809,19 @@ async def rebalance_round(
     )
 
 
-async def phase_rebalance(
-    cluster: LocalCluster, rounds: int, size: int, partitions: int, heartbeat_ms: int
-) -> list[RebalanceRound]:
+async def create_rebalance_topic(cluster: LocalCluster, partitions: int) -> str:
+    """The topic the rebalance rounds' groups share, made on the healthy cluster's controller."""
     controller = await wait_healthy(cluster, 60)
     topic = "bench-rebalance"
     async with AsyncAdmin(cluster.address(controller), client_id="bench-rebalance") as admin:
         await admin.create_topic(topic, partitions, 1)
+    return topic
+
+
+async def phase_rebalance(
+    cluster: LocalCluster, rounds: int, size: int, partitions: int, heartbeat_ms: int
+) -> list[RebalanceRound]:
+    topic = await create_rebalance_topic(cluster, partitions)
     out = []
     for r in range(1, rounds + 1):
         res = await rebalance_round(

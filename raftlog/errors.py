@@ -283,6 +283,15 @@ class IllegalGenerationError(RaftlogError):
     retriable = True
 
 
+class RebalanceInProgressError(RaftlogError):
+    """The group is preparing a rebalance (Kafka: REBALANCE_IN_PROGRESS): the member commits
+    its positions, gives up its partitions and joins again. Also the answer to a join that
+    waited for its rebalance longer than the rebalance timeout allows (join again)."""
+
+    code = 47
+    retriable = True
+
+
 class NotCoordinatorError(RaftlogError):
     """This node is not the group coordinator (the active controller): find it again."""
 

@@ -91,9 +91,19 @@ def _describe(args: argparse.Namespace) -> int:
         f"Group {d['group_id']}  state {d['state']}  generation {d['generation']}  "
         f"protocol {d['protocol'] or '-'}  members {len(d['members'])}"
     )
+    preparing = d["state"] == "PreparingRebalance"
+    if preparing:
+        # Older brokers send neither field: they rebalance in one step, never in this state.
+        waiting = [m["member_id"] for m in d["members"] if not m.get("rejoined")]
+        print(
+            f"  rebalancing: generation {d['generation']} stands until {len(waiting)} of "
+            f"{len(d['members'])} members rejoin ({', '.join(waiting)}); members that have "
+            "not by the deadline are removed"
+        )
     for m in d["members"]:
         owned = ", ".join(f"{t}-{p}" for t, p in m["assignment"]) or "-"
-        print(f"  member {m['member_id']}  client {m['client_id']}  partitions {owned}")
+        rejoined = ("  rejoined" if m.get("rejoined") else "  not rejoined") if preparing else ""
+        print(f"  member {m['member_id']}  client {m['client_id']}  partitions {owned}{rejoined}")
     print(f"  {'TOPIC':20} {'PARTITION':>9} {'COMMITTED':>10} {'LOG-END':>10} {'LAG':>8}  OWNER")
     for p in d["partitions"]:
         committed = "-" if p["committed"] is None else p["committed"]
@@ -113,6 +123,7 @@ def _describe_json(d: dict[str, Any]) -> dict[str, Any]:
         "state": d["state"],
         "generation": d["generation"],
         "protocol": d["protocol"],
+        "rebalance_deadline_ms": d.get("rebalance_deadline_ms"),
         "members": [
             {
                 "member_id": m["member_id"],
@@ -121,6 +132,7 @@ def _describe_json(d: dict[str, Any]) -> dict[str, Any]:
                 "session_timeout_ms": m["session_timeout_ms"],
                 "topics": m["topics"],
                 "assignment": [{"topic": t, "partition": p} for t, p in m["assignment"]],
+                "rejoined": m.get("rejoined", False),
             }
             for m in d["members"]
         ],

@@ -16,12 +16,24 @@ was set, and are reset the same way if the broker says the position is out of ra
 deleted it). With a `group_id` the group coordinator assigns partitions and keeps committed
 offsets (group.py).
 
+Rebalances (with a `group_id`) follow Kafka's eager protocol, so that a partition is never
+consumed by two members: when a heartbeat says the group rebalances, the next poll hands out
+no more records of the current assignment (fetched ones not yet returned are dropped: the
+positions point before them, so the next owner reads them, and none is processed twice),
+commits the positions if auto-commit is on (accepted: the generation stands until every member
+has rejoined), calls `on_partitions_revoked` with the whole assignment (a manual-commit
+application commits there) and joins again. The join runs on between polls (poll returns {}
+meanwhile) and is answered once the rebalance completes; then partitions kept from the
+generation right before continue from their positions, the others from the group's committed
+offsets, and `on_partitions_assigned` gets the new assignment.
+
 Failures: `poll` retries retriable errors itself (a broker that is down, a partition without a
 leader, a coordinator that moved), with `retry_backoff_ms` between tries, and returns what it
 has when the caller's timeout ends; one partition whose leader is down does not hold up the
 others. A rebalance's join runs on between polls (a poll waits for it no longer than its own
 timeout) and auto-commits are asynchronous, so a coordinator that is away never blocks `poll`
-past its timeout either. Only non-retriable errors reach the caller.
+past its timeout either (a commit before rejoining does wait, up to request_timeout_ms). Only
+non-retriable errors reach the caller.
 
 `Consumer` runs the same code on an event loop in a background thread, which also keeps group
 heartbeats going while the application works between polls; `for record in consumer:` blocks
@@ -35,10 +47,11 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import inspect
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -103,7 +116,11 @@ class ConsumerConfig:
     group_instance_id: str | None = None
     # Assignors in preference order; the group uses the first one every member offers.
     partition_assignment_strategy: tuple[str, ...] = ("range", "sticky", "roundrobin")
-    # Rebalance callbacks: called inside poll() with the partitions that moved.
+    # Rebalance listener (Kafka's ConsumerRebalanceListener, eager protocol), called inside
+    # poll() (and close()) in the caller's thread: on_partitions_revoked with every partition
+    # this member owns, before it rejoins (positions are still in place: a manual-commit
+    # application commits here); on_partitions_assigned with every partition of the new
+    # assignment. An AsyncConsumer also awaits what a callback returns, if it is awaitable.
     on_partitions_revoked: Callable[[set[TopicPartition]], Any] | None = None
     on_partitions_assigned: Callable[[set[TopicPartition]], Any] | None = None
 
@@ -159,9 +176,22 @@ class AsyncConsumer:
                 cfg.partition_assignment_strategy,
                 cfg.request_timeout_ms,
             )
+        # A rebalance: set when this member must give up its partitions and join again (a
+        # heartbeat said so, a commit was refused, the subscription changed); cleared when
+        # the join starts, set again if it fails.
         self._needs_rejoin = False
-        # A join in progress (see _poll_once), and the auto-commit in progress.
-        self._join_task: asyncio.Task[None] | None = None
+        # A join in progress (see _wait_rebalance), and the auto-commit in progress.
+        self._join_task: asyncio.Task[list[TopicPartition]] | None = None
+        # What this member gave up when it last revoked (see _revoke), until its join completes.
+        self._revoked: _Revoked | None = None
+        # How rebalance listener callbacks run: inline here; the sync Consumer runs them in
+        # its caller's thread, so that they may call the consumer.
+        self._run_listener: Callable[[Listener, set[TopicPartition]], Awaitable[None]] = (
+            _run_listener_inline
+        )
+        # The first exception a listener callback raised, raised by poll once the rebalance
+        # step it interrupted is done (Kafka does the same).
+        self._listener_error: Exception | None = None
         self._auto_commit_task: asyncio.Task[None] | None = None
         # Assigned partitions whose committed offsets are not known yet (the coordinator did
         # not answer): they are not fetched, nor reset by policy, until they are.
@@ -187,15 +217,19 @@ class AsyncConsumer:
 
     async def subscribe(self, topics: Sequence[str]) -> None:
         """Consume these topics: with a group_id, the partitions the group assigns to this
-        member (rebalanced as members come and go); without one, every partition."""
+        member (rebalanced as members come and go); without one, every partition.
+
+        With a group_id the join starts here and runs on in the background (it may wait for
+        the group's other members to rejoin); poll waits for it within its timeout, and
+        `assignment()` is empty until it has completed."""
         self._subscription = list(topics)
         if self._group is not None:
-            try:
-                await self._rejoin()
-            except RaftlogError as e:
-                if not e.retriable:
-                    raise
-                log.info("group %s: joining failed (%s); poll retries", self._group.group_id, e)
+            if self._positions or self._join_task is not None or self._group.member_id:
+                self._needs_rejoin = True  # the next poll gives the partitions up and rejoins
+            else:
+                # The first join starts now and runs on between polls (it may wait for the
+                # group's other members to rejoin); poll waits for it within its timeout.
+                self._start_join()
             if self._heartbeat_task is None:
                 self._heartbeat_task = asyncio.create_task(self._heartbeat_loop())
             return
@@ -362,19 +396,9 @@ class AsyncConsumer:
         self, limit: int, deadline: float
     ) -> dict[TopicPartition, list[ConsumerRecord]]:
         if self._group is not None:
+            if not await self._wait_rebalance(deadline):
+                return {}
             self._maybe_auto_commit()
-            if self._needs_rejoin and self._join_task is None:
-                self._join_task = asyncio.ensure_future(self._rejoin())
-            if self._join_task is not None:
-                # The join runs on between polls: a coordinator that is slow or away holds
-                # up this member no longer than the caller's timeout, and a join answered
-                # late is not sent again (which would make a second member).
-                remaining = max(deadline - time.monotonic(), 0)
-                finished, _ = await asyncio.wait({self._join_task}, timeout=remaining)
-                if not finished:
-                    return {}
-                task, self._join_task = self._join_task, None
-                task.result()  # its error, if any (retriable: poll tries again)
         while not self._buffer:
             if self._partition_errors:
                 tp = next(iter(self._partition_errors))
@@ -573,49 +597,133 @@ class AsyncConsumer:
 
     # -- groups --------------------------------------------------------------------------------
 
-    async def _rejoin(self) -> None:
-        """Join (again): learn the new assignment, move positions, call the callbacks.
+    async def _wait_rebalance(self, deadline: float) -> bool:
+        """Take part in a rebalance; False while this member's join is still under way (poll
+        hands out nothing meanwhile), True when there is none or it has completed.
 
-        Commits for partitions this member loses are made first when auto-commit is on; if
-        the group has already moved to a new generation they are refused (CommitFailedError)
-        and the new owner starts from the last committed offset: at-least-once, never two
-        owners of one partition's progress. A join that fails leaves the rejoin due (the next
-        poll tries again); newly assigned partitions start from their committed offsets,
-        fetched now or, if the coordinator cannot answer yet, before they are first fetched.
+        A rebalance this member learns of (`_needs_rejoin`) goes in three steps, as Kafka's
+        eager protocol: revoke (`_revoke`: no more records of the old assignment, positions
+        committed, the listener told), join (a task that runs on between polls: the
+        coordinator answers once every member has rejoined, and a join answered late is not
+        sent again, which would make a second member), assign (`_assign`). A failed join
+        leaves the rejoin due: the next poll tries again (poll retries retriable errors).
         """
+        if self._needs_rejoin and self._join_task is None:
+            await self._revoke()
+            self._start_join()
+            self._raise_listener_error()
+        task = self._join_task
+        if task is None:
+            return True
+        remaining = max(deadline - time.monotonic(), 0)
+        finished, _ = await asyncio.wait({task}, timeout=remaining)
+        if not finished:
+            return False
+        self._join_task = None
+        await self._assign(task.result())
+        self._raise_listener_error()
+        return True
+
+    def _start_join(self) -> None:
+        self._needs_rejoin = False
+        self._join_task = asyncio.ensure_future(self._join())
+
+    async def _join(self) -> list[TopicPartition]:
         group = self._group
         assert group is not None
-        self._needs_rejoin = False
-        old = set(self._positions)
         try:
-            if self._commit_tasks:
-                # Commits already on their way land first: the one below is newer.
-                await asyncio.gather(*self._commit_tasks, return_exceptions=True)
-            if old and self.config.enable_auto_commit:
-                try:
-                    await self.commit()
-                except RaftlogError as e:
-                    log.info("group %s: commit before rejoining refused: %s", group.group_id, e)
-            new = set(await group.join(self._subscription))
+            return await group.join(self._subscription)
         except BaseException:
             self._needs_rejoin = True
             raise
-        revoked, assigned = old - new, new - old
-        if revoked and self.config.on_partitions_revoked is not None:
-            self.config.on_partitions_revoked(revoked)
-        self._positions = {tp: self._positions.get(tp) for tp in sorted(new)}
-        self._paused &= new
+
+    async def _revoke(self) -> None:
+        """Give up every partition before joining again (Kafka's eager rebalance).
+
+        Records fetched but not yet returned by poll are dropped (the positions point before
+        them, so whoever owns the partition next reads them: none is handed out twice);
+        commits on their way land first; with auto-commit the positions are committed
+        (accepted: the group's generation stands until every member has rejoined); then
+        `on_partitions_revoked` gets every owned partition, positions still in place, so a
+        manual-commit application commits there. The positions are kept aside (`_revoked`):
+        a partition this member gets back in the very next generation continues from them.
+        """
+        group = self._group
+        assert group is not None
+        self._buffer.clear()
+        self._partition_errors.clear()
+        if self._commit_tasks:
+            await asyncio.gather(*self._commit_tasks, return_exceptions=True)
+        owned = set(self._positions)
+        if owned:
+            if self.config.enable_auto_commit:
+                try:
+                    await self.commit()
+                except RaftlogError as e:
+                    log.info(
+                        "group %s: member %s (generation %d): commit before rejoining refused: %s",
+                        group.group_id,
+                        group.member_id,
+                        group.generation,
+                        e,
+                    )
+            await self._call_listener(self.config.on_partitions_revoked, owned)
+        if owned or self._revoked is None:
+            self._revoked = _Revoked(
+                group.member_id, group.generation, dict(self._positions), set(self._paused)
+            )
+        self._positions = {}
+        self._paused = set()
+        self._need_committed = set()
+
+    async def _assign(self, partitions: list[TopicPartition]) -> None:
+        """The join completed: these are this member's partitions now.
+
+        A partition this member owned in the generation right before keeps its position (no
+        other member can have owned it in between: there was no generation in between);
+        every other one starts from the group's committed offset, fetched now or, if the
+        coordinator cannot answer yet, before it is first fetched (none committed:
+        `auto_offset_reset`). Then `on_partitions_assigned` gets the whole assignment."""
+        group = self._group
+        assert group is not None
+        revoked, self._revoked = self._revoked, None
+        new = set(partitions)
+        kept: dict[TopicPartition, int | None] = {}
+        if (
+            revoked is not None
+            and revoked.member_id == group.member_id
+            and group.generation in (revoked.generation, revoked.generation + 1)
+        ):
+            kept = revoked.positions
+            self._paused = revoked.paused & new
+        self._positions = {tp: kept.get(tp) for tp in sorted(new)}
+        self._need_committed = {tp for tp, pos in self._positions.items() if pos is None}
         self._forget_errors()
-        self._drop_buffered(lambda r: TopicPartition(r.topic, r.partition) not in new)
-        self._need_committed = (self._need_committed & new) | assigned
         try:
             await self._load_committed()
         except RaftlogError as e:
             if not e.retriable:
                 raise
             log.info("group %s: committed offsets not known yet (%s)", group.group_id, e)
-        if assigned and self.config.on_partitions_assigned is not None:
-            self.config.on_partitions_assigned(assigned)
+        await self._call_listener(self.config.on_partitions_assigned, new)
+
+    async def _call_listener(self, callback: Listener | None, tps: set[TopicPartition]) -> None:
+        """Run a rebalance listener callback; an exception it raises is logged and kept for
+        poll to raise once the rebalance step is done (the rebalance itself goes on)."""
+        if callback is None:
+            return
+        try:
+            await self._run_listener(callback, set(tps))
+        except Exception as e:
+            group_id = self._group.group_id if self._group is not None else None
+            log.error("group %s: rebalance listener %r raised %r", group_id, callback, e)
+            if self._listener_error is None:
+                self._listener_error = e
+
+    def _raise_listener_error(self) -> None:
+        error, self._listener_error = self._listener_error, None
+        if error is not None:
+            raise error
 
     async def _load_committed(self) -> None:
         """Positions of newly assigned partitions from the group's committed offsets (none
@@ -632,14 +740,24 @@ class AsyncConsumer:
             self._need_committed.difference_update(tps)
 
     async def _heartbeat_loop(self) -> None:
+        """Heartbeat every heartbeat_interval_ms, also while a rebalance waits for the next
+        poll (the coordinator's RebalanceInProgress answer still counts as a sign of life, so
+        an application slow to poll is not expired meanwhile), but not while a join is in
+        flight: the coordinator does not expire a member whose join waits, and the join
+        holds the group connection."""
         group = self._group
         assert group is not None
         while True:
             await asyncio.sleep(self.config.heartbeat_interval_ms / 1000)
-            if self._needs_rejoin or self._join_task is not None:
+            if self._join_task is not None and not self._join_task.done():
                 continue
+            join_before, generation_before = self._join_task, group.generation
             try:
-                if not await group.heartbeat():
+                current = await group.heartbeat()
+                # An answer about the generation a join started since has left behind is old
+                # news (on the group connection a join's answer comes after it).
+                fresh = self._join_task is join_before and group.generation == generation_before
+                if not current and fresh:
                     self._needs_rejoin = True
             except RaftlogError as e:
                 log.debug("group %s: heartbeat failed: %s", group.group_id, e)
@@ -690,7 +808,11 @@ class AsyncConsumer:
             raise InvalidConfigError("commit() needs a group_id")
         if offsets is None:
             offsets = {tp: o for tp, o in self._positions.items() if o is not None}
-        await self._group.commit(offsets)
+        try:
+            await self._group.commit(offsets)
+        except (CommitFailedError, UnknownMemberIdError, IllegalGenerationError):
+            self._needs_rejoin = True  # this member's generation is over: the next poll rejoins
+            raise
 
     def commit_async(
         self,
@@ -739,21 +861,58 @@ class AsyncConsumer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._heartbeat_task
             self._heartbeat_task = None
-        if self._group is not None and self._group.member_id:
+        group = self._group
+        if group is not None and group.member_id:
+            owned = set(self._positions)
+            if owned:
+                try:
+                    if self.config.enable_auto_commit:
+                        await self.commit()
+                except RaftlogError as e:
+                    log.info("final commit refused: %s", e)
+                # As Kafka's close: the listener may commit what the application processed.
+                await self._call_listener(self.config.on_partitions_revoked, owned)
             try:
-                if self.config.enable_auto_commit:
-                    await self.commit()
+                await group.leave()
             except RaftlogError as e:
-                log.info("final commit refused: %s", e)
-            try:
-                await self._group.leave()
-            except RaftlogError as e:
-                log.info("leaving group %s failed: %s", self._group.group_id, e)
+                log.info("leaving group %s failed: %s", group.group_id, e)
+        if group is not None:
+            await group.close()
         await self.client.close()
+        self._raise_listener_error()
+
+
+Listener = Callable[[set[TopicPartition]], Any]
+
+
+async def _run_listener_inline(callback: Listener, tps: set[TopicPartition]) -> None:
+    result = callback(tps)
+    if inspect.isawaitable(result):
+        await result
+
+
+@dataclass(frozen=True, slots=True)
+class _Revoked:
+    """What a member gave up before joining again: its id and generation then, its positions
+    and paused partitions (see AsyncConsumer._assign)."""
+
+    member_id: str
+    generation: int
+    positions: dict[TopicPartition, int | None]
+    paused: set[TopicPartition]
 
 
 # Consumer._stop_loop waits this long for the loop's tasks to end, and for its thread.
 STOP_TIMEOUT_S = 10.0
+
+
+def _settle(reply: asyncio.Future[None], error: BaseException | None) -> None:
+    if reply.done():
+        return
+    if error is None:
+        reply.set_result(None)
+    else:
+        reply.set_exception(error)
 
 
 async def _cancel_pending() -> None:
@@ -771,6 +930,9 @@ class Consumer:
 
     The thread keeps group heartbeats going while the application processes records between
     polls (as Kafka's heartbeat thread does); every call runs on that loop and waits for it.
+    Rebalance listener callbacks run in the thread that called poll (or close), not on the
+    loop: the loop hands them over and waits, so a callback may call this consumer (commit
+    in on_partitions_revoked, seek in on_partitions_assigned), as Kafka's listener may.
     """
 
     def __init__(self, *topics: str, **options: Any):
@@ -778,9 +940,17 @@ class Consumer:
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="raftlog-consumer", daemon=True
         )
+        # Listener calls handed over by the loop, run by the thread waiting in `_wait`.
+        # Invariant: only while a call of this consumer runs on the loop (a poll or close
+        # waits for its listener), so at most one at a time.
+        self._listener_calls: collections.deque[
+            tuple[Listener, set[TopicPartition], asyncio.Future[None]]
+        ] = collections.deque()
+        self._waiting = threading.Condition()
         self._thread.start()
         try:
             self._async = AsyncConsumer(*topics, **options)
+            self._async._run_listener = self._run_listener_in_caller
             self.config = self._async.config
             self._run(self._async.start())
         except BaseException:
@@ -788,14 +958,59 @@ class Consumer:
             raise
 
     def _run(self, coro: Any) -> Any:
-        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        return self._wait(asyncio.run_coroutine_threadsafe(coro, self._loop), None)
+
+    def _wait(self, fut: concurrent.futures.Future[Any], timeout_s: float | None) -> Any:
+        """Wait for `fut` (a call on the loop), running the listener callbacks it hands over
+        meanwhile; TimeoutError after `timeout_s` (None: no bound)."""
+        fut.add_done_callback(self._notify)
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         try:
-            return fut.result()
+            while True:
+                with self._waiting:
+                    while not fut.done() and not self._listener_calls:
+                        remaining = None if deadline is None else deadline - time.monotonic()
+                        if remaining is not None and remaining <= 0:
+                            raise TimeoutError(f"consumer call not done in {timeout_s} s")
+                        self._waiting.wait(remaining)
+                    if fut.done():
+                        return fut.result()
+                    callback, tps, reply = self._listener_calls.popleft()
+                self._call_listener(callback, tps, reply)
         except BaseException:
             # A KeyboardInterrupt in the caller's thread must not leave the call running on
             # the loop (to race close(), or be destroyed pending when the loop stops).
             fut.cancel()
             raise
+
+    def _notify(self, _: object = None) -> None:
+        with self._waiting:
+            self._waiting.notify_all()
+
+    async def _run_listener_in_caller(self, callback: Listener, tps: set[TopicPartition]) -> None:
+        """On the loop: hand `callback(tps)` to the thread waiting in `_wait`; its outcome."""
+        reply: asyncio.Future[None] = self._loop.create_future()
+        entry = (callback, tps, reply)
+        with self._waiting:
+            self._listener_calls.append(entry)
+            self._waiting.notify_all()
+        try:
+            await reply
+        finally:
+            with self._waiting, contextlib.suppress(ValueError):
+                self._listener_calls.remove(entry)  # not run yet: the poll was cancelled
+
+    def _call_listener(
+        self, callback: Listener, tps: set[TopicPartition], reply: asyncio.Future[None]
+    ) -> None:
+        try:
+            callback(tps)
+        except BaseException as e:
+            self._loop.call_soon_threadsafe(_settle, reply, e)
+            if not isinstance(e, Exception):
+                raise  # KeyboardInterrupt: the caller's thread gets it too
+            return
+        self._loop.call_soon_threadsafe(_settle, reply, None)
 
     def _stop_loop(self) -> None:
         """Cancel what still runs on the loop (and wait for it, bounded), then stop it."""
@@ -903,9 +1118,8 @@ class Consumer:
             timeout_s = 2 * self.config.request_timeout_ms / 1000 + 5
             fut = asyncio.run_coroutine_threadsafe(self._async.close(), self._loop)
             try:
-                fut.result(timeout_s)
-            except concurrent.futures.TimeoutError:
-                fut.cancel()
+                self._wait(fut, timeout_s)
+            except TimeoutError:
                 log.warning("consumer close did not finish in %.0f s; stopped it", timeout_s)
             finally:
                 self._stop_loop()

@@ -1,17 +1,24 @@
 """A consumer's membership in a group: coordinator discovery, join, heartbeats, commits.
 
-The coordinator is the active controller's node (FindCoordinator). Joining is one round trip:
-the assignment is computed in the replicated state machine and returned with the generation.
-Heartbeats are cheap in-memory checks on the coordinator; a heartbeat answer with another
-generation (or UnknownMemberId) means the group rebalanced and this member must join again.
-Commits carry the member id and generation, so a member that lost a partition in a rebalance
-cannot overwrite the new owner's progress (CommitFailedError says why).
+The coordinator is the active controller's node (FindCoordinator). The group rebalances as in
+Kafka's classic protocol (docs/ARCHITECTURE.md, "Consumer groups"): a join is answered once
+the rebalance it takes part in has completed, with the new generation and this member's
+partitions, which the coordinator computes. A heartbeat answered RebalanceInProgress (or with
+another generation, or UnknownMemberId) means this member must commit, give up its partitions
+and join again (the consumer does that in its next poll). Commits carry the member id and
+generation, so a member that lost a partition in a rebalance cannot overwrite the new owner's
+progress (CommitFailedError says why).
+
+Group requests go on a connection of their own to the coordinator, as Kafka's clients do: a
+join may wait for the whole rebalance, and a broker answers a connection's requests in order,
+so a join on the shared connection would hold up fetches and metadata requests behind it.
 
 Every call retries the errors that say the coordinator is away or elsewhere
 (`COORDINATOR_UNAVAILABLE`: NotCoordinator, NotController, BrokerNotAvailable, a timeout) by
-finding the coordinator again after a backoff, up to `request_timeout_ms`; the consumer's poll
-retries past that. Errors that mean "rejoin" (UnknownMemberId, IllegalGeneration) or "refused"
-(CommitFailed) go back to the caller at once.
+finding the coordinator again after a backoff, up to `request_timeout_ms` (a join: up to its
+rebalance timeout plus that); the consumer's poll retries past that. Errors that mean
+"rejoin" (UnknownMemberId, IllegalGeneration, RebalanceInProgress) or "refused" (CommitFailed)
+go back to the caller at once.
 """
 
 from __future__ import annotations
@@ -24,11 +31,14 @@ from typing import Any
 
 from raftlog import protocol
 from raftlog.client.cluster import ClusterClient
+from raftlog.client.connection import BrokerConnection
 from raftlog.errors import (
     BrokerNotAvailableError,
+    IllegalGenerationError,
     NotControllerError,
     NotCoordinatorError,
     RaftlogTimeoutError,
+    RebalanceInProgressError,
     RequestTimedOutError,
     UnknownMemberIdError,
 )
@@ -70,6 +80,9 @@ async def coordinator_request(
 
 
 class GroupMembership:
+    """One member's view of its group: member id, generation, assignment; the calls that
+    change them. Not thread-safe: one asyncio loop drives it."""
+
     def __init__(
         self,
         client: ClusterClient,
@@ -93,36 +106,73 @@ class GroupMembership:
         self.generation = -1
         self.protocol: str | None = None
         self.assignment: list[TopicPartition] = []
+        # The connection group requests use (see the module docstring); None until needed,
+        # and again after an error that says the coordinator moved or the connection broke.
+        self._conn: BrokerConnection | None = None
         self._coordinator: int | None = None
 
-    async def _coordinator_node(self) -> int:
-        if self._coordinator is None:
+    async def _coordinator_connection(self) -> BrokerConnection:
+        if self._conn is None or self._conn.closed:
             body, _ = await self.client.request(
                 None, protocol.ApiKey.FIND_COORDINATOR, {"group_id": self.group_id}
             )
-            await self.client.refresh_metadata([])  # learn the coordinator's address
+            self._conn = await BrokerConnection.connect(
+                str(body["host"]),
+                int(body["port"]),
+                self.client_id,
+                self.client.connect_timeout_s,
+            )
             self._coordinator = int(body["node_id"])
-        return self._coordinator
+        return self._conn
 
-    async def _call(self, api: int, body: dict[str, Any]) -> dict[str, Any]:
-        deadline = time.monotonic() + self.request_timeout_s
+    def _drop_connection(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+        self._conn = None
+        self._coordinator = None
+
+    async def _call(
+        self, api: int, body: dict[str, Any], timeout_s: float | None = None
+    ) -> dict[str, Any]:
+        """One group request, retried on another coordinator connection while the
+        coordinator is unavailable, for up to `timeout_s` (request_timeout_ms)."""
+        timeout_s = self.request_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout_s
         while True:
             try:
-                node = await self._coordinator_node()
-                resp, _ = await self.client.request(node, api, body)
+                conn = await self._coordinator_connection()
+                resp, _ = await conn.request(api, body, (), timeout_s)
                 return resp
             except COORDINATOR_UNAVAILABLE as e:
-                self._coordinator = None
+                # A request that timed out may still be answered later on that connection:
+                # a new one keeps the answers in step with the requests.
+                self._drop_connection()
                 if time.monotonic() >= deadline:
                     raise
                 log.debug("group %s: %s; finding the coordinator again", self.group_id, e)
                 await asyncio.sleep(RETRY_BACKOFF_S)
 
     async def join(self, topics: Sequence[str]) -> list[TopicPartition]:
-        """Join (or rejoin) with this member id; a coordinator that no longer knows the id
-        (it expired) gets an empty one next time, as Kafka's client does."""
+        """Join (or rejoin) with this member id; returns this member's partitions in the
+        generation the join completed. Waits while the group rebalances (for up to the
+        rebalance timeout). A coordinator that no longer knows the id (it expired) gets an
+        empty one next time, as Kafka's client does."""
         try:
-            body = await self._join(topics)
+            body = await self._call(
+                protocol.ApiKey.JOIN_GROUP,
+                {
+                    "group_id": self.group_id,
+                    "member_id": self.member_id,
+                    "client_id": self.client_id,
+                    "instance_id": self.instance_id,
+                    "session_timeout_ms": self.session_timeout_ms,
+                    "rebalance_timeout_ms": self.rebalance_timeout_ms,
+                    "topics": list(topics),
+                    "protocols": self.assignors,
+                },
+                # The coordinator answers at the group's rebalance deadline at the latest.
+                self.rebalance_timeout_ms / 1000 + self.request_timeout_s,
+            )
         except UnknownMemberIdError:
             if self.instance_id is None:
                 self.member_id = ""
@@ -141,23 +191,9 @@ class GroupMembership:
         )
         return self.assignment
 
-    async def _join(self, topics: Sequence[str]) -> dict[str, Any]:
-        return await self._call(
-            protocol.ApiKey.JOIN_GROUP,
-            {
-                "group_id": self.group_id,
-                "member_id": self.member_id,
-                "client_id": self.client_id,
-                "instance_id": self.instance_id,
-                "session_timeout_ms": self.session_timeout_ms,
-                "rebalance_timeout_ms": self.rebalance_timeout_ms,
-                "topics": list(topics),
-                "protocols": self.assignors,
-            },
-        )
-
     async def heartbeat(self) -> bool:
-        """True while this member's generation is current; False means rejoin."""
+        """True while this member's generation is current and the group is not rebalancing;
+        False means: commit, give up the partitions and join again."""
         if not self.member_id:
             return False
         try:
@@ -169,6 +205,16 @@ class GroupMembership:
                     "generation": self.generation,
                 },
             )
+        except RebalanceInProgressError:
+            log.info(
+                "group %s: rebalancing; member %s (generation %d) joins again",
+                self.group_id,
+                self.member_id,
+                self.generation,
+            )
+            return False
+        except IllegalGenerationError:
+            return False
         except UnknownMemberIdError:
             log.info("group %s: member %s expired; rejoining", self.group_id, self.member_id)
             if self.instance_id is None:
@@ -214,3 +260,7 @@ class GroupMembership:
             self.member_id = ""
             self.generation = -1
             self.assignment = []
+
+    async def close(self) -> None:
+        """Close the coordinator connection (after `leave`, or to stop without leaving)."""
+        self._drop_connection()

@@ -2,7 +2,10 @@
 pysyncobj.
 
 - state.py: the deterministic state machine (brokers, topics and partitions, groups, offsets).
+- groups.py: a consumer group's states, transitions and invariants (the rebalance protocol).
 - assignors.py: deterministic partition assignors for consumer groups.
+- coordinator.py: consumer groups on the active controller (joins, heartbeats, expiry,
+  rebalance deadlines, commits).
 - quorum.py: the state on pysyncobj, seen from asyncio.
 - raft_journal.py: pysyncobj's journal, written so that a full disk is survivable.
 - cluster.py: the broker's read/propose view of it.

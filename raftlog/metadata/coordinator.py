@@ -1,31 +1,47 @@
 """The consumer-group coordinator: runs on the active controller (the metadata Raft leader).
 
-Kafka's group protocol, simplified to one round trip per join: a `join` is one `join_group`
-command, and the replicated state machine (state.py) computes the new generation and its
-assignment when it applies the command, so every replica agrees on who owns what without a
-separate SyncGroup step. Members learn of a rebalance from their heartbeat's answer (the
-group's current generation) and join again.
+Kafka's classic group protocol, with the assignment computed by the replicated state machine
+instead of a leader member. A group's states and transitions live in groups.py (Empty,
+PreparingRebalance, Stable, Dead); this module drives them with the network and the clock:
 
-Rules this module keeps, and why:
-
-- Only state changes go through Raft: joins, leaves, expiries, commits, resets, deletes.
-  Heartbeats do not. A heartbeat changes no replicated state, and a Raft entry per heartbeat
-  (every member, every few seconds) would cost a disk write and a round trip on every voter.
-  Heartbeat times live in this object's memory, on the one node that acts on them.
+- A join is one `join_group` command. When it completes the rebalance (the first member of a
+  group, the last member to rejoin) or changes nothing (a member of a Stable group joining
+  again unchanged), it is answered at once. Otherwise the group is preparing a rebalance and
+  the join waits (Kafka's JoinGroup barrier) until the generation moves on: every member has
+  rejoined, left or expired, or the rebalance deadline passed. It is then answered with the
+  new generation and the member's partitions in it. The wait is bounded: by the group's
+  rebalance deadline plus `join_wait_margin_ms` (RebalanceInProgressError after it: join
+  again); by the coordinator's role (NotCoordinatorError when it stops being active). Waiting
+  joins are bounded by the connections that sent them (one response slot each).
+- Members of the current generation learn of a rebalance from their heartbeat
+  (RebalanceInProgressError), commit (accepted: their generation stands until the rebalance
+  completes), give up their partitions and join again. So a partition never has two
+  consumers: its new owner gets it only after its old owner rejoined (having committed) or
+  was removed.
+- Only state changes go through Raft: joins, leaves, expiries, rebalance deadlines, commits,
+  resets, deletes. Heartbeats do not. A heartbeat changes no replicated state, and a Raft entry
+  per heartbeat (every member, every few seconds) would cost a disk write and a round trip on
+  every voter. Heartbeat times live in this object's memory, on the one node that acts on them.
 - Liveness is judged only while active. A new controller knows nothing of the heartbeats its
   predecessor saw, so `become_active()` gives every member in the state a fresh heartbeat time
   (a grace period of one session timeout): members that were alive under the old controller
   are not expired for the failover itself. A member seen in the state without a heartbeat time
   (it joined through another node) gets the same grace on first sight. `become_inactive()`
-  stops expiry and makes the member operations raise `NotCoordinatorError`, so clients go and
-  find the new active controller.
+  stops expiry, fails waiting joins and makes the member operations raise
+  `NotCoordinatorError`, so clients go and find the new active controller; a join they send
+  there finds its rebalance where Raft left it (the rejoined members are replicated state).
 - The caller calls `become_active()` only once this node's copy of the state is current (after
   a proposal of its own term has been applied), so the grace covers every member and the local
   reads below see every commit that was acknowledged.
-- Expiry proposes `leave_group` for the expired members of a group, one proposal per group per
-  sweep. A failed proposal is logged and tried again on the next sweep; the sweep loop never
-  dies of it. The clock is read here and passed into commands as `now_ms`: the state machine
-  never reads a clock.
+- The sweep (every `sweep_interval_ms`) expires members silent for their session timeout
+  (one `leave_group` per group per sweep), except members whose join waits in the barrier
+  (Kafka keeps those alive too: a waiting member cannot heartbeat on its blocked connection);
+  and it proposes `tick_group` for a rebalancing group whose deadline passed, or that has none
+  yet (a rebalance started by a topic change). The clock is read here and passed into commands
+  as `now_ms`: the state machine never reads a clock. A failed proposal is logged and tried
+  again on the next sweep; the sweep loop never dies of it. Every completion happens in one of
+  this node's own proposals, after which the waiting joins of that group are answered; the
+  sweep also checks every group with waiting joins, in case another path moved it on.
 - Commits are batched (group commit): commits that arrive within `commit_linger_ms` of the
   first, or while the previous batch is in flight, go into one `commit_batch` command (one Raft
   entry) of at most `commit_batch_max` commits and `commit_batch_bytes_max` bytes, and each
@@ -74,9 +90,11 @@ from raftlog.errors import (
     NotCoordinatorError,
     PolicyViolationError,
     RaftlogError,
+    RebalanceInProgressError,
     UnknownMemberIdError,
     error_from_code,
 )
+from raftlog.metadata import groups
 from raftlog.metadata.quorum import COMMAND_BYTES_MAX
 from raftlog.metadata.state import MetadataState
 from raftlog.topics import MAX_NAME_LENGTH, validate_topic_name
@@ -112,6 +130,8 @@ def anchored_clock_ms() -> Callable[[], int]:
     return lambda: wall_ms + time.monotonic_ns() // 1_000_000 - mono_ms
 
 
+# How many member ids a log line names (a group may have thousands).
+_LOGGED_MEMBERS_MAX = 8
 # A failing expiry of one group is logged at most this often (it is retried every sweep).
 EXPIRY_WARNING_INTERVAL_MS = 10_000
 # Kafka's wire types for partitions and generations (int32) and offsets (int64).
@@ -147,6 +167,11 @@ class CoordinatorConfig:
     # (group.max.session.timeout.ms) keeps a dead member from holding partitions for hours.
     session_timeout_ms_min: int = 100
     session_timeout_ms_max: int = 1_800_000
+    # A join waiting for its rebalance is answered RebalanceInProgressError this long after
+    # the group's rebalance deadline: the sweep completes the rebalance at the deadline (one
+    # sweep interval and one Raft round trip later), so only a sweep that keeps failing (a
+    # full metadata disk) makes the member ask again.
+    join_wait_margin_ms: int = 2000
 
     def __post_init__(self) -> None:
         if self.commit_batch_max < 1:
@@ -179,11 +204,25 @@ class CoordinatorConfig:
             raise InvalidConfigError(
                 f"sweep_interval_ms must be >= 0, got {self.sweep_interval_ms}"
             )
+        if self.join_wait_margin_ms < 0:
+            raise InvalidConfigError(
+                f"join_wait_margin_ms must be >= 0, got {self.join_wait_margin_ms}"
+            )
         if not 1 <= self.session_timeout_ms_min <= self.session_timeout_ms_max:
             raise InvalidConfigError(
                 f"need 1 <= session_timeout_ms_min ({self.session_timeout_ms_min}) <= "
                 f"session_timeout_ms_max ({self.session_timeout_ms_max})"
             )
+
+
+@dataclass(slots=True)
+class _JoinWaiter:
+    """A join waiting for its rebalance: answered once the group's generation has moved past
+    `generation` (groups.join_outcome)."""
+
+    member_id: str
+    generation: int
+    future: asyncio.Future[dict[str, Any]]
 
 
 @dataclass(slots=True)
@@ -248,6 +287,10 @@ class GroupCoordinator:
         self._expiry_warned_ms: dict[str, int] = {}
         # The task that lingers, then proposes batches until none is waiting; None when idle.
         self._flush_task: asyncio.Task[None] | None = None
+        # group id -> joins waiting for that group's rebalance to complete. Invariant: every
+        # future is pending (answered ones are removed by `_answer_joins`, given-up ones by
+        # their `join`); bounded by the join requests in flight, one per member connection.
+        self._join_waiters: dict[str, list[_JoinWaiter]] = {}
 
     # -- role ----------------------------------------------------------------------------------
 
@@ -276,6 +319,17 @@ class GroupCoordinator:
             log.info("group coordinator became inactive")
         self._active = False
         self._heartbeat_ms = {}
+        waiters, self._join_waiters = self._join_waiters, {}
+        for group_id, group_waiters in sorted(waiters.items()):
+            for w in group_waiters:
+                if not w.future.done():
+                    w.future.set_exception(
+                        NotCoordinatorError(
+                            f"join of {w.member_id!r} to group {group_id!r} (generation "
+                            f"{w.generation}) not answered: this node stopped being the group "
+                            "coordinator; find the coordinator and join again"
+                        )
+                    )
         pending, self._pending, self._pending_bytes = self._pending, [], 0
         for c in pending:
             if not c.future.done():
@@ -337,7 +391,9 @@ class GroupCoordinator:
         topics: Sequence[str],
         protocols: Sequence[str],
     ) -> dict[str, Any]:
-        """Join (or rejoin) a group; returns member_id, generation, protocol and assignment.
+        """Join (or rejoin) a group; returns member_id, generation, state, protocol and the
+        member's assignment in that generation, once the rebalance the join takes part in has
+        completed (see the module docstring for the wait and its bounds).
 
         An empty `member_id` asks for a new one. The returned generation is the one the
         member's commits must carry.
@@ -353,9 +409,9 @@ class GroupCoordinator:
                 f"group {group_id!r}: session_timeout_ms must be {lo}..{hi}, "
                 f"got {session_timeout_ms!r}"
             )
-        if not _is_int(rebalance_timeout_ms) or rebalance_timeout_ms < 0:
+        if not _is_int(rebalance_timeout_ms) or not 0 <= rebalance_timeout_ms <= INT32_MAX:
             raise InvalidRequestError(
-                f"group {group_id!r}: rebalance_timeout_ms must be >= 0, "
+                f"group {group_id!r}: rebalance_timeout_ms must be 0..{INT32_MAX}, "
                 f"got {rebalance_timeout_ms!r}"
             )
         topic_list = _str_list("topics", topics)
@@ -377,43 +433,131 @@ class GroupCoordinator:
             protocols=protocol_list,
             now_ms=self._clock_ms(),
         )
-        if self._active:
-            self._heartbeat_ms.setdefault(group_id, {})[view["member_id"]] = self._clock_ms()
+        new_id = view["member_id"]
+        self._seen(group_id, new_id)
+        self._answer_joins(group_id)  # this join may have completed others' rebalance
+        if view["state"] == groups.PREPARING:
+            waiting = self._read(lambda s: groups.waiting_for(s.groups[group_id]))
+            log.info(
+                "group %s: member %s (client %s) joins; generation %d waits for %d members "
+                "to rejoin (%s%s)",
+                group_id,
+                new_id,
+                client_id,
+                view["generation"],
+                len(waiting),
+                ", ".join(waiting[:_LOGGED_MEMBERS_MAX]),
+                ", ..." if len(waiting) > _LOGGED_MEMBERS_MAX else "",
+            )
+            view = await self._wait_for_rebalance(group_id, new_id, view["generation"])
+            self._seen(group_id, new_id)
         log.info(
-            "group %s: member %s (client %s) joined; generation %d, %d partitions",
+            "group %s: member %s (client %s) in generation %d with %d partitions",
             group_id,
-            view["member_id"],
+            new_id,
             client_id,
             view["generation"],
             len(view["assignment"]),
         )
         return view
 
+    async def _wait_for_rebalance(
+        self, group_id: str, member_id: str, generation: int
+    ) -> dict[str, Any]:
+        """Wait until the group's generation has moved past `generation`; the member's view."""
+        self._check_active(group_id)  # the role may have gone while the proposal was applied
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        waiter = _JoinWaiter(member_id, generation, future)
+        self._join_waiters.setdefault(group_id, []).append(waiter)
+        # Between the proposal and now other proposals may have completed the rebalance.
+        self._answer_joins(group_id)
+
+        def deadline_ms(s: MetadataState) -> int | None:
+            g = s.groups.get(group_id)
+            if g is None or g["state"] != groups.PREPARING:
+                return None
+            at: int | None = g["rebalance_deadline_ms"]
+            return at if at is not None else self._clock_ms() + groups.rebalance_timeout_ms(g)
+
+        until_ms = self._read(deadline_ms)
+        wait_ms = self.config.join_wait_margin_ms
+        if until_ms is not None:
+            wait_ms += max(until_ms - self._clock_ms(), 0)
+        try:
+            async with asyncio.timeout(wait_ms / 1000):
+                return await future
+        except TimeoutError:
+            raise RebalanceInProgressError(
+                f"group {group_id!r}: the rebalance member {member_id!r} joined at generation "
+                f"{generation} did not complete within {wait_ms} ms (its deadline and "
+                f"join_wait_margin_ms={self.config.join_wait_margin_ms}); join again"
+            ) from None
+        finally:
+            waiters = self._join_waiters.get(group_id)
+            if waiters is not None and waiter in waiters:
+                waiters.remove(waiter)
+                if not waiters:
+                    del self._join_waiters[group_id]
+
+    def _answer_joins(self, group_id: str) -> None:
+        """Answer the joins waiting for `group_id`'s rebalance that can be answered now."""
+        waiters = self._join_waiters.get(group_id)
+        if not waiters:
+            return
+
+        def outcomes(s: MetadataState) -> list[dict[str, Any] | RaftlogError | None]:
+            g = s.groups.get(group_id)
+            out: list[dict[str, Any] | RaftlogError | None] = []
+            for w in waiters:
+                try:
+                    out.append(groups.join_outcome(group_id, g, w.member_id, w.generation))
+                except RaftlogError as e:
+                    out.append(e)
+            return out
+
+        kept = []
+        for w, outcome in zip(waiters, self._read(outcomes), strict=True):
+            if w.future.done():
+                continue
+            if outcome is None:
+                kept.append(w)
+            elif isinstance(outcome, RaftlogError):
+                w.future.set_exception(outcome)
+            else:
+                w.future.set_result(outcome)
+        if kept:
+            self._join_waiters[group_id] = kept
+        else:
+            del self._join_waiters[group_id]
+
+    def _seen(self, group_id: str, member_id: str) -> None:
+        if self._active:
+            self._heartbeat_ms.setdefault(group_id, {})[member_id] = self._clock_ms()
+
     def heartbeat(self, group_id: str, member_id: str, generation: int) -> int:
         """Record that the member is alive; return the group's current generation.
 
-        In memory only, no Raft. A generation other than the member's own tells it that a
-        rebalance happened and it must join again; a stale `generation` is not an error here
-        (its commits are refused until it rejoins).
+        In memory only, no Raft. While the group prepares a rebalance the answer is
+        RebalanceInProgressError (groups.heartbeat): the member commits, gives up its
+        partitions and joins again. A generation other than the member's own also tells it to
+        join again; a stale `generation` is not an error here (its commits are refused).
         """
         _check_str("group_id", group_id, empty_ok=False)
         _check_str("member_id", member_id)
         self._check_active(group_id)
 
-        def current_generation(s: MetadataState) -> int | None:
-            group = s.groups.get(group_id)
-            if group is None or member_id not in group["members"]:
-                return None
-            gen: int = group["generation"]
-            return gen
+        def answer(s: MetadataState) -> int | RaftlogError:
+            try:
+                return groups.heartbeat(group_id, s.groups.get(group_id), member_id, generation)
+            except RaftlogError as e:
+                return e
 
-        current = self._read(current_generation)
-        if current is None:
-            raise UnknownMemberIdError(
-                f"member {member_id!r} is not in group {group_id!r} (expired, left or never "
-                "joined); join with an empty member id"
-            )
-        self._heartbeat_ms.setdefault(group_id, {})[member_id] = self._clock_ms()
+        current = self._read(answer)
+        if isinstance(current, UnknownMemberIdError):
+            raise current
+        self._seen(group_id, member_id)
+        if isinstance(current, RaftlogError):
+            raise current
         if generation != current:
             log.debug(
                 "group %s: member %s heartbeats at generation %s, group is at %d",
@@ -433,8 +577,11 @@ class GroupCoordinator:
         self._check_active(group_id)
         gone = 0
         for piece in self._id_pieces(group_id, ids):
-            gone += await self._propose("leave_group", group_id=group_id, member_ids=piece)
+            gone += await self._propose(
+                "leave_group", group_id=group_id, member_ids=piece, now_ms=self._clock_ms()
+            )
         self._forget(group_id, ids)
+        self._answer_joins(group_id)
         log.info("group %s: %d of members %s left", group_id, gone, ids)
         return gone
 
@@ -447,10 +594,10 @@ class GroupCoordinator:
         if not seen:
             del self._heartbeat_ms[group_id]
 
-    # -- expiry --------------------------------------------------------------------------------
+    # -- expiry and rebalance deadlines ----------------------------------------------------------
 
     async def run(self) -> None:
-        """Sweep for expired members every `sweep_interval_ms` until cancelled."""
+        """Sweep (expiry, rebalance deadlines) every `sweep_interval_ms` until cancelled."""
         interval_s = self.config.sweep_interval_ms / 1000
         while True:
             await asyncio.sleep(interval_s)
@@ -459,61 +606,87 @@ class GroupCoordinator:
             except Exception:
                 # A bug in one sweep must not end expiry for good: a dead loop would leave
                 # crashed consumers owning their partitions forever. Log it loudly, go on.
-                log.exception("group expiry sweep failed; retrying on the next sweep")
+                log.exception("group sweep failed; retrying on the next sweep")
 
     async def sweep(self) -> int:
-        """Propose `leave_group` for members whose session timed out; one proposal per group.
+        """Expire members whose session timed out (one `leave_group` per group), then propose
+        `tick_group` for rebalancing groups whose deadline passed or is not set yet.
 
-        Returns how many members were removed. Proposal errors are logged, and the members are
-        tried again on the next sweep.
+        Returns how many members were removed (expired or left behind by a rebalance).
+        Proposal errors are logged, and tried again on the next sweep.
         """
         if not self._active:
             return 0
-        members = self._read(_members_by_group)
+        views = self._read(_sweep_views)
         now = self._clock_ms()
-        # Prune members that are gone; give members never seen by this node their grace.
+        # Prune members that are gone; give members never seen by this node their grace, and
+        # members waiting in a join barrier a fresh time (they cannot heartbeat meanwhile).
         self._heartbeat_ms = {
-            g: {m: self._heartbeat_ms.get(g, {}).get(m, now) for m in ms}
-            for g, ms in members.items()
-            if ms
+            g: {
+                m: now if m in v.parked else self._heartbeat_ms.get(g, {}).get(m, now)
+                for m in v.session_timeout_ms
+            }
+            for g, v in views.items()
+            if v.session_timeout_ms
         }
         removed = 0
-        for group_id in sorted(members):
+        for group_id in sorted(views):
+            if not self._active:
+                break
+            view = views[group_id]
             # Judge again just before proposing: earlier groups' proposals took time, and a
             # heartbeat may have arrived meanwhile.
             now = self._clock_ms()
             seen = self._heartbeat_ms.get(group_id, {})
             expired = sorted(
                 m
-                for m, session_timeout_ms in members[group_id].items()
-                if m in seen and now - seen[m] > session_timeout_ms
+                for m, session_timeout_ms in view.session_timeout_ms.items()
+                if m in seen and m not in view.parked and now - seen[m] > session_timeout_ms
             )
-            if not expired or not self._active:
-                continue
             try:
-                gone = 0
-                for piece in self._id_pieces(group_id, expired):
-                    gone += await self._propose("leave_group", group_id=group_id, member_ids=piece)
+                if expired:
+                    gone = 0
+                    for piece in self._id_pieces(group_id, expired):
+                        gone += await self._propose(
+                            "leave_group", group_id=group_id, member_ids=piece, now_ms=now
+                        )
+                    self._forget(group_id, expired)
+                    removed += gone
+                    log.info(
+                        "group %s: members %s expired (no heartbeat within their session timeout)",
+                        group_id,
+                        expired,
+                    )
+                if view.preparing and (view.deadline_ms is None or now >= view.deadline_ms):
+                    late = await self._propose("tick_group", group_id=group_id, now_ms=now)
+                    if late:
+                        self._forget(group_id, late)
+                        removed += len(late)
+                        log.info(
+                            "group %s: rebalance deadline passed; members %s did not rejoin in "
+                            "time and were removed",
+                            group_id,
+                            late,
+                        )
             except RaftlogError as e:
                 # Every sweep (100 ms) tries again; a full disk would make that a flood.
                 last = self._expiry_warned_ms.get(group_id)
                 if last is None or now - last >= EXPIRY_WARNING_INTERVAL_MS:
                     self._expiry_warned_ms[group_id] = now
                     log.warning(
-                        "group %s: expiring members %s failed (%s); retrying every sweep",
+                        "group %s: expiring members %s or ending its rebalance failed (%s); "
+                        "retrying every sweep",
                         group_id,
                         expired,
                         e,
                     )
                 continue
+            finally:
+                self._answer_joins(group_id)
             self._expiry_warned_ms.pop(group_id, None)
-            self._forget(group_id, expired)
-            removed += gone
-            log.info(
-                "group %s: members %s expired (no heartbeat within their session timeout)",
-                group_id,
-                expired,
-            )
+        # Joins of groups the loop above did not touch (deleted, or moved on another way).
+        for group_id in sorted(self._join_waiters):
+            self._answer_joins(group_id)
         return removed
 
     # -- offsets -------------------------------------------------------------------------------
@@ -732,13 +905,14 @@ class GroupCoordinator:
     # -- describe ------------------------------------------------------------------------------
 
     def list_groups(self) -> list[dict[str, Any]]:
-        """Every group: id, state ("Empty"/"Stable"), generation, protocol, member count."""
+        """Every group: id, state (groups.GroupPhase: Empty, PreparingRebalance, Stable),
+        generation, protocol, member count."""
 
-        def groups(s: MetadataState) -> list[dict[str, Any]]:
+        def overview(s: MetadataState) -> list[dict[str, Any]]:
             return [
                 {
                     "group_id": gid,
-                    "state": "Stable" if g["members"] else "Empty",
+                    "state": g["state"],
                     "generation": g["generation"],
                     "protocol": g["protocol"],
                     "members": len(g["members"]),
@@ -746,21 +920,25 @@ class GroupCoordinator:
                 for gid, g in sorted(s.groups.items())
             ]
 
-        return self._read(groups)
+        return self._read(overview)
 
     def describe_group(self, group_id: str) -> dict[str, Any]:
-        """One group: members (client ids, subscriptions, assignment), generation, protocol,
-        state and committed offsets `[topic, partition, offset, metadata, commit_ms]`."""
+        """One group: members (client ids, subscriptions, assignment in the current
+        generation, and whether they rejoined the rebalance under way), generation, protocol,
+        state, the rebalance deadline (PreparingRebalance) and committed offsets
+        `[topic, partition, offset, metadata, commit_ms]`."""
 
         def describe(s: MetadataState) -> dict[str, Any] | None:
             g = s.groups.get(group_id)
             if g is None:
                 return None
+            rejoined = set(g["rejoined"])
             return {
                 "group_id": group_id,
-                "state": "Stable" if g["members"] else "Empty",
+                "state": g["state"],
                 "generation": g["generation"],
                 "protocol": g["protocol"],
+                "rebalance_deadline_ms": g["rebalance_deadline_ms"],
                 "members": [
                     {
                         "member_id": mid,
@@ -769,6 +947,7 @@ class GroupCoordinator:
                         "session_timeout_ms": m["session_timeout_ms"],
                         "topics": list(m["topics"]),
                         "assignment": [list(tp) for tp in g["assignment"].get(mid, [])],
+                        "rejoined": mid in rejoined,
                     }
                     for mid, m in sorted(g["members"].items())
                 ],
@@ -785,6 +964,30 @@ class GroupCoordinator:
 
 
 # -- helpers ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _SweepView:
+    """What the sweep needs of one group, read under the lock in one go."""
+
+    session_timeout_ms: dict[str, int]  # member id -> its session timeout
+    parked: frozenset[str]  # members that rejoined this rebalance (their join waits)
+    preparing: bool
+    deadline_ms: int | None
+
+
+def _sweep_views(s: MetadataState) -> dict[str, _SweepView]:
+    return {
+        gid: _SweepView(
+            session_timeout_ms={
+                mid: int(m["session_timeout_ms"]) for mid, m in g["members"].items()
+            },
+            parked=frozenset(g["rejoined"]),
+            preparing=g["state"] == groups.PREPARING,
+            deadline_ms=g["rebalance_deadline_ms"],
+        )
+        for gid, g in s.groups.items()
+    }
 
 
 def _members_by_group(s: MetadataState) -> dict[str, dict[str, int]]:

@@ -5,8 +5,13 @@ It holds the registries that ZooKeeper held for early Kafka, plus partition stat
 - brokers: id, endpoint, rack, incarnation and broker epoch, fenced or not (broker registry);
 - topics: id, config, and per partition the replicas, leader, leader epoch, ISR and partition
   epoch;
-- consumer groups: members, generation, chosen assignor and the assignment (consumer and
-  ownership registries);
+- consumer groups: state, members, generation, chosen assignor and the assignment (consumer
+  and ownership registries). A rebalance runs in two steps, as in Kafka's classic protocol:
+  a join, leave, expiry or subscribed-topic change moves the group to PreparingRebalance while
+  the current generation's assignment stands; the next generation is assigned only when every
+  member has joined again (join_group), or at the rebalance deadline (tick_group, proposed by
+  the coordinator with its clock). groups.py holds every state, transition and invariant;
+  the commands here call it and check the group afterwards;
 - committed offsets per group and partition (offset registry);
 - the next producer id block (for idempotent producers).
 
@@ -27,7 +32,8 @@ Rules (etcd raft / TigerBeetle style):
   in this module and propagates (the Raft thread then stops the node loudly), rather than
   being disguised as the client's error.
 - All fields are plain dicts, lists, ints and strs, so the state pickles into pysyncobj
-  snapshots and compares with `==` in tests.
+  snapshots and compares with `==` in tests. A snapshot written by older code loads:
+  `__setstate__` fills the fields it lacks (groups.upgrade) before any command runs.
 """
 
 from __future__ import annotations
@@ -39,7 +45,6 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from raftlog.errors import (
-    CommitFailedError,
     FencedLeaderEpochError,
     GroupIdNotFoundError,
     GroupNotEmptyError,
@@ -53,7 +58,7 @@ from raftlog.errors import (
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
 )
-from raftlog.metadata import assignors
+from raftlog.metadata import assignors, groups
 from raftlog.storage.config import LogConfig
 from raftlog.topics import validate_topic_name
 
@@ -84,17 +89,6 @@ class MetadataInvariantError(AssertionError):
     """A metadata invariant broke: a bug in raftlog (the same on every replica)."""
 
 
-def _new_group(group_id: str) -> dict[str, Any]:
-    return {
-        "group_id": group_id,
-        "generation": 0,
-        "protocol": None,
-        "members": {},
-        "assignment": {},
-        "next_member": 0,
-    }
-
-
 def _ok(value: Any = None) -> Result:
     return ("ok", value)
 
@@ -120,8 +114,7 @@ class MetadataState:
         self.topics: dict[str, dict[str, Any]] = {}
         # Partitions ever created: spreads the first replica of new topics across brokers.
         self.partitions_created = 0
-        # group -> {"group_id", "generation", "protocol", "members": {member_id: {...}},
-        #           "assignment": {member_id: [[topic, partition], ...]}, "next_member": int}
+        # group -> its record (groups.py describes the fields, states and invariants).
         self.groups: dict[str, dict[str, Any]] = {}
         # group -> {"topic:partition": [offset, metadata, commit_ms]}
         self.offsets: dict[str, dict[str, list[Any]]] = {}
@@ -159,6 +152,13 @@ class MetadataState:
 
     def snapshot(self) -> MetadataState:
         return copy.deepcopy(self)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickling (a pysyncobj snapshot, a deepcopy): fields that a snapshot written by
+        older code lacks are filled in here, once, so commands never meet a partial record."""
+        self.__dict__.update(state)
+        for group in self.groups.values():
+            groups.upgrade(group)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, MetadataState) and self.__dict__ == other.__dict__
@@ -582,6 +582,18 @@ class MetadataState:
         return p
 
     # -- consumer groups -----------------------------------------------------------------------
+    #
+    # A group's states and transitions live in groups.py; these commands check their
+    # arguments, refuse what must be refused before any change, call the transition and check
+    # the group's invariants afterwards (in production too: a broken group is a bug that must
+    # stop here, not spread through snapshots).
+
+    def _topic_partitions(self, topic: str) -> int | None:
+        t = self.topics.get(topic)
+        return None if t is None else len(t["partitions"])
+
+    def _check_group(self, group: dict[str, Any]) -> None:
+        groups.check_group(group, self._topic_partitions)
 
     def _cmd_join_group(
         self,
@@ -595,12 +607,17 @@ class MetadataState:
         protocols: list[str],
         now_ms: int,
     ) -> Result:
-        """Add (or refresh) a member; a change of membership starts a new generation whose
-        assignment is computed here, so every replica agrees on who owns what."""
+        """Add (or refresh) a member and count it as joined for the group's rebalance.
+
+        Returns the member's view (groups.member_view). A view in state PreparingRebalance
+        means the rebalance waits for other members: the coordinator answers the join once the
+        generation has moved on (groups.join_outcome)."""
         if not group_id:
             raise InvalidRequestError("group id must not be empty")
         if not protocols:
-            raise InvalidRequestError("a member must offer at least one assignor")
+            raise InvalidRequestError(
+                f"group {group_id!r}: a member must offer at least one assignor"
+            )
         # Everything that can refuse the join is checked before the first change: a refused
         # join leaves no empty group behind and uses no member number.
         group = self.groups.get(group_id)
@@ -630,118 +647,74 @@ class MetadataState:
         # Refuse a member that shares no assignor with the others.
         assignors.choose_assignor(
             {
-                **{mid: m["protocols"] for mid, m in sorted(members.items())},
+                **{mid: m["protocols"] for mid, m in sorted(members.items()) if mid != new_id},
                 new_id: member["protocols"],
             }
         )
         if group is None:
-            group = self.groups[group_id] = _new_group(group_id)
+            group = self.groups[group_id] = groups.new_group(group_id)
         if not member_id:
             group["next_member"] += 1
-        members = group["members"]
-        old = members.get(new_id)
-        members[new_id] = member
-        if (
-            old is None
-            or old["topics"] != member["topics"]
-            or old["protocols"] != member["protocols"]
-        ):
-            self._rebalance(group)
-        return _ok(self._member_view(group, new_id))
-
-    def _member_view(self, group: dict[str, Any], member_id: str) -> dict[str, Any]:
-        return {
-            "member_id": member_id,
-            "generation": group["generation"],
-            "protocol": group["protocol"],
-            "assignment": [list(tp) for tp in group["assignment"].get(member_id, [])],
-        }
-
-    def _rebalance(self, group: dict[str, Any]) -> None:
-        """New generation: choose the assignor all members support and assign partitions."""
-        group["generation"] += 1
-        members = group["members"]
-        if not members:
-            group["protocol"] = None
-            group["assignment"] = {}
-            return
-        protocol = assignors.choose_assignor(
-            {mid: m["protocols"] for mid, m in sorted(members.items())}
-        )
-        subscriptions = {mid: m["topics"] for mid, m in sorted(members.items())}
-        wanted = sorted({t for m in members.values() for t in m["topics"]})
-        partitions = {t: len(self.topics[t]["partitions"]) for t in wanted if t in self.topics}
-        current = {
-            mid: [tuple(tp) for tp in tps]
-            for mid, tps in sorted(group["assignment"].items())
-            if mid in members
-        }
-        result = assignors.ASSIGNORS[protocol](subscriptions, partitions, current)
-        group["protocol"] = protocol
-        group["assignment"] = {
-            mid: [[t, p] for t, p in result.get(mid, [])] for mid in sorted(members)
-        }
+        groups.join(group, member, now_ms, self._topic_partitions)
+        self._check_group(group)
+        return _ok(groups.member_view(group, new_id))
 
     def _rebalance_groups_for(self, topic: str) -> None:
         for gid in sorted(self.groups):
             group = self.groups[gid]
-            if any(topic in m["topics"] for m in group["members"].values()):
-                self._rebalance(group)
+            groups.topic_changed(group, topic, self._topic_partitions)
+            self._check_group(group)
 
-    def _cmd_leave_group(self, group_id: str, member_ids: list[str]) -> Result:
-        """Members leave (on close) or expire (the coordinator saw no heartbeat)."""
+    def _cmd_leave_group(
+        self, group_id: str, member_ids: list[str], now_ms: int | None = None
+    ) -> Result:
+        """Members leave (on close) or expire (the coordinator saw no heartbeat); the others
+        rebalance. `now_ms` starts the rebalance deadline (entries of older code lack it: the
+        coordinator's next tick_group starts it then)."""
         group = self.groups.get(group_id)
         if group is None:
             raise GroupIdNotFoundError(f"unknown group {group_id!r}")
-        # Each member once, in the order named (a member named twice is removed once).
-        gone = [m for m in dict.fromkeys(member_ids) if m in group["members"]]
-        for m in gone:
-            del group["members"][m]
-        if gone:
-            self._rebalance(group)
+        gone = groups.leave(group, member_ids, now_ms, self._topic_partitions)
+        self._check_group(group)
         return _ok(len(gone))
+
+    def _cmd_tick_group(self, group_id: str, now_ms: int) -> Result:
+        """The coordinator's clock reaches a rebalancing group (groups.tick): a rebalance
+        without a deadline gets one; one past its deadline completes without the members that
+        did not rejoin. Returns the members removed. Nothing happens (and nothing is refused)
+        when the group is not rebalancing or its deadline is ahead: a tick proposed just
+        before a completion is harmless."""
+        group = self.groups.get(group_id)
+        if group is None:
+            raise GroupIdNotFoundError(f"unknown group {group_id!r}")
+        removed = groups.tick(group, now_ms, self._topic_partitions)
+        self._check_group(group)
+        return _ok(removed)
 
     def _cmd_commit_offsets(
         self, group_id: str, member_id: str, generation: int, offsets: list[Any], now_ms: int
     ) -> Result:
         """Store `[topic, partition, offset, metadata]` entries; refused from a stale
-        generation, a non-member or a non-owner, and for partitions that do not exist (Kafka:
-        UNKNOWN_TOPIC_OR_PARTITION), in which case nothing of the commit is stored.
+        generation, a non-member or a non-owner (groups.check_commit), and for partitions that
+        do not exist (Kafka: UNKNOWN_TOPIC_OR_PARTITION), in which case nothing of the commit
+        is stored.
 
         A group with no members accepts commits with generation -1 (a consumer that assigns
         partitions itself and uses the group only to keep offsets, as Kafka allows).
         """
         _check_entries(group_id, offsets, width=4)
         group = self.groups.get(group_id)
-        members = group["members"] if group else {}
-        if members or generation != -1:
-            if group is None or member_id not in members:
-                raise CommitFailedError(
-                    f"commit to group {group_id!r} refused: {member_id!r} is not a member "
-                    "(it was removed or never joined; rejoin the group)"
-                )
-            if generation != group["generation"]:
-                raise CommitFailedError(
-                    f"commit to group {group_id!r} refused: generation {generation} is stale, "
-                    f"the group is at generation {group['generation']} (a rebalance happened; "
-                    "the partitions may belong to another member now)"
-                )
-            owned = {(t, p) for t, p in group["assignment"].get(member_id, [])}
-            foreign = [f"{t}-{p}" for t, p, *_ in offsets if (t, p) not in owned]
-            if foreign:
-                raise CommitFailedError(
-                    f"commit to group {group_id!r} refused: member {member_id!r} does not own "
-                    f"{', '.join(foreign)} in generation {generation}"
-                )
-            # Owned partitions exist: assignors assign only existing ones, and deleting a
-            # topic rebalances the groups subscribed to it (check_invariants in the tests).
-        else:
+        if not groups.check_commit(
+            group_id, group, member_id, generation, [(e[0], e[1]) for e in offsets]
+        ):
             self._check_partitions_exist(f"commit to group {group_id!r}", offsets)
+        # A member's partitions exist: assignments name existing partitions only, and deleting
+        # a topic takes its partitions out of every assignment (groups.check_group).
         store = self.offsets.setdefault(group_id, {})
         for topic, partition, offset, metadata in offsets:
             store[f"{topic}:{partition}"] = [offset, metadata, now_ms]
-        if group_id not in self.groups:
-            self.groups[group_id] = _new_group(group_id)
+        if group is None:
+            self.groups[group_id] = groups.new_group(group_id)
         return _ok(len(offsets))
 
     def _check_partitions_exist(self, what: str, entries: list[Any]) -> None:
@@ -792,7 +765,7 @@ class MetadataState:
         for topic, partition, offset in offsets:
             store[f"{topic}:{partition}"] = [offset, "reset", now_ms]
         if group is None:
-            self.groups[group_id] = _new_group(group_id)
+            self.groups[group_id] = groups.new_group(group_id)
         return _ok(len(offsets))
 
     def _cmd_delete_group(self, group_id: str) -> Result:
@@ -803,6 +776,7 @@ class MetadataState:
             raise GroupNotEmptyError(
                 f"group {group_id!r} has {len(group['members'])} active members"
             )
+        groups.delete(group)
         del self.groups[group_id]
         self.offsets.pop(group_id, None)
         return _ok()

@@ -1,5 +1,7 @@
 """Consumer groups against a real node: exclusive ownership in every generation, expiry of a
-silent member, committed offsets that never go backwards, stale commits refused, replay."""
+silent member, committed offsets that never go backwards, commits accepted while the group
+prepares a rebalance and refused once the member is out of it, replay. (test_rebalance.py:
+no record processed twice across a join, a leave or a kill.)"""
 
 from __future__ import annotations
 
@@ -10,9 +12,9 @@ from collections import defaultdict
 import pytest
 
 from raftlog.client import Admin, Consumer, Producer
-from raftlog.errors import CommitFailedError, GroupNotEmptyError
+from raftlog.errors import CommitFailedError, GroupIdNotFoundError, GroupNotEmptyError
 from raftlog.topics import TopicPartition
-from tests.integration._support import BrokerProcess, wait_for
+from tests.integration._support import BrokerProcess, run_cli, wait_for
 
 TOPIC = "clicks"
 PARTITIONS = 6
@@ -46,7 +48,10 @@ class Watcher:
         self.generations: set[int] = set()
 
     def sample(self) -> dict:
-        d = self.admin.describe_group(self.group)
+        try:
+            d = self.admin.describe_group(self.group)
+        except GroupIdNotFoundError:  # consumers join in the background: none has yet
+            return {"state": "Dead", "generation": 0, "members": [], "offsets": []}
         gen = d["generation"]
         self.generations.add(gen)
         owners: dict[tuple[str, int], str] = {}
@@ -55,12 +60,17 @@ class Watcher:
                 if (t, p) in owners:
                     self.problems.append(f"generation {gen}: {t}-{p} owned by two members")
                 owners[(t, p)] = m["member_id"]
-        if d["members"]:
+        if d["state"] == "Stable":
             missing = PARTITIONS - len(owners)
             if missing:
                 self.problems.append(f"generation {gen}: {missing} partitions without owner")
-        if gen in self.owners and self.owners[gen] != owners:
-            self.problems.append(f"generation {gen}: assignment changed within a generation")
+        # While the group prepares a rebalance, owners only leave (a member that left takes
+        # its partitions along); a partition never gets another owner within a generation.
+        before = self.owners.get(gen, {})
+        moved = [tp for tp, m in owners.items() if tp in before and before[tp] != m]
+        gained = [tp for tp in owners if tp not in before] if gen in self.owners else []
+        if moved or gained:
+            self.problems.append(f"generation {gen}: {moved + gained} changed owner within it")
         self.owners[gen] = owners
         for t, p, offset, *_ in d["offsets"]:
             prev = self.last_committed.get((t, p), -1)
@@ -116,7 +126,12 @@ def test_three_members_share_six_partitions_and_survive_a_crash(broker: BrokerPr
 
         def stable_with(n: int) -> bool:
             d = watcher.sample()
-            return len(d["members"]) == n and all(m["assignment"] for m in d["members"])
+            members = d["members"]
+            return (
+                d["state"] == "Stable"
+                and len(members) == n
+                and all(m["assignment"] for m in members)
+            )
 
         wait_for(lambda: stable_with(3), 20, "three members, each owning partitions")
         # Crash one member: stop its polling and heartbeats without leaving the group.
@@ -168,13 +183,17 @@ def test_three_members_share_six_partitions_and_survive_a_crash(broker: BrokerPr
         assert got == RECORDS + 600
 
 
-def test_stale_generation_commit_is_refused_and_reset_needs_an_empty_group(
+def test_commits_stand_while_the_group_prepares_and_stale_ones_are_refused_after(
     broker: BrokerProcess,
 ) -> None:
+    """A member's commits are accepted until the rebalance completes (its generation stands
+    while the group prepares), and refused from then on if it did not rejoin; an active
+    group's offsets cannot be reset."""
     with Admin(broker.bootstrap) as admin:
         admin.create_topic(TOPIC, 2)
     produce(broker, 100)
-    opts = {**GROUP_OPTS, "enable_auto_commit": False}
+    # A short rebalance timeout: `first` never polls again, so the group removes it.
+    opts = {**GROUP_OPTS, "enable_auto_commit": False, "max_poll_interval_ms": 3000}
     first = Consumer(
         TOPIC,
         bootstrap_servers=broker.bootstrap,
@@ -183,7 +202,7 @@ def test_stale_generation_commit_is_refused_and_reset_needs_an_empty_group(
         **opts,
     )
     try:
-        first.poll(2000)
+        wait_for(lambda: first.poll(200), 10, "records for the first member")
         first.commit()  # current generation: accepted
         answers: list[object] = []
         first.commit_async(callback=lambda offsets, error: answers.append((offsets, error)))
@@ -191,11 +210,32 @@ def test_stale_generation_commit_is_refused_and_reset_needs_an_empty_group(
         assert answers[0][1] is None and answers[0][0]  # type: ignore[index]
         second = Consumer(TOPIC, bootstrap_servers=broker.bootstrap, group_id="s", **opts)
         try:
-            # `first` has not rejoined yet: its generation is stale now.
-            with pytest.raises(CommitFailedError, match="stale"):
+            with Admin(broker.bootstrap) as admin:
+                wait_for(
+                    lambda: admin.describe_group("s")["state"] == "PreparingRebalance",
+                    10,
+                    "the group preparing a rebalance",
+                )
+                shown = run_cli("group", "describe", "s", "-b", broker.bootstrap)
+                assert shown.returncode == 0, shown
+                assert "state PreparingRebalance  generation 1" in shown.stdout, shown.stdout
+                assert "generation 1 stands until 1 of 2 members rejoin" in shown.stdout
+                assert shown.stdout.count("  not rejoined") == 1, shown.stdout
+                # `first` has not rejoined: its generation stands, its commit goes in.
                 first.commit({TopicPartition(TOPIC, 0): 1})
-            with Admin(broker.bootstrap) as admin, pytest.raises(GroupNotEmptyError):
-                admin.reset_offsets("s", {TopicPartition(TOPIC, 0): 0})
+                with pytest.raises(GroupNotEmptyError):
+                    admin.reset_offsets("s", {TopicPartition(TOPIC, 0): 0})
+                # `second` polls; `first` does not, and is removed at the rebalance deadline.
+
+                def second_assigned() -> set[TopicPartition]:
+                    second.poll(100)
+                    return second.assignment()
+
+                wait_for(second_assigned, 20, "the second member's assignment")
+                d = admin.describe_group("s")
+                assert d["state"] == "Stable" and len(d["members"]) == 1
+            with pytest.raises(CommitFailedError, match="not a member"):
+                first.commit({TopicPartition(TOPIC, 0): 2})
         finally:
             second.close()
     finally:

@@ -31,6 +31,7 @@ from raftlog.errors import (
     PolicyViolationError,
     RaftlogError,
     RaftlogTimeoutError,
+    RebalanceInProgressError,
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
     error_from_code,
@@ -163,6 +164,34 @@ def members(quorum: FakeQuorum, group_id: str = "g") -> list[str]:
     return sorted(quorum.state.groups[group_id]["members"])
 
 
+async def until(condition: Callable[[], bool], what: str) -> None:
+    """Let the loop run until `condition` holds (no clock: a bounded number of turns)."""
+    for _ in range(10_000):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"not reached: {what}")
+
+
+async def group_of(
+    c: GroupCoordinator, n: int, group_id: str = "g", **kw: Any
+) -> list[dict[str, Any]]:
+    """A Stable group of `n` new members, formed as consumers form it: the first join is
+    answered at once; the others wait in the barrier until the first, told by its heartbeat,
+    joins again. Their views, first member first."""
+    first = await join(c, group_id=group_id, **kw)
+    if n == 1:
+        return [first]
+    waiting = [asyncio.create_task(join(c, group_id=group_id, **kw)) for _ in range(n - 1)]
+    state = c._read(lambda s: s)
+    await until(lambda: len(state.groups[group_id]["members"]) == n, f"{n} members")
+    assert not any(t.done() for t in waiting)  # the barrier holds them
+    with pytest.raises(RebalanceInProgressError):
+        c.heartbeat(group_id, first["member_id"], first["generation"])
+    again = await join(c, member_id=first["member_id"], group_id=group_id, **kw)
+    return [again, *[await t for t in waiting]]
+
+
 # -- membership ------------------------------------------------------------------------------
 
 
@@ -173,20 +202,32 @@ async def test_join_heartbeat_and_generation_bump_on_second_join(
     assert a == {
         "member_id": "c-0",
         "generation": 1,
+        "state": "Stable",
         "protocol": "range",
         "assignment": [["t", 0], ["t", 1], ["t", 2], ["t", 3]],
     }
     assert coord.heartbeat("g", "c-0", 1) == 1
 
-    b = await join(coord)
-    assert b["member_id"] == "c-1" and b["generation"] == 2
-    # A stale generation is no heartbeat error: the answer tells the member to rejoin.
-    assert coord.heartbeat("g", "c-0", 1) == 2
+    # A second member's join waits in the barrier until the first has rejoined.
+    joining = asyncio.create_task(join(coord))
+    await until(lambda: members(quorum) == ["c-0", "c-1"], "c-1 in the group")
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert not joining.done()
+    assert coord.describe_group("g")["state"] == "PreparingRebalance"
+    with pytest.raises(RebalanceInProgressError, match="'c-0' at generation 1"):
+        coord.heartbeat("g", "c-0", 1)
     again = await join(coord, member_id="c-0")
-    assert again["generation"] == 2  # same subscription: no new rebalance
+    b = await joining
+    assert b["member_id"] == "c-1" and b["generation"] == again["generation"] == 2
+    assert b["state"] == again["state"] == "Stable"
     assert sorted(again["assignment"] + b["assignment"]) == a["assignment"]
     assert again["assignment"] and b["assignment"]
-    assert quorum.calls == ["join_group"] * 3  # heartbeats never reach Raft
+    # Joining again unchanged into the Stable group: answered at once, no new generation.
+    assert (await join(coord, member_id="c-0"))["generation"] == 2
+    # A stale generation is no heartbeat error: the answer tells the member to rejoin.
+    assert coord.heartbeat("g", "c-0", 1) == 2
+    assert quorum.calls == ["join_group"] * 4  # heartbeats never reach Raft
 
     with pytest.raises(UnknownMemberIdError, match="ghost"):
         coord.heartbeat("g", "ghost", 2)
@@ -200,11 +241,13 @@ async def test_join_heartbeat_and_generation_bump_on_second_join(
 async def test_leave_rebalances_and_forgets_the_member(
     coord: GroupCoordinator, quorum: FakeQuorum
 ) -> None:
-    await join(coord)
-    await join(coord)
+    await group_of(coord, 2)
     assert await coord.leave("g", ["c-0", "not-a-member"]) == 1
     assert members(quorum) == ["c-1"]
-    assert coord.heartbeat("g", "c-1", 2) == 3
+    with pytest.raises(RebalanceInProgressError):
+        coord.heartbeat("g", "c-1", 2)
+    assert (await join(coord, member_id="c-1"))["generation"] == 3
+    assert coord.heartbeat("g", "c-1", 3) == 3
     with pytest.raises(UnknownMemberIdError):
         coord.heartbeat("g", "c-0", 3)
 
@@ -240,8 +283,7 @@ async def test_malformed_requests_are_refused_before_raft(
 async def test_expiry_after_session_timeout_moves_assignment_to_survivor(
     coord: GroupCoordinator, quorum: FakeQuorum, clock: FakeClock
 ) -> None:
-    a = await join(coord)
-    b = await join(coord)
+    a, b = await group_of(coord, 2)
     assert len(b["assignment"]) == 2
     clock.advance(6_000)
     assert coord.heartbeat("g", b["member_id"], 2) == 2
@@ -254,10 +296,11 @@ async def test_expiry_after_session_timeout_moves_assignment_to_survivor(
     assert members(quorum) == [b["member_id"]]
     assert quorum.calls.count("leave_group") == 1
     # The survivor learns of the rebalance from its heartbeat and takes every partition.
-    assert coord.heartbeat("g", b["member_id"], 2) == 3
+    with pytest.raises(RebalanceInProgressError):
+        coord.heartbeat("g", b["member_id"], 2)
     rejoined = await join(coord, member_id=b["member_id"])
     assert rejoined["generation"] == 3
-    assert rejoined["assignment"] == a["assignment"]
+    assert rejoined["assignment"] == [["t", 0], ["t", 1], ["t", 2], ["t", 3]]
     # The expired member is gone: its heartbeat and its commits are refused.
     with pytest.raises(UnknownMemberIdError):
         coord.heartbeat("g", a["member_id"], 2)
@@ -271,8 +314,7 @@ async def test_one_leave_proposal_per_group_per_sweep(
     coord: GroupCoordinator, quorum: FakeQuorum, clock: FakeClock
 ) -> None:
     for group_id in ("g1", "g2"):
-        for _ in range(3):
-            await join(coord, group_id=group_id)
+        await group_of(coord, 3, group_id=group_id)
     clock.advance(SESSION_MS + 1)
     assert await coord.sweep() == 6
     assert quorum.calls.count("leave_group") == 2
@@ -318,7 +360,7 @@ async def test_run_loop_survives_a_failing_sweep_and_stops_when_cancelled(
             break
         await asyncio.sleep(0)
     assert sweeps >= 3
-    assert "group expiry sweep failed" in caplog.text
+    assert "group sweep failed" in caplog.text
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -328,8 +370,7 @@ async def test_new_controller_gives_every_member_a_grace_period(
     make: Callable[..., GroupCoordinator], quorum: FakeQuorum, clock: FakeClock
 ) -> None:
     old = make()
-    await join(old)
-    await join(old)
+    await group_of(old, 2)
     old.become_inactive()
     # The failover takes far longer than a session: heartbeats went to the old controller.
     clock.advance(6 * SESSION_MS)
@@ -343,6 +384,7 @@ async def test_new_controller_gives_every_member_a_grace_period(
     clock.advance(1)
     assert await new.sweep() == 1  # c-1 never heartbeated to the new controller
     assert members(quorum) == ["c-0"]
+    assert (await join(new, member_id="c-0"))["generation"] == 3
     # Leadership comes back to the first node after another long gap: heartbeat times it
     # kept from its earlier term must not count.
     new.become_inactive()
@@ -397,6 +439,122 @@ async def test_inactive_coordinator_refuses_member_operations(
     assert coord.heartbeat("g", "c-0", 1) == 1
 
 
+# -- the rebalance barrier -------------------------------------------------------------------
+
+
+async def test_commits_during_the_rebalance_are_accepted_and_stale_ones_after_it_refused(
+    coord: GroupCoordinator, quorum: FakeQuorum
+) -> None:
+    a = await join(coord)
+    joining = asyncio.create_task(join(coord))
+    await until(lambda: len(members(quorum)) == 2, "a second member")
+    # Preparing: a's generation 1 stands, so its commits go in; the joiner owns nothing yet.
+    await coord.commit("g", "c-0", 1, [["t", 3, 30, ""]])
+    with pytest.raises(CommitFailedError, match="'c-1' does not own t-0 in generation 1"):
+        await coord.commit("g", "c-1", 1, [["t", 0, 1, ""]])
+    await join(coord, member_id=a["member_id"])
+    b = await joining
+    assert b["assignment"] == [["t", 2], ["t", 3]]
+    # The new owner starts where the old one committed; the old one's generation is over.
+    assert coord.fetch_offsets("g", [("t", 3)]) == {("t", 3): (30, "")}
+    with pytest.raises(CommitFailedError, match="'c-0' generation 1 is stale"):
+        await coord.commit("g", "c-0", 1, [["t", 0, 31, ""]])
+
+
+async def test_a_member_that_does_not_rejoin_is_removed_at_the_rebalance_deadline(
+    coord: GroupCoordinator, quorum: FakeQuorum, clock: FakeClock
+) -> None:
+    """The timeout path: a member that heartbeats but never rejoins (its application does not
+    poll) holds the rebalance up for the rebalance timeout, then is removed by the sweep."""
+    a = await join(coord)
+    joining = asyncio.create_task(join(coord))
+    await until(lambda: len(members(quorum)) == 2, "a second member")
+    for _ in range(3):  # 3 x 9 s: a's heartbeats keep it alive, b waits in the barrier
+        clock.advance(SESSION_MS - 1_000)
+        with pytest.raises(RebalanceInProgressError):
+            coord.heartbeat("g", a["member_id"], 1)
+        assert await coord.sweep() == 0
+    assert "tick_group" not in quorum.calls  # the deadline (30 s) is not reached yet
+    assert not joining.done()
+    clock.advance(3_001)
+    assert await coord.sweep() == 1
+    b = await joining
+    assert b["generation"] == 2 and len(b["assignment"]) == 4
+    assert members(quorum) == ["c-1"] and quorum.calls.count("tick_group") == 1
+    with pytest.raises(UnknownMemberIdError):
+        coord.heartbeat("g", a["member_id"], 1)
+    with pytest.raises(CommitFailedError, match="not a member"):
+        await coord.commit("g", a["member_id"], 1, [["t", 0, 5, ""]])
+
+
+async def test_members_waiting_in_the_barrier_are_not_expired(
+    coord: GroupCoordinator, quorum: FakeQuorum, clock: FakeClock
+) -> None:
+    """A waiting join blocks its member's connection: it cannot heartbeat, and must not be
+    expired for it (Kafka keeps such members alive too). Once the join is answered the
+    session counts again from then."""
+    a = await join(coord)
+    joining = asyncio.create_task(join(coord))
+    await until(lambda: len(members(quorum)) == 2, "a second member")
+    clock.advance(SESSION_MS + 1)  # neither has heartbeated: a (not waiting) expires
+    assert await coord.sweep() == 1
+    assert members(quorum) == ["c-1"]
+    b = await joining  # a's expiry completed the rebalance
+    assert b["generation"] == 2 and len(b["assignment"]) == 4
+    assert a["member_id"] not in quorum.state.groups["g"]["assignment"]
+    clock.advance(SESSION_MS)
+    assert await coord.sweep() == 0
+    clock.advance(1)
+    assert await coord.sweep() == 1  # now b is silent past its session
+
+
+async def test_waiting_joins_fail_when_the_coordinator_becomes_inactive(
+    coord: GroupCoordinator, quorum: FakeQuorum
+) -> None:
+    await join(coord)
+    joining = asyncio.create_task(join(coord))
+    await until(lambda: len(members(quorum)) == 2, "a second member")
+    coord.become_inactive()
+    with pytest.raises(NotCoordinatorError, match=r"'c-1' to group 'g' \(generation 1\)"):
+        await joining
+    # The barrier is replicated state: joining again through the new coordinator goes on
+    # from where the rebalance is.
+    coord.become_active()
+    joining = asyncio.create_task(join(coord, member_id="c-1"))
+    await until(lambda: "g" in coord._join_waiters, "c-1 waiting again")
+    await join(coord, member_id="c-0")
+    assert (await joining)["generation"] == 2
+
+
+async def test_a_join_waits_no_longer_than_the_deadline_and_its_margin(
+    make: Callable[..., GroupCoordinator], quorum: FakeQuorum
+) -> None:
+    """If the rebalance cannot be ended (the sweep's tick keeps failing: a full disk), a
+    waiting join is answered RebalanceInProgress after its deadline plus the margin."""
+    coord = make(join_wait_margin_ms=20)
+    await coord.join("g", "", "c", None, SESSION_MS, 0, ["t"], ["range"])
+    quorum.failures["tick_group"] = [RaftlogTimeoutError("no quorum leader")] * 10
+    with pytest.raises(RebalanceInProgressError, match="did not complete within 20 ms"):
+        await coord.join("g", "", "c", None, SESSION_MS, 0, ["t"], ["range"])
+    assert coord._join_waiters == {}
+
+
+async def test_a_topic_change_gets_its_deadline_from_the_sweep(
+    coord: GroupCoordinator, quorum: FakeQuorum, clock: FakeClock
+) -> None:
+    a = await join(coord, topics=("t", "later"))
+    quorum.apply(
+        "create_topic", name="later", topic_id="l", partitions=2, replication_factor=1, config={}
+    )
+    assert quorum.state.groups["g"]["rebalance_deadline_ms"] is None
+    with pytest.raises(RebalanceInProgressError):
+        coord.heartbeat("g", a["member_id"], 1)
+    assert await coord.sweep() == 0
+    assert quorum.state.groups["g"]["rebalance_deadline_ms"] == clock.now_ms + 30_000
+    again = await join(coord, member_id=a["member_id"], topics=("t", "later"))
+    assert again["generation"] == 2 and len(again["assignment"]) == 6
+
+
 # -- commits ---------------------------------------------------------------------------------
 
 
@@ -404,8 +562,10 @@ async def test_200_concurrent_commits_are_one_proposal_with_one_result_each(
     coord: GroupCoordinator, quorum: FakeQuorum
 ) -> None:
     stale = await join(coord)  # generation 1: four partitions
-    b = await join(coord)  # generation 2
+    joining = asyncio.create_task(join(coord))
+    await until(lambda: len(members(quorum)) == 2, "a second member")
     a = await join(coord, member_id=stale["member_id"])
+    b = await joining  # generation 2
     assert a["generation"] == b["generation"] == 2
     plan: list[tuple[str, int, list[Any]]] = []  # member, generation, [t, p, offset, meta]
     for i in range(200):
@@ -544,8 +704,7 @@ async def test_fetch_offsets_after_commits(coord: GroupCoordinator) -> None:
 async def test_reset_offsets_needs_an_empty_group(
     coord: GroupCoordinator, quorum: FakeQuorum
 ) -> None:
-    await join(coord)
-    await join(coord)
+    await group_of(coord, 2)
     with pytest.raises(GroupNotEmptyError, match="2 active members"):
         await coord.reset_offsets("g", [["t", 0, 0]])
     await coord.leave("g", members(quorum))
@@ -561,7 +720,15 @@ async def test_describe_and_list_groups(
     coord: GroupCoordinator, quorum: FakeQuorum, clock: FakeClock
 ) -> None:
     a = await join(coord, client_id="alice")
-    b = await join(coord, client_id="bob")
+    joining = asyncio.create_task(join(coord, client_id="bob"))
+    await until(lambda: len(members(quorum)) == 2, "bob in the group")
+    view = coord.describe_group("g")
+    assert view["state"] == "PreparingRebalance" and view["rebalance_deadline_ms"] is not None
+    assert [m["rejoined"] for m in view["members"]] == [False, True]
+    assert view["members"][0]["assignment"] == [["t", 0], ["t", 1], ["t", 2], ["t", 3]]
+    assert view["members"][1]["assignment"] == []
+    a = await join(coord, member_id=a["member_id"], client_id="alice")
+    b = await joining
     await join(coord, group_id="other", client_id="carol")
     await coord.commit("g", b["member_id"], 2, [["t", 2, 11, "meta"]])
 
@@ -670,8 +837,7 @@ async def test_expiry_of_a_large_group_is_proposed_in_pieces(
     # A small command budget stands for a group too large for one leave_group command.
     budget = CoordinatorConfig().commit_batch_bytes_max // 50
     coord = make(commit_batch_bytes_max=budget)
-    for _ in range(60):
-        await join(coord, client_id="c" * 1000)
+    await group_of(coord, 60, client_id="c" * 1000)
     quorum.calls.clear()
     quorum.sizes.clear()
     clock.advance(SESSION_MS + 1)

@@ -7,8 +7,12 @@ they get NotCoordinatorError (retriable: the client finds the coordinator again)
 Bodies (all maps):
 - FindCoordinator {group_id} -> {node_id, host, port}
 - JoinGroup {group_id, member_id, client_id, instance_id, session_timeout_ms,
-  rebalance_timeout_ms, topics, protocols} -> {member_id, generation, protocol, assignment}
-- Heartbeat {group_id, member_id, generation} -> {generation}
+  rebalance_timeout_ms, topics, protocols} -> {member_id, generation, state, protocol,
+  assignment}. The answer waits until the rebalance the join takes part in has completed
+  (Kafka's JoinGroup barrier; bounded by the group's rebalance deadline): a client sends it on
+  a connection of its own, since responses leave a connection in request order.
+- Heartbeat {group_id, member_id, generation} -> {generation}; RebalanceInProgressError while
+  the group prepares a rebalance (commit, give up the partitions, join again).
 - LeaveGroup {group_id, member_ids} -> {left}
 - OffsetCommit {group_id, member_id, generation, offsets: [[topic, partition, offset,
   metadata]]} -> {}
