@@ -107,7 +107,7 @@ def broker_us_per_request(n: int, per_read: int, base_dir: str) -> float:
         async def run() -> float:
             info = TopicInfo("t", "id", (PartitionInfo(0, 1, 0, (1,), (1,)),))
             broker = Broker(BrokerConfig(data_dir=data_dir, port=0), _Metadata({"t": info}))
-            broker.metadata_ready()
+            await broker.reconcile_now()
             conn = Connection(broker)
             conn.transport = _Transport()  # type: ignore[assignment]
             started = time.process_time()
@@ -148,6 +148,7 @@ def client_us_per_record(n: int) -> tuple[float, float, float]:
     async def run() -> tuple[float, float, float]:
         conn = BrokerConnection("127.0.0.1", 0, "bench")
         conn.transport = _Transport()  # type: ignore[assignment]
+        conn.limits_learned = True  # no broker to ask: its frame limit stays unknown
         core.loop = asyncio.get_running_loop()
         core.client.ready_connection = lambda node: conn  # type: ignore[method-assign]
         core.space, core._idle = asyncio.Event(), asyncio.Event()

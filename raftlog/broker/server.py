@@ -488,6 +488,12 @@ class Broker:
                 return
             await self._reconcile_pass()
 
+    async def reconcile_now(self) -> None:
+        """One reconciler pass, awaited: for a Broker run without `start()` (a benchmark of the
+        produce path), whose reconciler task does not run."""
+        self._metadata_ready = True
+        await self._reconcile_pass()
+
     async def wait_reconciled(self, stop: asyncio.Event | None = None) -> None:
         """Until the logs and roles match the metadata as it is now (a pass of the reconciler
         that started after this call), or until `stop` is set."""

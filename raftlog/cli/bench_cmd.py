@@ -2,7 +2,8 @@
 
 `raftlog bench [options]` runs the Kafka-paper benchmark (bench/paper_bench.py);
 `raftlog bench replication [options]` runs the replication benchmark on a three-node local
-cluster (bench/replication_bench.py). The benchmarks live in the source tree, not in the
+cluster (bench/replication_bench.py), `raftlog bench scale --partitions N` the scale benchmark
+(bench/scale_bench.py). The benchmarks live in the source tree, not in the
 installed package: this command finds them when `bench` is importable, or when the `raftlog`
 package in use sits in a checkout next to `bench/` (an editable install run from anywhere).
 Elsewhere it says so and exits 1. The options are each benchmark's own (`raftlog bench --help`,
@@ -67,6 +68,18 @@ def register(sub: Any) -> None:
     )
     replication.add_arguments(r)
     r.set_defaults(func=lambda args: _run(replication, r, args))
+    scale = _load("scale_bench")
+    if scale is None:
+        return
+    sc = suites.add_parser(
+        "scale",
+        help="many partitions on a 3-node local cluster: create, write pauses elsewhere, idle "
+        "CPU/RSS/fds, failover and rejoin",
+        description="The scale benchmark on `raftlog dev --nodes 3` (one topic of N partitions, "
+        "RF 3); results go to bench/results/scale-<timestamp>.{md,json,png}.",
+    )
+    scale.add_arguments(sc)
+    sc.set_defaults(func=lambda args: _run(scale, sc, args))
 
 
 def _run(module: ModuleType, parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
