@@ -5,19 +5,21 @@ log?" (`end_offset_for_epoch`) and truncates to the answer; this replaces early 
 truncate-to-high-watermark, which could lose committed records.
 
 Entries are (epoch, start_offset) with both strictly increasing. The cache is written with the
-checkpoint format (`checkpoint.py`, entries "epoch start_offset") on every change, atomically
-(a temporary file renamed over it) but without an fsync; `sync()` makes it durable, and the
+checkpoint format (`checkpoint.py`, entries "epoch start_offset") atomically (a temporary file
+renamed over it) without an fsync when an entry is cut or dropped; a new epoch stays in memory
+(`assign(..., persist=False)`). `sync()` writes what memory holds and makes it durable, and the
 log calls it before its recovery point moves (a flush, a roll, a close): the file on disk is
 right for every offset below the recovery point. Above it, recovery walks every batch anyway
-and rebuilds the cache's tail from their epochs. So an election costs no fsync (a broker
-taking over 3,000 partitions used to spend seconds of its event loop on them), and nothing
+and rebuilds the cache's tail from their epochs. So neither an election nor the first batch of
+an epoch costs a file write (a broker taking over 3,000 partitions used to spend seconds of its
+event loop on them, and the first write to 10,000 new partitions seconds more), and nothing
 durable is described wrongly. The cache is derived data: every batch carries its partition
 leader epoch, so the log can rebuild it when the file is missing or corrupt.
 
-Rules: an epoch is written to the file (not necessarily fsynced) before any batch of that epoch
-is written; a new leader's epoch may wait in memory until then (`assign(..., persist=False)`);
-the file is fsynced before the recovery point passes an offset it describes; after a crash,
-entries at or beyond the first batch recovery checks are replaced by what the batches say.
+Rules: the file is written and fsynced before the recovery point passes an offset it describes
+(until then a new epoch may live in memory only, batches of it written or not); after a crash,
+entries at or beyond the first batch recovery checks are replaced by what the batches say, and
+a log with segments but no file is rebuilt from every batch.
 """
 
 from __future__ import annotations
@@ -88,12 +90,11 @@ class LeaderEpochCache:
         start is not after the latest entry's start, that entry is replaced: an epoch that wrote
         nothing must not shadow the new one.
 
-        `persist=False` (a new leader's epoch, starting at the log end) keeps the change in
-        memory only, until `persist()` or the next change writes the file: the log calls
-        `persist()` before it writes any batch. An entry that starts at the log end describes
-        no record, and recovery drops such entries anyway (`truncate_from_end`), so losing it
-        to a crash loses nothing; writing it at once cost a new leader two fsyncs, and a
-        broker taking over 3,000 partitions seconds of them.
+        `persist=False` (a new leader's epoch, or a batch's) keeps the change in memory only,
+        until `sync()` or the next written change writes the file: the log syncs before its
+        recovery point passes the entry, and recovery rebuilds the entries above the recovery
+        point from the batches, so losing it to a crash loses nothing; writing it at once cost
+        a new leader two fsyncs, and a broker taking over 3,000 partitions seconds of them.
         """
         if epoch <= self.latest_epoch:
             return False
@@ -161,11 +162,18 @@ class LeaderEpochCache:
         i = bisect_right(self._starts, offset)
         return self._epochs[i - 1] if i else UNDEFINED_EPOCH
 
-    def truncate_from_end(self, end_offset: int) -> None:
-        """Drop epochs that start at or after `end_offset` (the log was cut there)."""
+    def truncate_from_end(self, end_offset: int, persist: bool = True) -> None:
+        """Drop epochs that start at or after `end_offset` (the log was cut there).
+
+        `persist=False`: in memory only (an append rolled back: the dropped epoch starts at the
+        log end and describes nothing, and the file need not be written for it)."""
         keep = bisect_left(self._starts, end_offset)
         if keep < len(self._starts):
-            self._commit(self._epochs[:keep], self._starts[:keep])
+            if persist:
+                self._commit(self._epochs[:keep], self._starts[:keep])
+            else:
+                self._epochs, self._starts = self._epochs[:keep], self._starts[:keep]
+                self._on_disk = self._synced = False
 
     def truncate_from_start(self, start_offset: int) -> None:
         """Forget epochs wholly before `start_offset`; the one that covers it starts there."""

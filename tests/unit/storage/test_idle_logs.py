@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 from collections.abc import Iterator
 
 import pytest
@@ -154,22 +155,27 @@ def test_an_epoch_cache_change_that_changes_nothing_writes_nothing(
     assert syncs == []
 
 
-def test_a_new_leaders_epoch_is_written_before_its_first_batch_not_before(
+def test_a_new_epoch_is_written_when_the_recovery_point_passes_it_not_before(
     tmp_path: str, syncs: list[str]
 ) -> None:
-    """Becoming leader of 3,000 partitions wrote 3,000 epoch files with two fsyncs each. The
-    epoch starts at the log end, so until a batch of it is written it describes nothing."""
+    """Becoming leader of 3,000 partitions wrote 3,000 epoch files with two fsyncs each, and
+    the first write to 10,000 new partitions 10,000 more files. The file must be right only
+    below the recovery point: above it, recovery rebuilds the entries from the batches."""
     path = str(tmp_path / "t-0")
     log = PartitionLog.open(path, CONFIG, clock_ms=FakeClock())
     epoch_file = os.path.join(path, "leader-epoch-checkpoint")
     log.assign_epoch(4)
     assert syncs == [] and log.epoch_cache.latest_epoch == 4
-    assert LeaderEpochCache.load(epoch_file).entries() == []
-    # A crash now loses the entry, and nothing with it: no batch of epoch 4 exists.
     log.append(batch_of(3), 4)
-    assert LeaderEpochCache.load(epoch_file).entries() == [(4, 0)]
-    assert syncs == []  # written, not yet fsynced: no flush has moved the recovery point
+    assert not os.path.exists(epoch_file) and syncs == []
+    # A crash now: the copy has the batches and no epoch file; recovery rebuilds it.
+    crashed = str(tmp_path / "crashed")
+    shutil.copytree(path, crashed)
+    copy = PartitionLog.open(crashed, CONFIG, clock_ms=FakeClock())
+    assert copy.epoch_cache.entries() == [(4, 0)] and copy.end_offset_for_epoch(3) == (-1, -1)
+    copy.close()
     log.flush()
+    assert LeaderEpochCache.load(epoch_file).entries() == [(4, 0)]
     assert any(c.endswith("leader-epoch-checkpoint") for c in syncs), syncs
     log.close()
 

@@ -67,6 +67,9 @@ class Crash:
     segments: dict[int, list[Written]] = field(default_factory=dict)  # base -> its batches
     recovery_point: int = 0
     log_start: int = 0
+    # Whether the copy has a leader-epoch file: a new epoch lives in memory until the recovery
+    # point passes it, so a log that was never flushed has none.
+    epoch_file: bool = True
 
     def seg_path(self, base: int) -> str:
         return os.path.join(self.path, segment_name(base) + ".log")
@@ -140,7 +143,7 @@ def crash(
     shutil.copytree(live, copy)
     log.close()
 
-    result = Crash(copy, written)
+    result = Crash(copy, written, epoch_file=os.path.exists(os.path.join(copy, EPOCH_CACHE_FILE)))
     # A new log writes no checkpoint until one differs from its default (0): no file is 0.
     rp = OffsetCheckpoint(os.path.join(copy, RECOVERY_POINT_FILE)).read() or 0
     start = OffsetCheckpoint(os.path.join(copy, LOG_START_FILE)).read() or 0
@@ -170,8 +173,12 @@ def expected_epochs(c: Crash, log_start: int, log_end: int) -> list[tuple[int, i
 
     Each epoch starts at the first batch written in it (the leader path assigns an epoch just
     before its first batch), counting batches since deleted below the log start; the first entry
-    then starts at the log start. An empty log keeps the epoch that starts at its end.
+    then starts at the log start. An empty log keeps the epoch that starts at its end, if the
+    crashed log's epoch file held it; without a file the epochs come from the batches alone,
+    and an empty log has none (the epoch described no record: nothing is lost with it).
     """
+    if log_start == log_end and not c.epoch_file:
+        return []
     limit = log_end + 1 if log_start == log_end else log_end
     entries: list[tuple[int, int]] = []
     for b in c.batches:
