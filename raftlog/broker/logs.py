@@ -172,6 +172,11 @@ class LogManager:
         # Called (on the event loop) whenever offline_report() may have changed.
         self.on_offline_change: Callable[[], None] = lambda: None
 
+    def topic_id(self, tp: TopicPartition) -> str:
+        """The id of the topic whose log of `tp` is open here ("" if none is)."""
+        topic = self._topics.get(tp)
+        return "" if topic is None else topic.topic_id
+
     def config_for(self, topic_config: dict[str, str]) -> LogConfig:
         # Not strict about unknown keys: topics created before they were refused must open.
         return LogConfig.from_topic_config({**self.defaults, **topic_config}, strict=False)

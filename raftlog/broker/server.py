@@ -32,6 +32,16 @@ partitions (the metadata's topology version, not group traffic) the broker recon
 and hands the partitions' new states to the ReplicaManager, which leads, follows or idles each
 one. The handlers reach partitions through it: `replicas.leader(tp)` for produce, its fetch
 entry points for consumers and followers, `high_watermark(tp)` for what consumers may see.
+
+The heap: a broker with 10,000 partitions holds a few hundred thousand long-lived objects (logs,
+segments, cores, metadata), and CPython's cyclic garbage collector walked all of them in every
+full collection, 100-200 ms of the event loop each, several times while a big topic was
+created and first written (a full collection runs whenever the heap grew by a quarter). After
+a reconciler pass that opened logs, the broker collects the young generations and freezes what
+is left (`gc.freeze()`: later collections skip it); objects freed by reference counting are
+still freed at once. When partitions leave the broker, it unfreezes, so that reference cycles
+among their objects are collected by the next full collection rather than kept for good. Only
+a broker that owns its process does this (`freeze_heap`, set by raftlog/node.py).
 """
 
 from __future__ import annotations
@@ -39,6 +49,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import gc
 import logging
 import os
 import time
@@ -141,6 +152,10 @@ class BrokerConfig:
     # clients' request_timeout_ms: a client has given up on a request it could not send in
     # that time. A 100 MiB frame must come at 3.5 MB/s or more; raise it for slower links.
     request_receive_ms_max: int = 30_000
+    # Freeze the heap after logs are opened (the module docstring's "heap"): the node's
+    # process sets it. Off for brokers embedded in another process (tests, benchmarks), whose
+    # heap is not the broker's alone to freeze.
+    freeze_heap: bool = False
     # Off by default (Kafka's modern advice): a typo must not silently create a topic.
     auto_create_topics: bool = False
     default_partitions: int = 1
@@ -221,6 +236,7 @@ class Broker:
             self._propose_isr,
             self._replica_connection,
             lambda: self.broker_epoch,
+            data_dir=config.data_dir,
         )
         self._seen_topology = -1
         # The reconciler (a task of its own): `reconcile()` sets the event, the task brings
@@ -545,6 +561,8 @@ class Broker:
                         opened += 1
                 # The new logs serve as soon as their slice is in: apply their roles now.
                 await self._apply_metadata()
+            if opened and self.config.freeze_heap:
+                _freeze_heap()
             if to_open:
                 log.info(
                     "broker %d opened %d of %d new partition logs in %.2f s",
@@ -590,6 +608,8 @@ class Broker:
         removed = [tp for tp, p in hosted.items() if self.logs.find(tp) is not p.log]
         for tp in removed:
             self.replicas.remove(tp)
+        if removed and self.config.freeze_heap:
+            gc.unfreeze()  # their objects may be frozen: let a full collection reach them
         if len(hosted) == self.logs.count:
             return
         topics = self.metadata.topics()
@@ -598,7 +618,12 @@ class Broker:
                 plog = self.logs.find(tp)
                 if plog is not None:
                     t = topics.get(tp.topic)
-                    self.replicas.add(tp, plog, dict(t.config) if t is not None else {})
+                    self.replicas.add(
+                        tp,
+                        plog,
+                        dict(t.config) if t is not None else {},
+                        self.logs.topic_id(tp),
+                    )
 
     async def _propose_isr(self, tp: TopicPartition, proposal: ProposeIsr) -> int:
         return await self.metadata.alter_isr(
@@ -731,6 +756,13 @@ class Broker:
     def high_watermark(self, tp: TopicPartition) -> int:
         """What consumers may read of a partition this broker leads."""
         return self.leader_partition(tp).high_watermark
+
+
+def _freeze_heap() -> None:
+    """The broker took on many long-lived objects: collect the young generations' garbage and
+    keep every object alive now out of later collections (the module docstring's "heap")."""
+    gc.collect(1)
+    gc.freeze()
 
 
 def _log_worker_failure(what: str, fut: asyncio.Future[Any]) -> None:

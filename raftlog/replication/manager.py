@@ -16,13 +16,18 @@ It owns one `Partition` (a PartitionLog plus its PartitionCore) per hosted parti
   wait plus the lag bound (`fetch_response_timeout_ms`), then the connection is dropped;
 - with the fsync policy, fsyncs appended data on a background thread (one fsync covers every
   append made before it: group commit) and tells the cores what is durable;
-- ticks the cores (ISR shrink, expired produce requests) and checkpoints high watermarks.
+- ticks the cores (ISR shrink, expired produce requests) and checkpoints every hosted
+  partition's high watermark in one file (`HIGH_WATERMARKS_FILE`, Kafka's
+  replication-offset-checkpoint) every `high_watermark_checkpoint_interval_ms`, written and
+  fsynced on a thread: a checkpoint of 10,000 partitions is one file, not 10,000.
 
 Rules: storage calls run on the event loop thread (one writer per log, as elsewhere in the
-broker); only fsyncs go to a thread, on duplicated file descriptors. Background loops run in a
-TaskGroup owned by the broker: a loop that crashes stops the node instead of leaving it half
-alive. Every action is performed before the next event reaches the core, so the core's view of
-the log is never stale.
+broker); only fsyncs go to a thread, on duplicated file descriptors, and the high-watermark
+checkpoint, whose entries are taken on the loop. A high watermark read back is a lower bound
+(the core caps it at the log end): a lost or older checkpoint only makes it start lower.
+Background loops run in a TaskGroup owned by the broker: a loop that crashes stops the node
+instead of leaving it half alive. Every action is performed before the next event reaches
+the core, so the core's view of the log is never stale.
 """
 
 from __future__ import annotations
@@ -76,14 +81,20 @@ from raftlog.replication.fetch_session import (
     SessionRequest,
 )
 from raftlog.storage import PartitionLog
-from raftlog.storage.checkpoint import CheckpointError, OffsetCheckpoint
+from raftlog.storage.checkpoint import CheckpointError, OffsetCheckpoint, PartitionOffsets
 from raftlog.topics import TopicPartition
 
 log = logging.getLogger(__name__)
 
+# Every hosted partition's high watermark, in the broker's data directory (beside `logs/`,
+# whose every entry is a partition). HIGH_WATERMARK_FILE: the one-file-per-partition
+# checkpoint of earlier versions, still read when the broker's file lacks the partition.
+HIGH_WATERMARKS_FILE = "replication-offset-checkpoint"
 HIGH_WATERMARK_FILE = "high-watermark-checkpoint"
 # fsyncs for the fsync durability policy: one thread, since the disk serializes them anyway.
 _FSYNC_EXECUTOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raftlog-replica-fsync")
+# Writes of the high-watermark checkpoint: one thread, so two writes never overlap.
+_CHECKPOINT_EXECUTOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raftlog-hw-checkpoint")
 
 # Role changes of one metadata pass logged one by one; the rest are counted (_RoleChanges).
 ROLE_CHANGES_LOGGED = 20
@@ -156,18 +167,14 @@ class Partition:
         node_id: int,
         topic_config: dict[str, str],
         config: ReplicationConfig,
+        high_watermark: int = 0,
+        topic_id: str = "",
     ):
         self.tp = tp
         self.log = plog
         self.topic_config = dict(topic_config)
-        self._hw_checkpoint = OffsetCheckpoint(os.path.join(plog.path, HIGH_WATERMARK_FILE))
-        try:
-            hw = self._hw_checkpoint.read() or 0
-        except CheckpointError as e:
-            log.warning("%s: %s; starting from high watermark 0", tp, e)
-            hw = 0
-        self.core = PartitionCore(node_id, str(tp), plog, high_watermark=hw)
-        self._checkpointed_hw = self.core.high_watermark
+        self.topic_id = topic_id
+        self.core = PartitionCore(node_id, str(tp), plog, high_watermark=high_watermark)
         self.replication = config
         self.info: PartitionInfo | None = None
         # Long-polling fetches: followers wake on appends, consumers on HW moves.
@@ -198,17 +205,6 @@ class Partition:
     @property
     def fsync_policy(self) -> bool:
         return self.core.config.fsync_policy
-
-    def checkpoint_high_watermark(self, force: bool = False) -> None:
-        hw = self.core.high_watermark
-        if hw == self._checkpointed_hw and not force:
-            return
-        try:
-            self._hw_checkpoint.write(hw)
-            self._checkpointed_hw = hw
-        except OSError as e:
-            # Only the checkpoint lags: after a restart the HW starts lower and catches up.
-            log.warning("%s: writing the high watermark checkpoint failed: %s", self.tp, e)
 
     def replica_log_end_offsets(self) -> dict[int, int]:
         """Leader only: each replica's log end offset as the leader knows it (its own, and
@@ -266,9 +262,25 @@ class ReplicaManager:
         connect: Callable[[int], Awaitable[Any]],
         broker_epoch: Callable[[], int | None],
         clock_ms: Callable[[], int] = monotonic_ms,
+        data_dir: str | None = None,
     ):
         self.node_id = node_id
         self.config = config
+        # The high-watermark checkpoint (None: none, in tests of the manager alone), what it
+        # held when the broker started, and the entries last written.
+        self._hw_file = (
+            None
+            if data_dir is None
+            else PartitionOffsets(os.path.join(data_dir, HIGH_WATERMARKS_FILE))
+        )
+        self._hw_read: dict[tuple[str, int], tuple[str, int]] = {}
+        if self._hw_file is not None:
+            try:
+                self._hw_read = self._hw_file.read()
+            except CheckpointError as e:
+                log.warning("%s; every partition starts from high watermark 0", e)
+        self._hw_written: list[tuple[str, int, str, int]] | None = None
+        self._hw_writing = False
         self._propose_isr = propose_isr
         self._connect = connect
         self._broker_epoch = broker_epoch
@@ -312,10 +324,16 @@ class ReplicaManager:
         for fetcher in self._fetchers.values():
             fetcher.stop()
         self._fetchers.clear()
+        entries = self._hw_entries()
+        if self._hw_file is not None and entries != self._hw_written:
+            # On the checkpoint's thread, after a write still running there (never two at once).
+            try:
+                _CHECKPOINT_EXECUTOR.submit(self._hw_file.write, entries).result()
+            except OSError as e:
+                log.warning("writing the high watermark checkpoint failed: %s", e)
         now = self.clock_ms()
         for p in self.partitions.values():
             self._perform(p, p.core.go_offline(p.core.leader_epoch, p.core.partition_epoch), now)
-            p.checkpoint_high_watermark(force=True)
             p.wake(p.follower_waiters)
             p.wake(p.consumer_waiters)
 
@@ -341,16 +359,67 @@ class ReplicaManager:
                 if not p.core.needs_tick:
                     self._hot.discard(tp)
             if now >= next_checkpoint:
-                for p in self.partitions.values():
-                    p.checkpoint_high_watermark()
+                self._checkpoint_high_watermarks()
                 next_checkpoint = now + self.config.high_watermark_checkpoint_interval_ms
+
+    # -- the high-watermark checkpoint -----------------------------------------------------------
+
+    def _hw_entries(self) -> list[tuple[str, int, str, int]]:
+        return [
+            (tp.topic, tp.partition, p.topic_id, p.core.high_watermark)
+            for tp, p in self.partitions.items()
+        ]
+
+    def _checkpoint_high_watermarks(self) -> None:
+        """Write every hosted partition's high watermark if one changed, on a thread (the
+        entries are taken here, on the loop); a write still running skips this round."""
+        if self._hw_file is None or self._hw_writing:
+            return
+        entries = self._hw_entries()
+        if entries == self._hw_written:
+            return
+        self._hw_writing = True
+        hw_file = self._hw_file
+
+        async def write() -> None:
+            try:
+                await asyncio.get_running_loop().run_in_executor(
+                    _CHECKPOINT_EXECUTOR, hw_file.write, entries
+                )
+                self._hw_written = entries
+            except OSError as e:
+                # Only the checkpoint lags: after a restart the HWs start lower and catch up.
+                log.warning("writing the high watermark checkpoint failed: %s", e)
+            finally:
+                self._hw_writing = False
+
+        task = asyncio.ensure_future(write())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _initial_high_watermark(self, tp: TopicPartition, plog: PartitionLog, topic_id: str) -> int:
+        """What the checkpoint says of a partition being added: the broker's file if it has
+        this topic's entry, else the per-partition file of earlier versions, else 0."""
+        found = self._hw_read.get((tp.topic, tp.partition))
+        if found is not None and found[0] == topic_id:
+            return found[1]
+        try:
+            return OffsetCheckpoint(os.path.join(plog.path, HIGH_WATERMARK_FILE)).read() or 0
+        except CheckpointError as e:
+            log.warning("%s: %s; starting from high watermark 0", tp, e)
+            return 0
 
     # -- hosting -------------------------------------------------------------------------------
 
     def add(
-        self, tp: TopicPartition, plog: PartitionLog, topic_config: dict[str, str]
+        self,
+        tp: TopicPartition,
+        plog: PartitionLog,
+        topic_config: dict[str, str],
+        topic_id: str = "",
     ) -> Partition:
-        p = Partition(tp, plog, self.node_id, topic_config, self.config)
+        hw = self._initial_high_watermark(tp, plog, topic_id)
+        p = Partition(tp, plog, self.node_id, topic_config, self.config, hw, topic_id)
         self.partitions[tp] = p
         return p
 

@@ -1,11 +1,12 @@
-"""Small checkpoint files written atomically: a partition's recovery point, log start offset,
-leader-epoch cache and (with replication) high watermark.
+"""Small checkpoint files written atomically: a partition's recovery point, log start offset and
+leader-epoch cache, and a broker's high watermarks (`PartitionOffsets`, one file for all).
 
 File format (text, so an operator can read it)::
 
     line 1   version, "0"
     line 2   number of entries, n
-    n lines  the entries, integers separated by one space
+    n lines  the entries, integers separated by one space (PartitionOffsets: a topic name,
+             then integers and a topic id)
 
 A write goes to `<name>.tmp`, is fsynced, renamed over `<name>`, and the directory is fsynced:
 after a crash the file holds either the old or the new content, never a mix. A reader that
@@ -82,8 +83,9 @@ def write_entries(path: str, entries: Sequence[Sequence[int]], fsync: bool = Tru
     atomic_write(path, ("\n".join(lines) + "\n").encode(), fsync)
 
 
-def read_entries(path: str, width: int) -> list[tuple[int, ...]] | None:
-    """The entries of the checkpoint at `path`, or None when there is no such file."""
+def _read_lines(path: str) -> list[str] | None:
+    """The entry lines of the checkpoint at `path` (version and count checked), or None when
+    there is no such file."""
     try:
         with open(path, "rb") as f:
             raw = f.read()
@@ -103,8 +105,16 @@ def read_entries(path: str, width: int) -> list[tuple[int, ...]] | None:
         raise CheckpointError(f"{path}: line 2 must be an entry count, got {lines[1]!r}") from None
     if count != len(lines) - 2:
         raise CheckpointError(f"{path}: says {count} entries, holds {len(lines) - 2}")
+    return lines[2:]
+
+
+def read_entries(path: str, width: int) -> list[tuple[int, ...]] | None:
+    """The entries of the checkpoint at `path`, or None when there is no such file."""
+    lines = _read_lines(path)
+    if lines is None:
+        return None
     entries = []
-    for lineno, line in enumerate(lines[2:], start=3):
+    for lineno, line in enumerate(lines, start=3):
         parts = line.split(" ")
         try:
             values = tuple(int(p) for p in parts)
@@ -114,6 +124,49 @@ def read_entries(path: str, width: int) -> list[tuple[int, ...]] | None:
             raise CheckpointError(f"{path}: line {lineno} needs {width} integers: {line!r}")
         entries.append(values)
     return entries
+
+
+class PartitionOffsets:
+    """One offset per partition, for every partition of a broker, in one checkpoint file
+    (Kafka's replication-offset-checkpoint, which holds a broker's high watermarks).
+
+    An entry is "topic partition topic_id offset": the topic id tells a partition from an
+    earlier topic of the same name (deleted while the broker was down, then created again),
+    whose offset must not be taken for the new one's. One file per broker, not one per
+    partition: checkpointing 10,000 partitions is one write and two fsyncs, not 20,000 fsyncs
+    (they blocked a broker's event loop for six seconds every interval)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def read(self) -> dict[tuple[str, int], tuple[str, int]]:
+        """(topic, partition) -> (topic id, offset); {} when there is no file. Raises
+        CheckpointError when the file is malformed."""
+        lines = _read_lines(self.path)
+        out: dict[tuple[str, int], tuple[str, int]] = {}
+        for lineno, line in enumerate(lines or (), start=3):
+            parts = line.split(" ")
+            try:
+                if len(parts) != 4:
+                    raise ValueError
+                topic, partition, topic_id, offset = (
+                    parts[0],
+                    int(parts[1]),
+                    parts[2],
+                    int(parts[3]),
+                )
+            except ValueError:
+                raise CheckpointError(
+                    f"{self.path}: line {lineno} is not 'topic partition topic_id offset': {line!r}"
+                ) from None
+            out[(topic, partition)] = (topic_id, offset)
+        return out
+
+    def write(self, entries: Sequence[tuple[str, int, str, int]]) -> None:
+        """Replace the file with `entries`, durably (raises OSError)."""
+        lines = [str(VERSION), str(len(entries))]
+        lines.extend(f"{t} {p} {tid} {off}" for t, p, tid, off in entries)
+        atomic_write(self.path, ("\n".join(lines) + "\n").encode())
 
 
 class OffsetCheckpoint:

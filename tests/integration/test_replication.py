@@ -28,7 +28,7 @@ import pytest
 from raftlog.client import Admin, Consumer, Producer
 from raftlog.errors import NotEnoughReplicasError, RaftlogError
 from raftlog.records import HEADER, LOG_OVERHEAD
-from raftlog.storage.checkpoint import OffsetCheckpoint
+from raftlog.storage.checkpoint import PartitionOffsets
 from raftlog.topics import TopicPartition
 from tests.integration._cluster import Cluster, Describe, NodeProcess, started_cluster
 from tests.integration._support import wait_for
@@ -176,8 +176,8 @@ def check_acked(sender: Sender, read: dict[int, dict[int, bytes]]) -> None:
 
 
 def checkpointed_hw(c: Cluster, node_id: int, topic: str, p: int) -> int:
-    path = c.nodes[node_id].data_dir / "logs" / f"{topic}-{p}" / "high-watermark-checkpoint"
-    return OffsetCheckpoint(str(path)).read() or 0
+    path = c.nodes[node_id].data_dir / "replication-offset-checkpoint"
+    return PartitionOffsets(str(path)).read().get((topic, p), ("", 0))[1]
 
 
 def replica_prefix(c: Cluster, node_id: int, topic: str, p: int, hw: int) -> tuple[bytes, int]:
