@@ -15,6 +15,10 @@ Rules:
   because the heartbeats went to the previous controller until now.
 - A broker whose registration the controller has not seen before starts its timeout when the
   controller first sees it, so a new registration is never fenced at once.
+- Silence counts only while the controller listens: after a pass that came more than
+  CONTROLLER_STALL_MS late (its own event loop or process was held up), every broker's timeout
+  starts again, as on becoming active. Heartbeats sent meanwhile wait in the socket; without
+  this, one stalled controller fenced every broker at once (30,000 replicas re-led).
 
 Heartbeat datagram: msgpack array [node_id, broker_epoch].
 """
@@ -36,6 +40,8 @@ from raftlog.metadata.quorum import MetadataQuorum
 log = logging.getLogger(__name__)
 
 CHECK_INTERVAL_S = 0.1
+# A check pass this late means the controller itself did not run: nobody's silence counts.
+CONTROLLER_STALL_MS = 1000
 # Retries of proposals that must eventually succeed: 0.1 s, doubling to 2 s (a log line each).
 RETRY_BACKOFF_MIN_S = 0.1
 RETRY_BACKOFF_MAX_S = 2.0
@@ -69,6 +75,7 @@ class Controller:
         self._heard: dict[int, tuple[int, int]] = {}
         self._first_seen: dict[int, tuple[int, int]] = {}
         self.active = False
+        self._last_check_ms: int | None = None
         self._proposing: set[int] = set()
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -116,6 +123,14 @@ class Controller:
         """One pass: follow leadership changes, fence the silent, unfence the returned."""
         leader = self.quorum.is_leader
         now = self.clock_ms()
+        late_ms = 0 if self._last_check_ms is None else now - self._last_check_ms
+        self._last_check_ms = now
+        if self.active and late_ms > CONTROLLER_STALL_MS:
+            log.warning(
+                "the controller did not run for %d ms: every broker's session timeout restarts",
+                late_ms,
+            )
+            self._first_seen = {}
         if leader != self.active:
             self.active = leader
             log.info("node is %s the active controller", "now" if leader else "no longer")
