@@ -249,7 +249,11 @@ class ProducerConfig:
     # with a warning); True: on, and those settings are refused; False: off.
     enable_idempotence: bool | None = None
     retries: int = 2**31 - 1
+    # Between tries of a batch: retry_backoff_ms, doubling per failed try up to
+    # retry_backoff_max_ms, with 20% of jitter (Kafka's KIP-580): clients retrying against a
+    # broker that is still opening 10,000 new partitions must not keep it busy refusing them.
     retry_backoff_ms: int = 100
+    retry_backoff_max_ms: int = 1000
     delivery_timeout_ms: int = 120_000
     request_timeout_ms: int = 30_000
     max_in_flight_requests_per_connection: int = 5
@@ -266,7 +270,7 @@ class ProducerConfig:
             raise InvalidConfigError(
                 f"compression_type={self.compression_type!r}: only 'none' is supported so far"
             )
-        for name in ("linger_ms", "retry_backoff_ms"):
+        for name in ("linger_ms", "retry_backoff_ms", "retry_backoff_max_ms"):
             if getattr(self, name) < 0:
                 raise InvalidConfigError(f"{name}={getattr(self, name)}: must be >= 0")
         for name in (
@@ -545,6 +549,15 @@ def _resolve(fut: asyncio.Future[None]) -> None:
         fut.set_result(None)
 
 
+def retry_backoff_s(config: ProducerConfig, attempts: int) -> float:
+    """The wait before a batch's next try after `attempts` failed ones: retry_backoff_ms
+    doubling up to retry_backoff_max_ms, then +-20% (KIP-580), so that many clients that
+    failed together do not retry together."""
+    base = config.retry_backoff_ms * (1 << min(max(attempts - 1, 0), 30))
+    ms = min(base, max(config.retry_backoff_max_ms, config.retry_backoff_ms))
+    return ms * random.uniform(0.8, 1.2) / 1000
+
+
 class _Batch(BatchResult):
     """A batch in the accumulator and in flight; it is also the BatchResult its records'
     futures share (one object per batch, not two: batches live long enough to cost the
@@ -560,6 +573,7 @@ class _Batch(BatchResult):
         "order",
         "outcome_unknown",
         "producer_epoch",
+        "retry_at",
         "sealed",
         "sequence",
         "sticky_bytes",
@@ -582,6 +596,7 @@ class _Batch(BatchResult):
         self.last_error: BaseException | None = None  # of the last failed send
         self.in_flight = False  # a request holding it is on a connection
         self.sealed = False  # full, drained or expired: it takes no more records
+        self.retry_at = 0.0  # a retried batch is not sent again before this (its backoff)
         # Bytes send()'s fast path appended to it as its topic's open sticky batch and that
         # the topic's stint has not counted yet (a slot is cheaper there than the stint's dict).
         self.sticky_bytes = 0
@@ -746,6 +761,12 @@ class _Accumulator:
             first = q[0]
             if first.deadline < next_deadline:
                 next_deadline = first.deadline  # a retried batch goes first: the oldest
+            if first.retry_at > now:
+                # Backing off; the partition waits behind it (its order is kept).
+                next_ready = (
+                    first.retry_at if next_ready is None else min(next_ready, first.retry_at)
+                )
+                continue
             if not (
                 len(q) > 1
                 or first.builder.size_bytes >= batch_size
@@ -1926,6 +1947,7 @@ class _ProducerCore:
             else:
                 log.debug("retrying batch for %s after %s", batch.tp, error)
             self.client.invalidate(batch.tp.topic)
+            batch.retry_at = now + retry_backoff_s(self.config, batch.attempts)
             self.acc.requeue(batch)
             self._schedule_refresh(batch.tp.topic)
             return

@@ -586,3 +586,34 @@ def test_send_many_results_and_a_failed_batch() -> None:
     assert [m.offset for m in g2.result(0)] == [50, 51, 52]
     with pytest.raises(TypeError, match="value"):
         many_of(ok, [b"a", "text"], 1)  # type: ignore[list-item]
+
+
+def test_a_retried_batch_waits_its_backoff_which_doubles_up_to_the_maximum() -> None:
+    """KIP-580: 100 ms, doubling per failed try, at most retry_backoff_max_ms, +-20%. Clients
+    that retried every 100 ms kept a broker still opening 10,000 partitions busy refusing them."""
+    from raftlog.client.producer import retry_backoff_s
+    from raftlog.errors import NotLeaderOrFollowerError
+
+    cfg = ProducerConfig(retry_backoff_ms=100, retry_backoff_max_ms=1000)
+    for attempts, nominal in ((1, 0.1), (2, 0.2), (3, 0.4), (4, 0.8), (5, 1.0), (40, 1.0)):
+        waits = [retry_backoff_s(cfg, attempts) for _ in range(200)]
+        assert 0.8 * nominal <= min(waits) and max(waits) <= 1.2 * nominal, attempts
+        assert max(waits) - min(waits) > 0.1 * nominal  # jittered
+    # A maximum below the base: the base.
+    assert retry_backoff_s(ProducerConfig(retry_backoff_ms=500, retry_backoff_max_ms=0), 3) >= 0.4
+    with pytest.raises(InvalidConfigError, match="retry_backoff_max_ms=-1"):
+        ProducerConfig(retry_backoff_max_ms=-1)
+
+    core, _ = _core(linger_ms=0, batch_size=100)
+    core._spawn = lambda coro: coro.close()  # type: ignore[method-assign]
+    _send(core, TP0, None, b"a" * 90)
+    requests, _, _ = core.acc.drain(time.monotonic(), lambda tp: 0, lambda n: 5, False, core._muted)
+    (batch,) = (r[0] for r in requests[0])
+    before = time.monotonic()
+    core._retry_or_fail(batch, NotLeaderOrFollowerError("moved"), written=False)
+    assert before + 0.08 <= batch.retry_at <= time.monotonic() + 0.12
+    # Not sent again before its time, and the sender is told when to look again.
+    requests, next_ready, _ = core.acc.drain(before, lambda tp: 0, lambda n: 5, False, core._muted)
+    assert requests == {} and next_ready == batch.retry_at
+    requests, _, _ = core.acc.drain(batch.retry_at, lambda tp: 0, lambda n: 5, False, core._muted)
+    assert requests[0][0] == [batch]
