@@ -10,7 +10,8 @@ Run from the repository root::
 
 For each N (a new cluster each): `raftlog dev --nodes 3` on the real disk; a small topic
 `other` (1 partition, RF 3, min.insync.replicas 2) takes one acks=all write every
-`--ping-interval-ms` from a thread of this process for the whole run; then:
+`--ping-interval-ms` from a process of its own (so that this process's own work, such as
+the writes to every partition, cannot delay it) for the whole run; then:
 
 - create: `topic create big -p N -r 3` (one CreateTopics request); `create_s` is until it
   returns, `ready_s` until one acks=all record sent to each partition of `big` is
@@ -19,7 +20,7 @@ For each N (a new cluster each): `raftlog dev --nodes 3` on the real disk; a sma
   (the nodes' log lines), which must be 0: a fenced broker has every partition re-led.
 - longest write pause: the longest gap between two acknowledged writes to `other`, from the
   create to `ready_s` + 5 s, beside the longest gap of the same length of time before it (the
-  baseline of this machine at that moment).
+  baseline of this machine at that moment); a note says when in the window it began.
 - idle: with the pings stopped, each node's CPU over `--idle-seconds` (percent of one core),
   its resident memory and its open file descriptors.
 - failover: kill -9 of node 3; `failover_s` from the kill until no partition names it as leader
@@ -41,13 +42,13 @@ import argparse
 import contextlib
 import itertools
 import json
+import multiprocessing
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -97,55 +98,66 @@ class ScaleResult:
     notes: list[str] = field(default_factory=list)
 
 
+def _ping(bootstrap: str, topic: str, interval_s: float, stop: Any, out: Any) -> None:
+    """The pinger's process: one acks=all write at a time until `stop` is set, then sends
+    (acknowledgement times, failures) on `out`. CLOCK_MONOTONIC is the same in every process
+    of a machine, so the times compare with the parent's."""
+    from raftlog.client import Producer
+    from raftlog.errors import RaftlogError
+
+    acks: list[float] = []
+    failed = 0
+    with Producer(
+        bootstrap_servers=bootstrap,
+        acks="all",
+        linger_ms=0,
+        request_timeout_ms=30_000,
+        delivery_timeout_ms=60_000,
+    ) as producer:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            try:
+                producer.send(topic, value=b"ping %d" % n).result(60)
+                acks.append(time.monotonic())
+            except RaftlogError:
+                failed += 1
+            stop.wait(interval_s)
+    out.send((acks, failed))
+
+
 class Pinger:
-    """One acks=all write at a time to `topic`, every `interval_s`, from a thread; keeps the
+    """Writes to `topic` from another process (`_ping`); after `stop()`, `acks` holds the
     time (monotonic) of each acknowledgement."""
 
     def __init__(self, bootstrap: str, topic: str, interval_s: float):
-        from raftlog.client import Producer
-
-        self.topic = topic
-        self.interval_s = interval_s
-        self.producer = Producer(
-            bootstrap_servers=bootstrap,
-            acks="all",
-            linger_ms=0,
-            request_timeout_ms=30_000,
-            delivery_timeout_ms=60_000,
+        ctx = multiprocessing.get_context("spawn")
+        self._stop = ctx.Event()
+        self._recv, send = ctx.Pipe(duplex=False)
+        self._proc = ctx.Process(
+            target=_ping, args=(bootstrap, topic, interval_s, self._stop, send), daemon=True
         )
         self.acks: list[float] = []
         self.failed = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="pinger", daemon=True)
 
     def start(self) -> None:
-        self._thread.start()
+        self._proc.start()
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join()
-        self.producer.close()
+        if self._recv.poll(90):
+            self.acks, self.failed = self._recv.recv()
+        self._proc.join(30)
+        if self._proc.is_alive():
+            self._proc.kill()
 
-    def _run(self) -> None:
-        from raftlog.errors import RaftlogError
-
-        n = 0
-        while not self._stop.is_set():
-            n += 1
-            try:
-                self.producer.send(self.topic, value=b"ping %d" % n).result(60)
-                self.acks.append(time.monotonic())
-            except RaftlogError:
-                self.failed += 1
-            self._stop.wait(self.interval_s)
-
-    def longest_gap(self, start: float, end: float) -> float | None:
-        """The longest time in [start, end] without an acknowledgement."""
+    def longest_gap(self, start: float, end: float) -> tuple[float, float] | None:
+        """The longest time in [start, end] without an acknowledgement, and when it began."""
         inside = [t for t in self.acks if start <= t <= end]
         if not inside:
             return None
         points = [start, *inside, end]
-        return max(b - a for a, b in itertools.pairwise(points))
+        return max((b - a, a) for a, b in itertools.pairwise(points))
 
 
 def _topic_state(bootstrap: str, topic: str) -> tuple[int, int, dict[int, int]]:
@@ -234,12 +246,11 @@ def _time_cli(args: list[str]) -> float | None:
     return time.monotonic() - t0 if proc.returncode == 0 else None
 
 
-def run_one(n: int, args: argparse.Namespace, base: str) -> ScaleResult:
+def run_one(n: int, args: argparse.Namespace, base: str, work: str) -> ScaleResult:
     from raftlog.client import Admin
     from raftlog.errors import RaftlogError
 
     r = ScaleResult(n)
-    work = tempfile.mkdtemp(prefix=f"raftlog-scale-{n}-", dir=base)
     cluster = LocalCluster(work, SESSION_TIMEOUT_MS, extra=["--log-level", "INFO"])
     pinger: Pinger | None = None
     try:
@@ -266,10 +277,18 @@ def run_one(n: int, args: argparse.Namespace, base: str) -> ScaleResult:
         while time.monotonic() < ready:
             time.sleep(POLL_INTERVAL_S)
         window = time.monotonic() - t0
-        r.pause_s = pinger.longest_gap(t0, t0 + window)
-        r.baseline_pause_s = pinger.longest_gap(t0 - args.baseline_seconds, t0)
-        r.fenced = _fences(cluster.log_path, log_mark)
         pinger.stop()
+        gap = pinger.longest_gap(t0, t0 + window)
+        if gap is not None:
+            r.pause_s = gap[0]
+            r.notes.append(
+                f"longest write pause began {gap[1] - t0:.1f} s after the create started "
+                f"(create returned at {_fmt(r.create_s)}, every partition writable at "
+                f"{_fmt(r.ready_s)})"
+            )
+        base = pinger.longest_gap(t0 - args.baseline_seconds, t0)
+        r.baseline_pause_s = None if base is None else base[0]
+        r.fenced = _fences(cluster.log_path, log_mark)
         r.pings_failed = pinger.failed
         pinger = None
 
@@ -311,8 +330,6 @@ def run_one(n: int, args: argparse.Namespace, base: str) -> ScaleResult:
         cluster.stop()
         if args.keep:
             r.notes.append(f"data kept in {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
     return r
 
 
@@ -446,7 +463,19 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
         args.idle_seconds, args.settle_seconds, args.baseline_seconds = 3.0, 1.0, 1.0
     base = args.base_dir or default_base_dir()
     facts = machine_facts(base)
-    results = [run_one(n, args, base) for n in counts]
+    results = []
+    works = []
+    try:
+        for n in counts:
+            works.append(tempfile.mkdtemp(prefix=f"raftlog-scale-{n}-", dir=base))
+            results.append(run_one(n, args, base, works[-1]))
+    finally:
+        # At the end, not between runs: deleting 30,000 directories keeps the filesystem's
+        # journal busy for a minute afterwards, and the next cluster then took 25-64 s
+        # instead of 8-10 to create its logs (measured here).
+        if not args.keep:
+            for work in works:
+                shutil.rmtree(work, ignore_errors=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir = Path(args.results_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
