@@ -47,7 +47,7 @@ from raftlog.errors import (
 )
 from raftlog.metadata.model import TopicInfo
 from raftlog.storage import LogConfig, PartitionLog
-from raftlog.storage.checkpoint import fsync_paths
+from raftlog.storage.checkpoint import sync_many
 from raftlog.storage.log import os_error_text
 from raftlog.storage.segment import parse_segment_name
 from raftlog.topics import TopicPartition
@@ -258,7 +258,7 @@ class LogManager:
         if not paths:
             return
         try:
-            fsync_paths([*paths, self.root])
+            sync_many(paths, self.root)
         except OSError as e:
             log.error(
                 "making %d new partition directories durable failed (%s); a power failure "

@@ -17,9 +17,11 @@ whether the value can be rebuilt (the epoch cache, the recovery point) or not.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import cast
 
 VERSION = 0
 
@@ -55,6 +57,38 @@ def fsync_paths(paths: Iterable[str]) -> None:
     OSError (the others are still tried)."""
     for _ in _SYNC_POOL.map(_fsync_path, list(dict.fromkeys(paths))):
         pass
+
+
+def _load_syncfs() -> Callable[[int], int] | None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.syncfs
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return cast(Callable[[int], int], fn)
+
+
+_SYNCFS = _load_syncfs()
+
+
+def sync_many(paths: Sequence[str], root: str) -> None:
+    """Make `paths` (files and directories on the filesystem of `root`) durable: one
+    syncfs(2) of that filesystem where Linux has it, else an fsync of each. Thousands of
+    small new files fsynced one by one forced one journal commit each (20,000 per broker for
+    10,000 new partitions), and the journal, busy with them, slowed every other metadata
+    operation on the disk: creating 10,000 logs took 25-60 s instead of 6-9. Raises OSError."""
+    if _SYNCFS is None:
+        fsync_paths([*paths, root])
+        return
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        if _SYNCFS(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"syncfs of {root}: {os.strerror(err)}")
+    finally:
+        os.close(fd)
 
 
 def atomic_write(path: str, data: bytes, fsync: bool = True) -> None:

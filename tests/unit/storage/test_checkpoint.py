@@ -116,3 +116,29 @@ def test_a_write_replaces_the_file_in_one_rename(tmp_path: str) -> None:
         assert old.read() == b"0\n1\n1\n"
     assert os.stat(path).st_ino != inode
     assert read_entries(path, 1) == [(2,)]
+
+
+def test_sync_many_syncs_the_filesystem_once_or_each_path_without_syncfs(
+    tmp_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from raftlog.storage import checkpoint
+
+    paths = []
+    for i in range(3):
+        d = os.path.join(str(tmp_path), f"p-{i}")
+        os.mkdir(d)
+        with open(os.path.join(d, "topic-id"), "w") as f:
+            f.write("id")
+        paths += [os.path.join(d, "topic-id"), d]
+    assert checkpoint._SYNCFS is not None  # Linux: one syncfs(2)
+    checkpoint.sync_many(paths, str(tmp_path))
+    # Without syncfs: every path and the root, each fsynced.
+    synced: list[str] = []
+    monkeypatch.setattr(checkpoint, "_SYNCFS", None)
+    monkeypatch.setattr(checkpoint, "fsync_paths", lambda ps: synced.extend(ps))
+    checkpoint.sync_many(paths, str(tmp_path))
+    assert synced == [*paths, str(tmp_path)]
+    # A failure names the filesystem's root.
+    monkeypatch.undo()
+    with pytest.raises(OSError, match="no-such-dir"):
+        checkpoint.sync_many(paths, os.path.join(str(tmp_path), "no-such-dir"))
