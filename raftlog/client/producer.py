@@ -114,7 +114,9 @@ YIELD_EVERY_BATCHES = 64
 # waiting this long after it expires the batch itself: a stuck or dead sender must not block
 # the application forever. Long enough that a busy but healthy sender always comes first.
 EXPIRY_GRACE_S = 1.0
-# A partition's retries are logged at WARNING at most once per this interval (DEBUG otherwise).
+# A topic's retries are logged at WARNING at most once per this interval (DEBUG otherwise),
+# with the count of the retries since the last line: per partition, a 10,000-partition topic
+# whose leaders were not ready yet logged 10,000 lines.
 RETRY_WARNING_INTERVAL_S = 10.0
 
 
@@ -892,7 +894,8 @@ class _ProducerCore:
         # Set if the sender task ever ends with an error: what every later send() raises.
         self.dead: RaftlogError | None = None
         # partition -> until when its retries are logged at DEBUG only (see _retry_or_fail).
-        self._retry_warned_until: dict[TopicPartition, float] = {}
+        # topic -> (no WARNING before this time, retries logged at DEBUG since the last one)
+        self._retry_warned_until: dict[str, tuple[float, int]] = {}
         # Where keyless records go (KIP-794's uniform sticky partitioning). The fast path
         # counts its bytes on the open batch; `_sticky_stint` adds them to the topic's stint.
         self.sticky = UniformStickyPartitioner(config.batch_size, rng)
@@ -1931,20 +1934,24 @@ class _ProducerCore:
             return
         if retriable and not self._closed and batch.attempts <= self.config.retries:
             now = time.monotonic()
-            if now >= self._retry_warned_until.get(batch.tp, 0.0):
-                # Kafka's producer warns at every retry; once per partition per interval
-                # is enough to make a full disk or a lost leader visible without a flood.
-                self._retry_warned_until[batch.tp] = now + RETRY_WARNING_INTERVAL_S
+            topic = batch.tp.topic
+            until, quiet = self._retry_warned_until.get(topic, (0.0, 0))
+            if now >= until:
+                # Kafka's producer warns at every retry; once per topic per interval is
+                # enough to make a full disk or a lost leader visible without a flood.
+                self._retry_warned_until[topic] = (now + RETRY_WARNING_INTERVAL_S, 0)
                 log.warning(
                     "retrying a record batch for %s (attempt %d, %.0f ms before its "
-                    "delivery_timeout_ms) after %s: %s",
+                    "delivery_timeout_ms) after %s: %s%s",
                     batch.tp,
                     batch.attempts,
                     (batch.deadline - now) * 1000,
                     type(error).__name__,
                     error,
+                    f" ({quiet} more retries of {topic} since the last line)" if quiet else "",
                 )
             else:
+                self._retry_warned_until[topic] = (until, quiet + 1)
                 log.debug("retrying batch for %s after %s", batch.tp, error)
             self.client.invalidate(batch.tp.topic)
             batch.retry_at = now + retry_backoff_s(self.config, batch.attempts)

@@ -617,3 +617,30 @@ def test_a_retried_batch_waits_its_backoff_which_doubles_up_to_the_maximum() -> 
     assert requests == {} and next_ready == batch.retry_at
     requests, _, _ = core.acc.drain(batch.retry_at, lambda tp: 0, lambda n: 5, False, core._muted)
     assert requests[0][0] == [batch]
+
+
+def test_retries_are_warned_once_per_topic_per_interval_with_a_count(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A topic whose leaders were not ready yet: one WARNING per topic per interval, however
+    many partitions retry (10,000 partitions logged 10,000 lines), then one with the count."""
+    from raftlog.client import producer as producer_module
+    from raftlog.errors import NotLeaderOrFollowerError
+
+    core, _ = _core(linger_ms=0, batch_size=100)
+    core._spawn = lambda coro: coro.close()  # type: ignore[method-assign]
+    for tp in (TP0, TP1, TP0):
+        _send(core, tp, None, b"a" * 90)
+    requests, _, _ = core.acc.drain(time.monotonic(), lambda tp: 0, lambda n: 5, False, core._muted)
+    batches = [b for request in requests[0] for b in request]
+    assert len(batches) == 3
+    caplog.set_level("WARNING", logger="raftlog.client.producer")
+    for b in batches:
+        core._retry_or_fail(b, NotLeaderOrFollowerError("not ready"), written=False)
+    warnings = [r for r in caplog.records if "retrying a record batch" in r.getMessage()]
+    assert len(warnings) == 1 and "more retries" not in warnings[0].getMessage()
+    monkeypatch.setattr(producer_module, "RETRY_WARNING_INTERVAL_S", 0.0)
+    core._retry_warned_until["t"] = (0.0, core._retry_warned_until["t"][1])
+    core._retry_or_fail(batches[0], NotLeaderOrFollowerError("not ready"), written=False)
+    last = [r for r in caplog.records if "retrying a record batch" in r.getMessage()][-1]
+    assert f"({len(batches) - 1} more retries of t since the last line)" in last.getMessage()
