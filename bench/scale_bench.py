@@ -18,9 +18,12 @@ the writes to every partition, cannot delay it) for the whole run; then:
   acknowledged (every partition's log is open on all three brokers and led).
 - fenced: how many times the controller fenced a broker while the topic was being created
   (the nodes' log lines), which must be 0: a fenced broker has every partition re-led.
-- longest write pause: the longest gap between two acknowledged writes to `other`, from the
-  create to `ready_s` + 5 s, beside the longest gap of the same length of time before it (the
-  baseline of this machine at that moment); a note says when in the window it began.
+- longest write pause: the longest gap between two acknowledged writes to `other` while the
+  topic is created (from the create until it returns: the issue's target), and while every
+  partition takes its first record at once (from then to `ready_s` + 5 s: 10,000 produce
+  appends and 20,000 replica appends in a burst, stricter than the target), beside the longest
+  gap in as long a time before it (at most `--baseline-seconds`: the baseline of this machine
+  at that moment); a note says when in the window the longest began.
 - idle: with the pings stopped, each node's CPU over `--idle-seconds` (percent of one core),
   its resident memory and its open file descriptors.
 - failover: kill -9 of node 3; `failover_s` from the kill until no partition names it as leader
@@ -86,6 +89,7 @@ class ScaleResult:
     ready_s: float | None = None
     fenced: int = 0
     pause_s: float | None = None
+    burst_pause_s: float | None = None
     baseline_pause_s: float | None = None
     pings_failed: int = 0
     idle_cpu_percent: dict[int, float] = field(default_factory=dict)
@@ -281,15 +285,20 @@ def run_one(n: int, args: argparse.Namespace, base: str, work: str) -> ScaleResu
             time.sleep(POLL_INTERVAL_S)
         window = time.monotonic() - t0
         pinger.stop()
+        created = t0 + (r.create_s if r.create_s is not None else window)
+        during = pinger.longest_gap(t0, created)
+        r.pause_s = None if during is None else during[0]
+        burst = pinger.longest_gap(created, t0 + window)
+        r.burst_pause_s = None if burst is None else burst[0]
         gap = pinger.longest_gap(t0, t0 + window)
         if gap is not None:
-            r.pause_s = gap[0]
             r.notes.append(
                 f"longest write pause began {gap[1] - t0:.1f} s after the create started "
                 f"(create returned at {_fmt(r.create_s)}, every partition writable at "
                 f"{_fmt(r.ready_s)})"
             )
-        base = pinger.longest_gap(t0 - args.baseline_seconds, t0)
+        # The baseline: as long a window as the creation's, within the pings before it.
+        base = pinger.longest_gap(t0 - min(created - t0, args.baseline_seconds), t0)
         r.baseline_pause_s = None if base is None else base[0]
         r.fenced = _fences(cluster.log_path, log_mark)
         r.pings_failed = pinger.failed
@@ -343,8 +352,9 @@ def _fmt(v: float | None, unit: str = "s") -> str:
 def render(results: list[ScaleResult]) -> str:
     head = (
         "| partitions (RF 3) | create | every partition writable | fenced | longest write pause "
-        "(baseline) | idle CPU per node | RSS per node | fds per node | failover | rejoin | "
-        "cluster status | topic describe |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "while created (baseline) | ... while first written | idle CPU per node | RSS per node | "
+        "fds per node | failover | rejoin | cluster status | topic describe |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
     lines = [head]
     for r in results:
@@ -353,12 +363,14 @@ def render(results: list[ScaleResult]) -> str:
         fds = ", ".join(str(v) for _, v in sorted(r.fds.items()))
         lines.append(
             f"| {r.partitions:,} | {_fmt(r.create_s)} | {_fmt(r.ready_s)} | {r.fenced} | "
-            f"{_fmt(r.pause_s)} ({_fmt(r.baseline_pause_s)}) | {cpu} | {rss} MiB | {fds} | "
+            f"{_fmt(r.pause_s)} ({_fmt(r.baseline_pause_s)}) | {_fmt(r.burst_pause_s)} | "
+            f"{cpu} | {rss} MiB | {fds} | "
             f"{_fmt(r.failover_s)} | {_fmt(r.rejoin_s)} | {_fmt(r.status_s)} | "
             f"{_fmt(r.describe_s)} |"
         )
     targets = (
-        f"Targets at 10,000: 0 fenced, longest pause <= {TARGET_PAUSE_S:g} s, idle CPU < "
+        f"Targets at 10,000: 0 fenced, longest pause while created <= {TARGET_PAUSE_S:g} s, "
+        "idle CPU < "
         f"{TARGET_IDLE_CPU_PERCENT:g}% of a core per node, failover <= {TARGET_FAILOVER_S:g} s, "
         f"rejoin <= {TARGET_REJOIN_S:g} s, admin <= {TARGET_ADMIN_S:g} s."
     )
@@ -398,8 +410,12 @@ def plot(results: list[ScaleResult], path: Path) -> str | None:
     axes[0][0].set_title("creating the topic")
     series(
         axes[0][1],
-        [[r.pause_s for r in results], [r.baseline_pause_s for r in results]],
-        ["longest write pause (other topic)", "same, before the create"],
+        [
+            [r.pause_s for r in results],
+            [r.burst_pause_s for r in results],
+            [r.baseline_pause_s for r in results],
+        ],
+        ["while the topic is created", "while every partition is first written", "before"],
         TARGET_PAUSE_S,
     )
     axes[0][1].set_ylabel("seconds")
