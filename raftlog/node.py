@@ -86,6 +86,7 @@ from typing import Any
 
 from raftlog.broker.server import Broker, BrokerConfig
 from raftlog.errors import InvalidConfigError, RaftlogError
+from raftlog.invariants import InvariantError
 from raftlog.metadata.cluster import ClusterMetadata, parse_voters
 from raftlog.metadata.controller import (
     RETRY_BACKOFF_MAX_S,
@@ -221,7 +222,8 @@ class NodeConfig:
         """(host, port) the client, external or replication listener binds."""
         name = f"{listener}_listener"
         address = getattr(self, name)
-        assert address is not None, f"{name} is not set"
+        if address is None:
+            raise InvariantError(f"{name} is not set")
         return _split_listener(name, address)
 
     def advertised(self, bound_port: int, listener: str = "client") -> tuple[str, int]:
@@ -420,7 +422,8 @@ class Node:
                 tg.create_task(self._watch_quorum())
                 if cfg.is_controller:
                     coordinator = self.coordinator
-                    assert coordinator is not None
+                    if coordinator is None:
+                        raise InvariantError("coordinator is None")
 
                     def on_active(active: bool) -> None:
                         if active:
@@ -463,7 +466,8 @@ class Node:
             log.info("node %d stopped", cfg.node_id)
 
     def _client_address(self) -> str:
-        assert self.broker is not None
+        if self.broker is None:
+            raise InvariantError("self.broker is None")
         return f"{self.broker.config.host}:{self.broker.port}"
 
     def _signal_ready(self) -> None:

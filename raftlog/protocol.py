@@ -33,6 +33,8 @@ from typing import Any, NamedTuple
 
 import msgpack
 
+from raftlog.invariants import InvariantError
+
 FRAME_PREFIX = struct.Struct("<II")
 FRAME_PREFIX_SIZE = FRAME_PREFIX.size  # 8
 # Requests larger than this are refused (Kafka's socket.request.max.bytes is 100 MiB).
@@ -361,7 +363,8 @@ class ProduceTemplate:
         hole = bytes([_MSGPACK_U32]) + _U32_BE.pack(marker)
         first = header.index(hole)
         last = header.rindex(hole)
-        assert first != last and header.endswith(hole), "template markers not where expected"
+        if not (first != last and header.endswith(hole)):
+            raise InvariantError("template markers not where expected")
         self._before_corr = header[: first + 1]
         self._after_corr = header[first + 5 : last + 1]
         self._header_length = len(header)

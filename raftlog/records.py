@@ -67,11 +67,13 @@ from typing import Any, NamedTuple, TypeVar
 import xxhash
 
 from raftlog.errors import CorruptRecordError
+from raftlog.invariants import InvariantError
 
 MAGIC = 1
 HEADER = struct.Struct("<qiibQhiqqqhii")
 HEADER_SIZE = HEADER.size  # 65
-assert HEADER_SIZE == 65
+if HEADER_SIZE != 65:
+    raise InvariantError("HEADER_SIZE == 65 does not hold")
 # Fields that precede `batch_length`'s payload: base_offset + batch_length.
 LOG_OVERHEAD = 12
 # The stamped prefix: base_offset, batch_length, partition_leader_epoch.
@@ -303,7 +305,8 @@ class BatchBuilder:
         headers: Sequence[tuple[str, bytes | None]] = (),
     ) -> int:
         """Add a record; returns its offset delta within the batch."""
-        assert self._built is None, "a sealed batch takes no more records"
+        if self._built is not None:
+            raise InvariantError("a sealed batch takes no more records")
         if key is None and value is not None and not headers:
             # The common case: attributes, timestamp, null key and value length in one call.
             n = len(value)
@@ -335,7 +338,8 @@ class BatchBuilder:
     def append_value(self, value: bytes, timestamp: int) -> int:
         """`append(None, value, timestamp)` for a batch that already holds a record: the
         producer's hot path (no key, no headers), kept to one struct call."""
-        assert self._built is None, "a sealed batch takes no more records"
+        if self._built is not None:
+            raise InvariantError("a sealed batch takes no more records")
         n = len(value)
         self._parts += (_FIXED_AND_VLEN.pack(0, timestamp, -1, n), value, _NO_HEADERS)
         if timestamp > self._max_ts:
@@ -354,7 +358,8 @@ class BatchBuilder:
 
         The many-record hot path (`send_many`): runs of values of one length are appended
         with one struct call and C-level list extends, not a Python step per record."""
-        assert self._built is None, "a sealed batch takes no more records"
+        if self._built is not None:
+            raise InvariantError("a sealed batch takes no more records")
         lengths = self._lengths
         parts = self._parts
         size = self.size_bytes
@@ -399,12 +404,12 @@ class BatchBuilder:
         """The batch as its first 25 bytes and the rest (written back to back, no copy made)."""
         built = self._built
         if built is not None:
-            assert base_offset == 0 and partition_leader_epoch == NO_PARTITION_LEADER_EPOCH, (
-                "a sealed batch is built for a producer only"
-            )
+            if not (base_offset == 0 and partition_leader_epoch == NO_PARTITION_LEADER_EPOCH):
+                raise InvariantError("a sealed batch is built for a producer only")
             return built
         lengths = self._lengths
-        assert lengths, "cannot build an empty batch"
+        if not lengths:
+            raise InvariantError("cannot build an empty batch")
         count = len(lengths)
         table = array("i", lengths)
         if not _NATIVE_LITTLE:

@@ -79,6 +79,7 @@ from raftlog.errors import (
     RecordTooLargeError,
     UnsupportedVersionError,
 )
+from raftlog.invariants import InvariantError
 from raftlog.storage import FileSlice
 
 if TYPE_CHECKING:
@@ -842,7 +843,8 @@ class Connection(asyncio.Protocol):
         while self._slots and self._slots[0].response is not None:
             slot = self._slots.popleft()
             resp = slot.response
-            assert resp is not None
+            if resp is None:
+                raise InvariantError("resp is None")
             header, resp = self._encode_header(slot.correlation_id, resp)
             parts = resp.parts
             if parts and any(isinstance(p, SendfileSlice) for p in parts):
@@ -883,7 +885,8 @@ class Connection(asyncio.Protocol):
 
     async def _sendfile(self, header: bytes, resp: Response) -> None:
         transport = self.transport
-        assert transport is not None
+        if transport is None:
+            raise InvariantError("transport is None")
         loop = asyncio.get_running_loop()
         part: bytes | memoryview | SendfileSlice | None = None
         try:

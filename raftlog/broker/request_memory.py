@@ -35,6 +35,8 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
+from raftlog.invariants import InvariantError
+
 K = TypeVar("K", bound=Hashable)
 
 # asyncio's selector transports read at most this much per call (max_size in
@@ -50,7 +52,8 @@ class RequestMemory(Generic[K]):
     """
 
     def __init__(self, bytes_max: int, wake: Callable[[K], None], read_bytes: int = READ_BYTES):
-        assert bytes_max > 0 and read_bytes > 0, (bytes_max, read_bytes)
+        if not (bytes_max > 0 and read_bytes > 0):
+            raise InvariantError((bytes_max, read_bytes))
         self.bytes_max = bytes_max
         self.read_bytes = read_bytes
         self._wake = wake
@@ -80,7 +83,8 @@ class RequestMemory(Generic[K]):
         """`conn`'s decoder holds `buffered` bytes now and lacks `missing` more of its
         incomplete frame number `frame` (missing 0: no incomplete frame). True if it may read
         on; False: it waits and is woken through `wake`."""
-        assert buffered >= 0 and missing >= 0, (buffered, missing)
+        if not (buffered >= 0 and missing >= 0):
+            raise InvariantError((buffered, missing))
         old = self._held.get(conn, 0)
         passed = False
         if missing:
@@ -118,10 +122,13 @@ class RequestMemory(Generic[K]):
 
     def check(self) -> None:
         """The invariants (tests call this after every step; O(connections))."""
-        assert self.used == sum(self._held.values()), (self.used, self._held)
-        assert all(v > 0 for v in self._held.values()), self._held
+        if self.used != sum(self._held.values()):
+            raise InvariantError((self.used, self._held))
+        if not all(v > 0 for v in self._held.values()):
+            raise InvariantError(self._held)
         oldest = self.oldest
-        assert oldest is None or oldest not in self._waiting, oldest
+        if not (oldest is None or oldest not in self._waiting):
+            raise InvariantError(oldest)
 
     # -- internals ------------------------------------------------------------------------------
 

@@ -49,6 +49,7 @@ from raftlog.errors import (
     RecordTooLargeError,
     error_from_code,
 )
+from raftlog.invariants import InvariantError
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +131,8 @@ class BrokerConnection(asyncio.Protocol):
     # -- asyncio callbacks ---------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        if not isinstance(transport, asyncio.Transport):
+            raise InvariantError("isinstance(transport, asyncio.Transport) does not hold")
         self.transport = transport
         sock = transport.get_extra_info("socket")
         if sock is not None:
@@ -206,7 +208,8 @@ class BrokerConnection(asyncio.Protocol):
         """A new instance of the error that closed this connection (one instance raised in
         many places would collect all their tracebacks)."""
         closed = self._closed
-        assert closed is not None
+        if closed is None:
+            raise InvariantError("closed is None")
         return type(closed)(str(closed))
 
     def _invalid_frame(self, e: protocol.RemoteProtocolError) -> None:
@@ -267,7 +270,8 @@ class BrokerConnection(asyncio.Protocol):
         """Write a request now; returns the future of its response (None if not expected)."""
         if self._closed is not None:
             raise self._closed_error()
-        assert self.transport is not None
+        if self.transport is None:
+            raise InvariantError("self.transport is None")
         corr = self._next_id()
         fut: asyncio.Future[ResponseT] | None = None
         frame = protocol.encode_request(api_key, api_version, corr, self.client_id, body, payload)
@@ -390,7 +394,8 @@ class BrokerConnection(asyncio.Protocol):
         timeout_s: float = 30.0,
     ) -> ResponseT:
         fut = self.send(api_key, body, payload)
-        assert fut is not None
+        if fut is None:
+            raise InvariantError("fut is None")
         try:
             async with asyncio.timeout(timeout_s):
                 return await fut

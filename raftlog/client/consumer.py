@@ -68,6 +68,7 @@ from raftlog.errors import (
     UnknownMemberIdError,
     error_from_code,
 )
+from raftlog.invariants import InvariantError
 from raftlog.records import (
     HEADER_SIZE,
     INT32,
@@ -288,7 +289,8 @@ class AsyncConsumer:
         if pos is None:
             await self._reset_positions([tp])
             pos = self._positions[tp]
-            assert pos is not None
+            if pos is None:
+                raise InvariantError("pos is None")
         return pos
 
     def pause(self, *tps: TopicPartition | tuple[str, int]) -> None:
@@ -500,7 +502,8 @@ class AsyncConsumer:
         topics: dict[str, list[list[int]]] = {}
         for tp in tps:
             pos = self._positions[tp]
-            assert pos is not None
+            if pos is None:
+                raise InvariantError("pos is None")
             # The leader epoch this consumer believes in: a deposed leader answers
             # FencedLeaderEpoch, one that has not caught up UnknownLeaderEpoch (KIP-320); both
             # are retriable, with fresh metadata.
@@ -630,7 +633,8 @@ class AsyncConsumer:
 
     async def _join(self) -> list[TopicPartition]:
         group = self._group
-        assert group is not None
+        if group is None:
+            raise InvariantError("group is None")
         try:
             return await group.join(self._subscription)
         except BaseException:
@@ -649,7 +653,8 @@ class AsyncConsumer:
         a partition this member gets back in the very next generation continues from them.
         """
         group = self._group
-        assert group is not None
+        if group is None:
+            raise InvariantError("group is None")
         self._buffer.clear()
         self._partition_errors.clear()
         if self._commit_tasks:
@@ -685,7 +690,8 @@ class AsyncConsumer:
         coordinator cannot answer yet, before it is first fetched (none committed:
         `auto_offset_reset`). Then `on_partitions_assigned` gets the whole assignment."""
         group = self._group
-        assert group is not None
+        if group is None:
+            raise InvariantError("group is None")
         revoked, self._revoked = self._revoked, None
         new = set(partitions)
         kept: dict[TopicPartition, int | None] = {}
@@ -729,7 +735,8 @@ class AsyncConsumer:
         """Positions of newly assigned partitions from the group's committed offsets (none
         committed: None, so auto_offset_reset decides)."""
         group = self._group
-        assert group is not None
+        if group is None:
+            raise InvariantError("group is None")
         self._need_committed &= set(self._positions)
         tps = sorted(self._need_committed)
         if tps:
@@ -746,7 +753,8 @@ class AsyncConsumer:
         flight: the coordinator does not expire a member whose join waits, and the join
         holds the group connection."""
         group = self._group
-        assert group is not None
+        if group is None:
+            raise InvariantError("group is None")
         while True:
             await asyncio.sleep(self.config.heartbeat_interval_ms / 1000)
             if self._join_task is not None and not self._join_task.done():
@@ -790,7 +798,8 @@ class AsyncConsumer:
 
     async def _auto_commit(self, offsets: dict[TopicPartition, int]) -> None:
         group = self._group
-        assert group is not None
+        if group is None:
+            raise InvariantError("group is None")
         try:
             await group.commit(offsets)
         except (CommitFailedError, UnknownMemberIdError, IllegalGenerationError) as e:

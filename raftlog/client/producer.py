@@ -92,6 +92,7 @@ from raftlog.errors import (
     UnknownTopicOrPartitionError,
     error_from_code,
 )
+from raftlog.invariants import InvariantError
 from raftlog.metadata.model import TopicInfo
 from raftlog.records import HEADER_SIZE, BatchBuilder, with_producer
 from raftlog.topics import TopicPartition
@@ -1111,7 +1112,8 @@ class _ProducerCore:
                     stint.nbytes += open_.sticky_bytes
                     open_.sticky_bytes = 0
                 partition = stint.partition
-            assert partition is not None
+            if partition is None:
+                raise InvariantError("partition is None")
             entry = acc.by_topic.get(topic)
             if entry is None or len(entry[0]) <= partition:
                 entry = acc.topic_queues(topic, partitions)
@@ -1318,7 +1320,8 @@ class _ProducerCore:
     def _wake(self) -> None:
         """Make the sender run a pass soon; from any thread."""
         loop = self.loop
-        assert loop is not None
+        if loop is None:
+            raise InvariantError("loop is None")
         if threading.get_ident() == self._loop_thread:
             self._kick()
         else:
@@ -1343,7 +1346,8 @@ class _ProducerCore:
 
     async def _sleep(self, timeout: float | None) -> None:
         loop = self.loop
-        assert loop is not None
+        if loop is None:
+            raise InvariantError("loop is None")
         waiter = self._waiter = loop.create_future()
         timer = None if timeout is None else loop.call_later(timeout, _resolve, waiter)
         try:
@@ -1354,7 +1358,8 @@ class _ProducerCore:
                 timer.cancel()
 
     async def _run(self) -> None:
-        assert self._idle is not None
+        if self._idle is None:
+            raise InvariantError("self._idle is None")
         while True:
             self._kicked = False
             now = time.monotonic()
@@ -1744,7 +1749,8 @@ class _ProducerCore:
         limit = conn.request_bytes_max if conn is not None else None
         if limit is not None and template.frame_length(b.builder.size_bytes) > limit:
             # Before the batch is built (a copy of it) or its sequence stamped (a hole).
-            assert conn is not None
+            if conn is None:
+                raise InvariantError("conn is None")
             size = b.builder.size_bytes
             try:
                 conn.check_size(
@@ -1963,7 +1969,8 @@ class _ProducerCore:
             self._sequence_lost(batch)
 
     async def wait_idle(self) -> None:
-        assert self._idle is not None
+        if self._idle is None:
+            raise InvariantError("self._idle is None")
         if self.dead is not None:
             return  # nothing will happen any more: every batch has failed with the error
         # `_idle` is only updated when the sender runs: records appended since its last pass
@@ -2070,7 +2077,8 @@ class AsyncProducer:
 
     async def _wait_for_space(self) -> None:
         core = self._core
-        assert core.space is not None
+        if core.space is None:
+            raise InvariantError("core.space is None")
         deadline = time.monotonic() + self.config.max_block_ms / 1000
         while core.acc.buffered_bytes > core.acc.resume_below:
             core.space.clear()

@@ -63,6 +63,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Final, TypeAlias
 
 from raftlog.errors import InconsistentGroupProtocolError
+from raftlog.invariants import InvariantError
 
 TopicPartitionPair: TypeAlias = tuple[str, int]
 Subscriptions: TypeAlias = Mapping[str, Sequence[str]]
@@ -124,7 +125,8 @@ def range_assign(
             for partition in range(start, start + length):
                 owner[(topic, partition)] = member
             start += length
-        assert start == count, f"range split of {topic!r} covered {start} of {count} partitions"
+        if start != count:
+            raise InvariantError(f"range split of {topic!r} covered {start} of {count} partitions")
     return _finish(list(topics_of), owner)
 
 

@@ -94,6 +94,7 @@ from raftlog.errors import (
     UnknownMemberIdError,
     error_from_code,
 )
+from raftlog.invariants import InvariantError
 from raftlog.metadata import groups
 from raftlog.metadata.quorum import COMMAND_BYTES_MAX
 from raftlog.metadata.state import MetadataState
@@ -834,9 +835,8 @@ class GroupCoordinator:
     async def _propose_batch(self, batch: list[_PendingCommit]) -> None:
         try:
             results = await self._propose("commit_batch", commits=[c.args for c in batch])
-            assert isinstance(results, list) and len(results) == len(batch), (
-                f"commit_batch of {len(batch)} commits returned {results!r}"
-            )
+            if not (isinstance(results, list) and len(results) == len(batch)):
+                raise InvariantError(f"commit_batch of {len(batch)} commits returned {results!r}")
         except asyncio.CancelledError:
             for c in batch:
                 _fail(c, NotCoordinatorError(_unknown_outcome(c, "the coordinator stopped")))

@@ -83,6 +83,7 @@ from raftlog.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
+from raftlog.invariants import InvariantError
 from raftlog.metadata import assignors
 
 Group = dict[str, Any]
@@ -120,7 +121,7 @@ _PREVIOUS: dict[str, frozenset[str]] = {
 }
 
 
-class GroupInvariantError(AssertionError):
+class GroupInvariantError(InvariantError):
     """A group invariant or transition rule broke: a bug in raftlog (the same on every
     replica). Raised explicitly, so the checks run under `python -O` too."""
 

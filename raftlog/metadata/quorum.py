@@ -73,6 +73,7 @@ from raftlog.errors import (
     StorageError,
     error_from_code,
 )
+from raftlog.invariants import InvariantError
 from raftlog.metadata.raft_journal import JournalFullError, RaftJournal
 from raftlog.metadata.state import MetadataState
 
@@ -258,7 +259,8 @@ class MetadataQuorum:
 
     def _tick(self) -> None:
         replica, journal = self._replica, self._journal
-        assert replica is not None and journal is not None
+        if replica is None or journal is None:
+            raise InvariantError("the Raft replica and its journal are not set up (start() first)")
         next_compaction = 0.0
         try:
             while not self._stopping.is_set():
@@ -303,7 +305,8 @@ class MetadataQuorum:
     @property
     def state(self) -> MetadataState:
         """The local copy (may lag the leader on a follower). Read it under `lock`."""
-        assert self._replica is not None
+        if self._replica is None:
+            raise InvariantError("self._replica is None")
         return self._replica.state
 
     def read(self, fn: Callable[[MetadataState], Any]) -> Any:
@@ -312,7 +315,8 @@ class MetadataQuorum:
 
     def status(self) -> QuorumStatus:
         replica = self._replica
-        assert replica is not None
+        if replica is None:
+            raise InvariantError("replica is None")
         raw = replica.getStatus()
         leader = raw.get("leader")
         return QuorumStatus(
@@ -346,7 +350,8 @@ class MetadataQuorum:
         Refused before Raft: a command over COMMAND_BYTES_MAX (PolicyViolationError), a full
         disk (StorageError), a member whose Raft thread failed (NotControllerError)."""
         replica, journal = self._replica, self._journal
-        assert replica is not None and journal is not None
+        if replica is None or journal is None:
+            raise InvariantError("the Raft replica and its journal are not set up (start() first)")
         if self._failure is not None:
             raise NotControllerError(
                 f"metadata command {name} refused: this node's Raft thread failed "

@@ -58,6 +58,7 @@ from raftlog.errors import (
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
 )
+from raftlog.invariants import InvariantError
 from raftlog.metadata import assignors, groups
 from raftlog.storage.config import LogConfig
 from raftlog.topics import validate_topic_name
@@ -85,7 +86,7 @@ TOPOLOGY_COMMANDS = frozenset(
 )
 
 
-class MetadataInvariantError(AssertionError):
+class MetadataInvariantError(InvariantError):
     """A metadata invariant broke: a bug in raftlog (the same on every replica)."""
 
 
@@ -513,7 +514,8 @@ class MetadataState:
         """
         t = self.topics.get(topic)
         p = self._partition(topic, partition)
-        assert t is not None
+        if t is None:
+            raise InvariantError("t is None")
         if any(len(e) != 2 for e in broker_epochs or []):
             raise InvalidRequestError(
                 f"{topic}-{partition}: broker_epochs must be [[node_id, broker_epoch], ...], "

@@ -69,6 +69,7 @@ from raftlog.errors import (
     StaleBrokerEpochError,
     UnknownLeaderEpochError,
 )
+from raftlog.invariants import InvariantError
 
 UNDEFINED_EPOCH = -1
 UNDEFINED_OFFSET = -1
@@ -78,7 +79,7 @@ DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000
 ISR_PROPOSAL_TIMEOUT_MS = 5_000
 
 
-class ReplicationInvariantError(AssertionError):
+class ReplicationInvariantError(InvariantError):
     """A replication invariant broke: a bug in raftlog, never the peer's fault."""
 
 

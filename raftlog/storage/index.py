@@ -35,6 +35,8 @@ import struct
 from array import array
 from bisect import bisect_right
 
+from raftlog.invariants import InvariantError
+
 _OFFSET_ENTRY = struct.Struct("<ii")
 _TIME_ENTRY = struct.Struct("<qi")
 OFFSET_ENTRY_SIZE = _OFFSET_ENTRY.size  # 8
@@ -77,7 +79,11 @@ class SparseIndex:
         return len(self.rels)
 
     def add(self, rel: int, position: int, max_timestamp_before: int) -> None:
-        assert not self.rels or (rel > self.rels[-1] and position > self.positions[-1])
+        if self.rels and (rel <= self.rels[-1] or position <= self.positions[-1]):
+            raise InvariantError(
+                f"index entry ({rel}, {position}) not after the last "
+                f"({self.rels[-1]}, {self.positions[-1]}): offsets and positions must increase"
+            )
         self.rels.append(rel)
         self.positions.append(position)
         if self.timestamps and max_timestamp_before < self.timestamps[-1]:
