@@ -1,10 +1,11 @@
 """`LogManager`: the partition logs a broker hosts, under `<data_dir>/logs/<topic>-<partition>`.
 
 It opens every hosted partition at start (running storage recovery), creates and deletes them
-with topics, wakes long-polling fetches when a partition grows, and runs the retention and
-flush timers. Storage calls are synchronous and run on the event loop thread: appends are
-page-cache writes of microseconds, and one thread keeps the "one writer per log" rule without
-locks. fsyncs of rolled segments already run on the storage layer's own thread.
+with topics, and runs the retention and flush timers (long-polling fetches wait on the replica
+manager's partitions, raftlog/replication/manager.py). Storage calls are synchronous and run
+on the event loop thread: appends are page-cache writes of microseconds, and one thread keeps
+the "one writer per log" rule without locks. fsyncs of rolled segments already run on the
+storage layer's own thread.
 
 Offline logs (rules):
 - A hosted partition whose log cannot be opened (a full disk, damaged data below the recovery
@@ -29,7 +30,6 @@ Offline logs (rules):
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 import logging
 import os
@@ -166,8 +166,6 @@ class LogManager:
         # one of 10,000 logs a second.
         self._went_offline_while_serving: set[TopicPartition] = set()
         self._flushed_by_time: set[TopicPartition] = set()
-        # Long-polling fetches waiting for a partition to grow.
-        self._waiters: dict[TopicPartition, set[asyncio.Future[None]]] = {}
         self.errors = RateLimitedLog(ERROR_LOG_INTERVAL_S, clock)
         # Called (on the event loop) whenever offline_report() may have changed.
         self.on_offline_change: Callable[[], None] = lambda: None
@@ -358,7 +356,6 @@ class LogManager:
             _backoff_s(attempts),
             error,
         )
-        self.notify(tp)  # waiting fetches answer with the error
 
     def _open(
         self, tp: TopicPartition, topic: TopicInfo, check_segments: tuple[int, ...] = ()
@@ -374,7 +371,6 @@ class LogManager:
         self._delete_dir(plog.path)
         self.errors.forget(tp)
         log.debug("deleted partition %s: %s", tp, why)
-        self.notify(tp)  # waiting fetches wake up and see the partition is gone
 
     def _delete_dir(self, path: str) -> None:
         """Delete a partition directory: renamed out of the logs directory at once (a topic
@@ -446,31 +442,6 @@ class LogManager:
                 reason = reason[: OFFLINE_REASON_CHARS_MAX - 3] + "..."
             out.append([tp.topic, tp.partition, reason])
         return out
-
-    # -- long-poll support ---------------------------------------------------------------------
-
-    def add_waiter(self, tps: Iterable[TopicPartition], fut: asyncio.Future[None]) -> None:
-        for tp in tps:
-            self._waiters.setdefault(tp, set()).add(fut)
-
-    def remove_waiter(self, tps: Iterable[TopicPartition], fut: asyncio.Future[None]) -> None:
-        for tp in tps:
-            waiters = self._waiters.get(tp)
-            if waiters is not None:
-                waiters.discard(fut)
-                if not waiters:
-                    del self._waiters[tp]
-
-    def notify(self, tp: TopicPartition) -> None:
-        waiters = self._waiters.pop(tp, None)
-        if waiters:
-            for fut in waiters:
-                if not fut.done():
-                    fut.set_result(None)
-
-    def wake_all(self) -> None:
-        for tp in list(self._waiters):
-            self.notify(tp)
 
     # -- housekeeping --------------------------------------------------------------------------
 

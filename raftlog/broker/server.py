@@ -352,7 +352,6 @@ class Broker:
                 if server is not None:
                     server.close()
             self.replicas.close()  # waiting produces answer, followers stop, HWs checkpointed
-            self.logs.wake_all()  # long-polling fetches answer now with what they have
             for task in (
                 self._reconciler,
                 self._housekeeping,
