@@ -48,11 +48,23 @@ def cluster(tmp_path: Path) -> Iterator[tuple[LocalCluster, SmallDisk]]:
             with Admin(c.bootstrap) as admin:
                 admin.create_topic(TOPIC, 3, 3, {"min.insync.replicas": "2"})
             wait_for(lambda: whole(c), CONVERGE_TIMEOUT_S, f"{TOPIC} led with full ISRs")
+            # A new topic's ISRs are full from its creation on, before any broker has created
+            # its logs: the disk must not fill until node FULL's logs exist (it did, 1 run in
+            # 6, and the logs went offline at creation instead of failing appends).
+            wait_for(lambda: logs_created(c), CONVERGE_TIMEOUT_S, f"{TOPIC}'s logs on every node")
             yield c, disk
         finally:
             problems = c.close()
     if problems:
         pytest.fail("\n".join(problems), pytrace=False)
+
+
+def logs_created(c: LocalCluster) -> bool:
+    return all(
+        (node.config_path.parent / "logs" / f"{TOPIC}-{p}" / "topic-id").exists()
+        for node in c.nodes.values()
+        for p in range(3)
+    )
 
 
 def whole(c: LocalCluster) -> bool:
