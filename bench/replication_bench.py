@@ -578,6 +578,7 @@ def run_throughput(
 ) -> None:
     """One run of a throughput phase on a new topic; adds its figures to `res`."""
     from raftlog.client import Producer
+    from raftlog.errors import RaftlogError
 
     spec = SPECS[phase]
     topic = f"repl-{phase}-{run}"
@@ -593,7 +594,11 @@ def run_throughput(
     try:
         with measured(cluster, use):
             send = send_all_many if phase in SEND_MANY_PHASES else send_all
-            sent, budget_hit, last = send(producer, topic, value, s, progress)
+            try:
+                sent, budget_hit, last = send(producer, topic, value, s, progress)
+            except RaftlogError as e:
+                res.errors.append(f"run {run + 1}: a record failed: {e!r}")
+                return
     finally:
         progress.finish("(time budget reached)" if budget_hit else "")
         producer.close()
@@ -613,19 +618,23 @@ def run_throughput(
 def send_all_many(
     producer: Any, topic: str, value: bytes, s: Settings, progress: Progress
 ) -> tuple[int, bool, Any]:
-    """`send_all` with `send_many`: SEND_MANY_VALUES records a call."""
-    sent, last, budget_hit = 0, None, False
+    """`send_all` with `send_many`: SEND_MANY_VALUES records a call. Every call's futures are
+    checked after the flush: the first failure is raised (the caller reports it)."""
+    sent, budget_hit = 0, False
+    calls = []
     deadline = time.perf_counter() + s.max_seconds
     while sent < s.messages:
         k = min(SEND_MANY_VALUES, s.messages - sent)
-        last = producer.send_many(topic, [value] * k)[-1]
+        calls.append(producer.send_many(topic, [value] * k))
         sent += k
         progress.update(sent)
         if time.perf_counter() >= deadline:
             budget_hit = sent < s.messages
             break
     producer.flush()
-    return sent, budget_hit, last
+    for futures in calls:
+        futures.result(0)  # raises the first failed batch's error
+    return sent, budget_hit, calls[-1][-1] if calls else None
 
 
 # -- failover -----------------------------------------------------------------------------------

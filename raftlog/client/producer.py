@@ -26,25 +26,31 @@ Idempotence (`enable_idempotence`, on by default with acks=all, as in Kafka 3.0)
 gets a producer id and epoch (InitProducerId) before its first send, and stamps each batch, when
 it is first sent, with them and its partition's next sequence number; the partition leader
 appends each sequence once (storage/producer_state.py), so a retry after a lost response, a
-timeout or a leader change never duplicates a record. Order per partition, with up to 5
-requests in flight: a request carries at most one batch per partition; a partition whose batch
-failed sends nothing more until its batches in flight are answered, then resends in sequence
-order (`_Batch.order`). OutOfOrderSequenceError for a batch that an earlier unanswered batch of
-its partition precedes is retried like any retriable error. When the sequence space of a
-partition gets a hole (a batch with a sequence failed or expired, or the leader answers
-OutOfOrderSequence for the first unacknowledged batch: it lost the producer's state), the
-producer bumps its epoch (Kafka's KIP-360): it stops sending, waits for every batch in flight,
-then starts epoch + 1 (a new producer id past int16) with every queued batch restamped from
-sequence 0, except a batch whose outcome is unknown: one of its sends was written and no
-answer proved it was not appended (a lost connection, a timeout, NotLeaderOrFollower or
+timeout or a leader change never duplicates a record. Order per partition, with up to 5 requests
+in flight: a request carries at most one batch per partition; a partition whose batch failed
+sends nothing more until its batches in flight are answered, then resends in sequence order
+(`_Batch.order`). Until a partition has acknowledged a batch of the current epoch, it has one
+batch in flight: a partition that knows nothing of the producer appends its first batch at any
+sequence (storage/producer_state.py), so a second batch sent beside a first that is refused (the
+leader did not host the partition yet) would be appended ahead of it, and the first could then
+never be appended under its sequence. OutOfOrderSequenceError for a batch that an earlier
+unanswered batch of its partition precedes is retried like any retriable error. When the
+sequence space of a partition gets a hole (a batch with a sequence failed or expired, or the
+leader answers OutOfOrderSequence for the first unacknowledged batch: it lost the producer's
+state, or for a batch behind one it acknowledged: it started the producer's sequences after that
+batch), the producer bumps its epoch (Kafka's KIP-360): it stops sending, waits for every batch
+in flight, then starts epoch + 1 (a new producer id past int16) with every queued batch
+restamped from sequence 0, except a batch whose outcome is unknown: one of its sends was written
+and no answer proved it was not appended (a lost connection, a timeout, NotLeaderOrFollower or
 NotEnoughReplicasAfterAppend after an acks=all wait, a storage error: anything but
 REFUSED_BEFORE_APPEND). It may be in the log under its old sequence, and restamped it would be
-appended again: it fails with OutOfOrderSequenceError saying its outcome is unknown (Kafka
-never changes the sequence of a batch that was sent, for this reason).
-DuplicateSequenceError counts as delivered (offset -1), InvalidProducerEpochError fails the
-batch. Configuration: acks other than all, or more than 5 requests in flight, with
-`enable_idempotence=True` is an InvalidConfigError; with idempotence left to its default they
-turn it off with a warning.
+appended again: it fails with OutOfOrderSequenceError saying its outcome is unknown (Kafka never
+changes the sequence of a batch that was sent, for this reason). InvalidProducerEpochError fails
+the batch. DuplicateSequenceError (Kafka's client counts it as delivered) is never trusted: a
+raftlog broker does not answer it, since a batch behind the window a partition keeps may never
+have been appended; it fails the batch like any other non-retriable error. Configuration: acks
+other than all, or more than 5 requests in flight, with `enable_idempotence=True` is an
+InvalidConfigError; with idempotence left to its default they turn it off with a warning.
 
 Without idempotence, with retries and more than one request in flight, a retried batch may land
 after a later one, or twice (at-least-once, as in Kafka without idempotence).
@@ -79,7 +85,6 @@ from raftlog.client.partitioner import Stint, UniformStickyPartitioner
 from raftlog.errors import (
     BrokerNotAvailableError,
     CorruptRecordError,
-    DuplicateSequenceError,
     InvalidConfigError,
     InvalidProducerEpochError,
     InvalidRequestError,
@@ -126,6 +131,13 @@ RETRY_WARNING_INTERVAL_S = 10.0
 IDEMPOTENT_IN_FLIGHT_MAX = 5
 SEQUENCE_MODULUS = 2**31  # sequences are int32 >= 0, wrapping to 0
 PRODUCER_EPOCH_MAX = 2**15 - 1  # int16: past it the producer asks for a new producer id
+
+
+def _seq_behind(seq: int, other: int) -> bool:
+    """`seq` comes before `other` in the wrapping sequence space (within half of it)."""
+    return 0 < (other - seq) % SEQUENCE_MODULUS < SEQUENCE_MODULUS // 2
+
+
 # A broker answers these to a Produce only for a batch it did not append. Any other error of a
 # written request (a lost connection, a timeout, NotLeaderOrFollower or
 # NotEnoughReplicasAfterAppend after an acks=all wait, a storage error) leaves the outcome
@@ -137,6 +149,7 @@ REFUSED_BEFORE_APPEND: tuple[type[RaftlogError], ...] = (
     NotEnoughReplicasError,
     OutOfOrderSequenceError,
     RecordTooLargeError,
+    UnknownTopicOrPartitionError,  # the broker hosts no such partition: nothing to append to
 )
 
 # Room left for a Produce request's header when several batches are grouped under a broker's
@@ -727,7 +740,7 @@ class _Accumulator:
         node_of: Callable[[TopicPartition], int | None],
         free_slots: Callable[[int], int],
         closing: bool,
-        muted: Callable[[TopicPartition], bool] | None = None,
+        room_of: Callable[[TopicPartition], int] | None = None,
         max_request_of: Callable[[int], int] | None = None,
     ) -> tuple[dict[int, list[list[_Batch]]], float | None, list[_Batch]]:
         """Take the ready batches as requests per leader (at most `free_slots(node)` requests
@@ -737,9 +750,10 @@ class _Accumulator:
         bound still goes alone in a request (the sender refuses it if the broker cannot read
         it). `self.slot_bound` tells whether ready batches stayed for want of an in-flight slot.
 
-        `muted` (idempotence): partitions that send nothing now (a retry waits for their
-        batches in flight); with it, a request takes at most one batch per partition, so a
-        duplicate's answer (its original offsets) is that of one batch."""
+        `room_of` (idempotence): how many batches a partition may send now (0: a retry waits
+        for its batches in flight; 1: none of its batches was acknowledged yet); with it, a
+        request takes at most one batch per partition, so a duplicate's answer (its original
+        offsets) is that of one batch."""
         config = self.config
         linger = config.linger_ms / 1000
         batch_size = config.batch_size
@@ -780,7 +794,8 @@ class _Accumulator:
                 next_ready = t if next_ready is None else min(next_ready, t)
                 continue
             node = node_of(tp)
-            if node is None or (muted is not None and muted(tp)):
+            room = -1 if room_of is None else room_of(tp)  # -1: no bound
+            if node is None or room == 0:
                 continue
             took: list[_Batch] | None = None  # the request that took this partition's last
             free = slots.get(node)
@@ -789,7 +804,7 @@ class _Accumulator:
                 if max_request_of is not None:
                     request_caps[node] = max_request_of(node)
             max_request = request_caps.get(node, config.max_request_size)
-            while q:
+            while q and room != 0:
                 b = q[0]
                 size = b.builder.size_bytes
                 if b is q[-1] and not (
@@ -800,7 +815,7 @@ class _Accumulator:
                 if (
                     node_requests
                     and last_size[node] + size <= max_request
-                    and (muted is None or node_requests[-1] is not took)
+                    and (room_of is None or node_requests[-1] is not took)
                 ):
                     node_requests[-1].append(b)
                     last_size[node] += size
@@ -815,6 +830,7 @@ class _Accumulator:
                     break
                 q.popleft()
                 b.sealed = True
+                room -= 1
             slots[node] = free
         self.next_deadline = next_deadline
         freed = sum(b.builder.size_bytes for b in expired)
@@ -931,7 +947,7 @@ class _ProducerCore:
         self._acked_next: dict[TopicPartition, int] = {}  # after the last acknowledged batch
         self._tp_in_flight: dict[TopicPartition, int] = collections.defaultdict(int)
         self._send_order = 0
-        self._muted = self._is_muted if self._idempotent else None
+        self._room_of = self._room if self._idempotent else None
 
     def start(self) -> None:
         self.loop = asyncio.get_running_loop()
@@ -1372,7 +1388,7 @@ class _ProducerCore:
                     self._node_of,
                     self._free_slots,
                     self._closing,
-                    self._muted,
+                    self._room_of,
                     self._max_request,
                 )
                 pending = self.acc.pending()
@@ -1500,10 +1516,17 @@ class _ProducerCore:
             self._initializing = False
         self._kick()
 
-    def _is_muted(self, tp: TopicPartition) -> bool:
-        """A partition retrying a batch sends nothing until its batches in flight are answered
-        (drain calls this with the accumulator's lock held; the queue is not empty)."""
-        return self.acc.queues[tp][0].attempts > 0 and self._tp_in_flight[tp] > 0
+    def _room(self, tp: TopicPartition) -> int:
+        """How many batches the partition may send now (-1: no bound). One retrying a batch
+        sends nothing until its batches in flight are answered; one that has acknowledged no
+        batch of this epoch has one in flight at most (see the module's docstring). Drain
+        calls this with the accumulator's lock held; the queue is not empty."""
+        in_flight = self._tp_in_flight[tp]
+        if tp not in self._acked_next:
+            return 0 if in_flight else 1
+        if in_flight and self.acc.queues[tp][0].attempts > 0:
+            return 0
+        return -1
 
     def _stamp(self, b: _Batch, head: bytes, tail: bytes) -> tuple[bytes, bytes]:
         """The batch's bytes with the producer id, epoch and its sequence, assigned at its
@@ -1921,15 +1944,13 @@ class _ProducerCore:
         if self._idempotent and batch.sequence >= 0:
             if written and not isinstance(error, REFUSED_BEFORE_APPEND):
                 batch.outcome_unknown = True
-            if isinstance(error, DuplicateSequenceError):
-                self._acked(batch)
-                batch.complete(-1)  # appended long ago: delivered, its offset unknown
-                return
             if isinstance(error, OutOfOrderSequenceError):
                 # An earlier batch of the partition is unanswered or being retried: resend in
-                # order. Else the leader lost this producer's state: a new epoch (KIP-360).
+                # order. Else the leader lost this producer's state, or started it after this
+                # batch (a later one was acknowledged): a new epoch (KIP-360).
                 retriable = True
-                if batch.sequence == self._acked_next.get(batch.tp, 0):
+                acked = self._acked_next.get(batch.tp, 0)
+                if batch.sequence == acked or _seq_behind(batch.sequence, acked):
                     self._sequence_lost(batch)
         if retriable and not self._closed and time.monotonic() >= batch.deadline:
             # Out of delivery time: the same error as a batch that expires waiting, naming

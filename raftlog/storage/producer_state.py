@@ -15,10 +15,14 @@ The checks, Kafka's `ProducerAppendInfo.checkProducerEpoch` / `checkSequence`, i
 - an epoch below the producer's current one is refused: InvalidProducerEpochError;
 - a new (higher) epoch must start at sequence 0, else OutOfOrderSequenceError;
 - in the current epoch the batch must start right after the last sequence (sequences are
-  int32 and wrap from 2^31 - 1 to 0); one that lies wholly behind the retained window is an
-  older duplicate whose offsets are no longer known: DuplicateSequenceError (Kafka's
-  DUPLICATE_SEQUENCE_NUMBER, which its client treats as success); anything else is a gap:
-  OutOfOrderSequenceError;
+  int32 and wrap from 2^31 - 1 to 0); anything else is OutOfOrderSequenceError, a batch that
+  lies wholly behind the retained window included. Such a batch is never called a duplicate
+  (DuplicateSequenceError, which clients count as delivered): the first batch a partition saw
+  of a producer may start at any sequence (below), so a batch behind the window may be one
+  that was never appended, e.g. the first batch of a new producer refused by a broker that
+  did not host the partition yet while the producer's next batch, sent meanwhile, was
+  appended. Answering "duplicate" there acknowledged records that are in no log. Kafka's
+  broker (`ProducerAppendInfo.checkSequence`) answers OUT_OF_ORDER_SEQUENCE_NUMBER too;
 - an unknown producer id (new, expired, evicted, or its batches went with retention) may start
   at any sequence, as in Kafka: the broker cannot tell a gap from state it no longer has.
 
@@ -67,11 +71,7 @@ from typing import NamedTuple
 
 import xxhash
 
-from raftlog.errors import (
-    DuplicateSequenceError,
-    InvalidProducerEpochError,
-    OutOfOrderSequenceError,
-)
+from raftlog.errors import InvalidProducerEpochError, OutOfOrderSequenceError
 
 log = logging.getLogger(__name__)
 
@@ -335,15 +335,15 @@ class ProducerAppend:
         expected = (entry.last_seq + 1) % SEQUENCE_MODULUS
         if base_sequence == expected:
             return None
-        if _behind(last, entry.last_seq) or last == entry.last_seq:
-            first_kept = entry.batches[0].first_seq
-            if _behind(last, first_kept):
-                raise DuplicateSequenceError(
-                    f"{name}: producer {producer_id} epoch {epoch} sent sequences "
-                    f"{base_sequence}..{last}, appended before the last "
-                    f"{NUM_BATCHES_TO_RETAIN} batches (from {first_kept}) this partition "
-                    "keeps: a duplicate whose offsets are no longer known"
-                )
+        first_kept = entry.batches[0].first_seq
+        if _behind(last, first_kept):
+            # Not a duplicate for certain: see the module's docstring.
+            raise OutOfOrderSequenceError(
+                f"{name}: producer {producer_id} epoch {epoch} sent sequences "
+                f"{base_sequence}..{last}, behind the last {NUM_BATCHES_TO_RETAIN} batches "
+                f"(from {first_kept}) this partition keeps: it cannot tell whether they were "
+                "appended"
+            )
         raise OutOfOrderSequenceError(
             f"{name}: producer {producer_id} epoch {epoch} sent base sequence {base_sequence}, "
             f"expected {expected} (the last batch appended ends at {entry.last_seq})"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -51,6 +52,20 @@ def _send(
     fut = core.append("t", value, key, headers, None if tp is None else tp.partition, None, True)
     assert fut is not None
     return fut
+
+
+def _known_to_leaders(core: _ProducerCore, *tps: TopicPartition) -> None:
+    """As if each partition had acknowledged a batch of the producer's epoch ending before
+    sequence 0: its leader knows the producer, so more than one batch may be in flight."""
+    for tp in tps:
+        core._acked_next[tp] = 0
+
+
+def _drain_idempotent(core: _ProducerCore, now: float | None = None) -> Any:
+    """The accumulator's drain as the sender calls it: every partition led by broker 0, five
+    free request slots, the core's idempotence bound per partition."""
+    t = time.monotonic() if now is None else now
+    return core.acc.drain(t, lambda tp: 0, lambda n: 5, False, core._room_of)
 
 
 def _drain(
@@ -396,9 +411,10 @@ def test_idempotence_is_the_default_and_its_conflicts(caplog: pytest.LogCaptureF
 def test_idempotent_requests_take_one_batch_per_partition_and_retries_resend_in_order() -> None:
     core, _ = _core(linger_ms=0, batch_size=100)
     core._producer_id, core._producer_epoch = 7, 0
+    _known_to_leaders(core, TP0)
     for i in range(4):
         _send(core, TP0, None, b"v%d" % i + b"x" * 80)  # one batch each
-    requests, _, _ = core.acc.drain(time.monotonic(), lambda tp: 0, lambda n: 5, False, core._muted)
+    requests, _, _ = _drain_idempotent(core)
     assert [len(r) for r in requests[0]] == [1, 1, 1, 1]
     batches = [r[0] for r in requests[0]]
     for b in batches:
@@ -412,10 +428,60 @@ def test_idempotent_requests_take_one_batch_per_partition_and_retries_resend_in_
         core.acc.requeue(b)
     assert [b.sequence for b in core.acc.queues[TP0]] == [0, 2, 3]
     # Muted while its batch 1 is still in flight.
-    assert core.acc.drain(time.monotonic(), lambda tp: 0, lambda n: 5, False, core._muted)[0] == {}
+    assert _drain_idempotent(core)[0] == {}
     core._tp_in_flight[TP0] -= 1
-    requests, _, _ = core.acc.drain(time.monotonic(), lambda tp: 0, lambda n: 5, False, core._muted)
+    requests, _, _ = _drain_idempotent(core)
     assert [r[0].sequence for r in requests[0]] == [0, 2, 3]
+
+
+def test_a_partition_sends_one_batch_until_its_leader_acknowledged_one() -> None:
+    """A leader that knows nothing of the producer appends its first batch at any sequence:
+    with two batches in flight, a refused first (UnknownTopicOrPartition: the leader did not
+    host the partition yet) and an appended second would leave the first behind the
+    partition's sequences for good."""
+    core, _ = _core(linger_ms=0, batch_size=100)
+    core._spawn = lambda coro: coro.close()  # type: ignore[method-assign]
+    core._producer_id, core._producer_epoch = 7, 0
+    for v in (b"a", b"b", b"c"):
+        _send(core, TP0, None, v * 90)
+    requests, _, _ = _drain_idempotent(core)
+    (first,) = (r[0] for r in requests[0])
+    core._stamp(first, *first.builder.build_parts())
+    core._tp_in_flight[TP0] += 1
+    assert _drain_idempotent(core)[0] == {}  # the second waits for the first's answer
+    core._tp_in_flight[TP0] -= 1
+    core._acked(first)
+    first.complete(0)
+    requests, _, _ = _drain_idempotent(core)
+    assert [len(r) for r in requests[0]] == [1, 1]  # then both at once
+
+
+def test_out_of_order_behind_an_acknowledged_batch_bumps_the_epoch_and_restamps_it() -> None:
+    """The hole the rule above prevents, met anyway (a leader that lost the producer's state
+    mid-stream): batch A is refused before append, B after it is acknowledged, A's retry is
+    out of order. A is behind what the partition acknowledged: never appendable under its
+    sequence, so the producer bumps its epoch and A is restamped (it was never appended)."""
+    from raftlog.errors import OutOfOrderSequenceError, UnknownTopicOrPartitionError
+
+    core, _ = _core(linger_ms=0, batch_size=100)
+    core._spawn = lambda coro: coro.close()  # type: ignore[method-assign]
+    core._producer_id, core._producer_epoch = 7, 0
+    _known_to_leaders(core, TP0)
+    futures = [_send(core, TP0, None, v * 90) for v in (b"a", b"b")]
+    requests, _, _ = _drain_idempotent(core)
+    a, b = (r[0] for r in requests[0])
+    for x in (a, b):
+        core._stamp(x, *x.builder.build_parts())
+    core._retry_or_fail(a, UnknownTopicOrPartitionError("not hosted yet"))
+    assert not a.outcome_unknown  # refused before any append
+    core._acked(b)
+    b.complete(1)
+    requests, _, _ = _drain_idempotent(core, a.retry_at)
+    assert [r[0] for r in requests[0]] == [a]  # resent under its sequence
+    core._retry_or_fail(a, OutOfOrderSequenceError("behind the retained batches"))
+    assert core._bump_pending
+    core._bump_epoch()
+    assert not futures[0].done() and list(core.acc.queues[TP0]) == [a] and a.sequence == -1
 
 
 def test_a_lost_sequence_bumps_the_epoch_and_restamps_from_zero() -> None:
@@ -425,9 +491,10 @@ def test_a_lost_sequence_bumps_the_epoch_and_restamps_from_zero() -> None:
     # No event loop here: the metadata refresh a retry schedules is not part of this check.
     core._spawn = lambda coro: coro.close()  # type: ignore[method-assign]
     core._producer_id, core._producer_epoch = 7, 3
+    _known_to_leaders(core, TP0)
     _send(core, TP0, None, b"a" * 90)
     _send(core, TP0, None, b"b" * 90)
-    requests, _, _ = core.acc.drain(time.monotonic(), lambda tp: 0, lambda n: 5, False, core._muted)
+    requests, _, _ = _drain_idempotent(core)
     first, second = (r[0] for r in requests[0])
     for b in (first, second):
         core._stamp(b, *b.builder.build_parts())
@@ -456,9 +523,10 @@ def test_an_epoch_bump_fails_the_batches_of_unknown_outcome_and_restamps_the_res
     core, _ = _core(linger_ms=0, batch_size=100)
     core._spawn = lambda coro: coro.close()  # type: ignore[method-assign]
     core._producer_id, core._producer_epoch = 7, 3
+    _known_to_leaders(core, TP0, TP1)
     topic = core.client.topics["t"]
     futures = [_send(core, tp, None, v * 90) for tp, v in ((TP0, b"a"), (TP0, b"b"), (TP1, b"c"))]
-    requests, _, _ = core.acc.drain(time.monotonic(), lambda tp: 0, lambda n: 5, False, core._muted)
+    requests, _, _ = _drain_idempotent(core)
     lost, refused, other = (b for r in requests[0] for b in r)
     for b in (lost, refused, other):
         core._stamp(b, *b.builder.build_parts())
@@ -607,15 +675,15 @@ def test_a_retried_batch_waits_its_backoff_which_doubles_up_to_the_maximum() -> 
     core, _ = _core(linger_ms=0, batch_size=100)
     core._spawn = lambda coro: coro.close()  # type: ignore[method-assign]
     _send(core, TP0, None, b"a" * 90)
-    requests, _, _ = core.acc.drain(time.monotonic(), lambda tp: 0, lambda n: 5, False, core._muted)
+    requests, _, _ = _drain_idempotent(core)
     (batch,) = (r[0] for r in requests[0])
     before = time.monotonic()
     core._retry_or_fail(batch, NotLeaderOrFollowerError("moved"), written=False)
     assert before + 0.08 <= batch.retry_at <= time.monotonic() + 0.12
     # Not sent again before its time, and the sender is told when to look again.
-    requests, next_ready, _ = core.acc.drain(before, lambda tp: 0, lambda n: 5, False, core._muted)
+    requests, next_ready, _ = _drain_idempotent(core, before)
     assert requests == {} and next_ready == batch.retry_at
-    requests, _, _ = core.acc.drain(batch.retry_at, lambda tp: 0, lambda n: 5, False, core._muted)
+    requests, _, _ = _drain_idempotent(core, batch.retry_at)
     assert requests[0][0] == [batch]
 
 
@@ -629,9 +697,10 @@ def test_retries_are_warned_once_per_topic_per_interval_with_a_count(
 
     core, _ = _core(linger_ms=0, batch_size=100)
     core._spawn = lambda coro: coro.close()  # type: ignore[method-assign]
+    _known_to_leaders(core, TP0, TP1)
     for tp in (TP0, TP1, TP0):
         _send(core, tp, None, b"a" * 90)
-    requests, _, _ = core.acc.drain(time.monotonic(), lambda tp: 0, lambda n: 5, False, core._muted)
+    requests, _, _ = _drain_idempotent(core)
     batches = [b for request in requests[0] for b in request]
     assert len(batches) == 3
     caplog.set_level("WARNING", logger="raftlog.client.producer")
