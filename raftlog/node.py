@@ -84,7 +84,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from raftlog.broker.server import Broker, BrokerConfig
+from raftlog.broker.config import BrokerConfig
+from raftlog.broker.server import Broker
 from raftlog.errors import InvalidConfigError, RaftlogError
 from raftlog.invariants import InvariantError
 from raftlog.metadata.cluster import ClusterMetadata, parse_voters

@@ -4,6 +4,7 @@ Rules: the asyncio shell stays thin; storage calls are synchronous on the loop t
 writer per log); handlers are split by API so that no coordinating class grows without bound.
 """
 
-from raftlog.broker.server import Broker, BrokerConfig
+from raftlog.broker.config import BrokerConfig
+from raftlog.broker.server import Broker
 
 __all__ = ["Broker", "BrokerConfig"]

@@ -63,15 +63,15 @@ from __future__ import annotations
 import asyncio
 import enum
 import functools
-import io
 import logging
-import os
 from collections import Counter, deque
-from collections.abc import Awaitable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from raftlog import protocol
+from raftlog.broker.config import BrokerConfig
 from raftlog.broker.request_memory import RequestMemory
+from raftlog.broker.response import Response, SendfileSlice, error_response
 from raftlog.errors import (
     InvalidRequestError,
     PolicyViolationError,
@@ -80,11 +80,11 @@ from raftlog.errors import (
     UnsupportedVersionError,
 )
 from raftlog.invariants import InvariantError
-from raftlog.storage import FileSlice
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from raftlog.broker.handlers.produce import CommitWait, ProduceGroup
-    from raftlog.broker.server import Broker, BrokerConfig
 
 log = logging.getLogger(__name__)
 
@@ -113,68 +113,6 @@ SLOW_FRAME_LOG_BURST = 10
 OVERSIZED_HEADER_BYTES_MAX = 64 * 1024
 # The correlation id of the one frame a refused connection gets: clients start at 1.
 REFUSAL_CORRELATION_ID = 0
-
-
-class SendfileSlice:
-    """Bytes [position, position + size) of an open file of the response's own (a dup of the
-    segment's fd, taken when the Response was built), written with sendfile."""
-
-    __slots__ = ("file", "path", "position", "size")
-
-    def __init__(self, file: io.FileIO, sl: FileSlice):
-        self.file = file
-        self.path = sl.path
-        self.position = sl.position
-        self.size = sl.size
-
-
-class Response:
-    """A response body plus payload parts (bytes, or file slices written with sendfile).
-
-    FileSlice parts become SendfileSlices here: each segment fd the slices name is dup'd once
-    (slices of one segment share the dup), so the log may close or delete the segment
-    afterwards and the bytes stay readable until the response is sent or dropped (`close`).
-    Build the Response in the same synchronous step that took the slices, before anything
-    else can touch the log. `fds` counts the dups, which a connection bounds.
-    """
-
-    __slots__ = ("_files", "body", "nbytes", "parts")
-
-    def __init__(
-        self,
-        body: dict[str, Any],
-        parts: Sequence[bytes | memoryview | FileSlice | SendfileSlice] | None = None,
-    ):
-        self.body = body
-        self.parts: list[bytes | memoryview | SendfileSlice] = []
-        self.nbytes = 0  # payload held in memory
-        self._files: dict[int, io.FileIO] | None = None
-        if not parts:
-            return  # most responses: a body only
-        files: dict[int, io.FileIO] = {}
-        for p in parts:
-            if isinstance(p, FileSlice):
-                file = files.get(p.fd)
-                if file is None:
-                    file = files[p.fd] = os.fdopen(os.dup(p.fd), "rb", buffering=0)
-                self.parts.append(SendfileSlice(file, p))
-            else:
-                self.parts.append(p)
-                if not isinstance(p, SendfileSlice):
-                    self.nbytes += len(p)
-        if files:
-            self._files = files
-
-    @property
-    def fds(self) -> int:
-        return len(self._files) if self._files else 0
-
-    def close(self) -> None:
-        """Release the dup'd fds (the response was sent, or is being dropped)."""
-        if self._files:
-            for f in self._files.values():
-                f.close()
-            self._files = None
 
 
 class _Slot:
@@ -313,8 +251,35 @@ class Connections:
         self.slow_frames.close()
 
 
+class ConnectionHost(Protocol):
+    """What a connection needs of the broker that accepted it (server.py's Broker)."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def port(self) -> int: ...
+
+    @property
+    def connections(self) -> Connections: ...
+
+    @property
+    def replication_connections(self) -> Connections: ...
+
+    @property
+    def handlers(self) -> dict[int, Any]:
+        """API key -> handler(body, payload, connection), the broker bound in."""
+        ...
+
+    def produce_group(self) -> ProduceGroup:
+        """A group for the Produce requests of one socket read (handlers/produce.py)."""
+        ...
+
+    def topics_to_auto_create(self, topics: Iterable[Any]) -> list[str]: ...
+
+
 class Connection(asyncio.Protocol):
-    def __init__(self, broker: Broker, listener: Listener = Listener.CLIENT):
+    def __init__(self, broker: ConnectionHost, listener: Listener = Listener.CLIENT):
         self.broker = broker
         self.listener = listener
         # Accepted by the external listener: Metadata and FindCoordinator then name the
@@ -359,6 +324,11 @@ class Connection(asyncio.Protocol):
         # The frame deadline: the number of the incomplete frame being timed, and its timer.
         self._timed_frame = -1
         self._frame_timer: asyncio.TimerHandle | None = None
+
+    @property
+    def request_bytes_max(self) -> int:
+        """The largest frame_length this connection's listener reads."""
+        return self.connections.frame_bytes_max
 
     @property
     def busy(self) -> bool:
@@ -979,7 +949,3 @@ def _replication_request(api_key: int, body: dict[str, Any]) -> bool:
 
 def _request_of(api_key: int) -> str:
     return f"handling the {protocol.ApiKey(api_key).name} request"
-
-
-def error_response(error: RaftlogError) -> Response:
-    return Response({"error": error.code, "message": str(error)})

@@ -69,6 +69,7 @@ from raftlog.errors import (
     error_from_code,
 )
 from raftlog.invariants import InvariantError
+from raftlog.messages.fetch import FetchPartition, FetchRequest, FetchResponse
 from raftlog.records import (
     HEADER_SIZE,
     INT32,
@@ -499,7 +500,7 @@ class AsyncConsumer:
                 raise r
 
     async def _fetch_from(self, node: int, tps: list[TopicPartition], max_wait_ms: int) -> None:
-        topics: dict[str, list[list[int]]] = {}
+        wanted: dict[TopicPartition, FetchPartition] = {}
         for tp in tps:
             pos = self._positions[tp]
             if pos is None:
@@ -513,54 +514,49 @@ class AsyncConsumer:
                 if info is not None and tp.partition < len(info.partitions)
                 else -1
             )
-            topics.setdefault(tp.topic, []).append(
-                [tp.partition, pos, self.config.max_partition_fetch_bytes, epoch]
+            wanted[tp] = FetchPartition(
+                tp.partition, pos, self.config.max_partition_fetch_bytes, epoch
             )
         requested = {tp: self._positions[tp] for tp in tps}
-        body, payload = await self.client.request(
-            node,
-            protocol.ApiKey.FETCH,
-            {
-                "replica_id": -1,
-                "max_wait_ms": max_wait_ms,
-                "min_bytes": self.config.fetch_min_bytes,
-                "max_bytes": self.config.fetch_max_bytes,
-                "topics": [[t, ps] for t, ps in topics.items()],
-            },
+        request = FetchRequest.of(
+            wanted,
+            max_wait_ms=max_wait_ms,
+            min_bytes=self.config.fetch_min_bytes,
+            max_bytes=self.config.fetch_max_bytes,
         )
+        body, payload = await self.client.request(node, protocol.ApiKey.FETCH, request.to_body())
         pos = 0
         reset: list[TopicPartition] = []
-        for topic, parts in body["topics"]:
-            for partition, error, _hw, _log_start, nbytes, message, *_ in parts:
-                tp = TopicPartition(topic, partition)
-                chunk = payload[pos : pos + nbytes]
-                pos += nbytes
-                if tp not in self._positions or self._positions[tp] != requested.get(tp):
-                    continue  # reassigned or sought while the fetch was in flight
-                if error:
-                    err = error_from_code(error, message or "")
-                    if (
-                        isinstance(err, OffsetOutOfRangeError)
-                        and self.config.auto_offset_reset != "none"
-                    ):
-                        log.warning("%s; resetting to %s", err, self.config.auto_offset_reset)
-                        reset.append(tp)
-                        continue
-                    if err.retriable:
-                        self.client.invalidate(topic)
-                        continue
-                    raise err
-                if nbytes:
-                    try:
-                        for records in self._decode(tp, chunk, requested[tp] or 0):
-                            self._buffer.append(records)
-                    except CorruptRecordError as e:
-                        # This partition stops here (its records before the bad batch are
-                        # buffered); the others go on. poll raises the error once the records
-                        # fetched before it are returned, and fetches the partition again
-                        # only after that.
-                        log.error("%s", e)
-                        self._partition_errors[tp] = e
+        for tp, r in FetchResponse.from_body(body).results():
+            nbytes = r.nbytes
+            chunk = payload[pos : pos + nbytes]
+            pos += nbytes
+            if tp not in self._positions or self._positions[tp] != requested.get(tp):
+                continue  # reassigned or sought while the fetch was in flight
+            if r.error:
+                err = error_from_code(r.error, r.message or "")
+                if (
+                    isinstance(err, OffsetOutOfRangeError)
+                    and self.config.auto_offset_reset != "none"
+                ):
+                    log.warning("%s; resetting to %s", err, self.config.auto_offset_reset)
+                    reset.append(tp)
+                    continue
+                if err.retriable:
+                    self.client.invalidate(tp.topic)
+                    continue
+                raise err
+            if nbytes:
+                try:
+                    for records in self._decode(tp, chunk, requested[tp] or 0):
+                        self._buffer.append(records)
+                except CorruptRecordError as e:
+                    # This partition stops here (its records before the bad batch are
+                    # buffered); the others go on. poll raises the error once the records
+                    # fetched before it are returned, and fetches the partition again only
+                    # after that.
+                    log.error("%s", e)
+                    self._partition_errors[tp] = e
         if reset:
             await self._reset_positions(reset)
 

@@ -42,6 +42,7 @@ from raftlog.errors import (
     RaftlogError,
     error_from_code,
 )
+from raftlog.messages.fetch import FetchPartition, FetchRequest, FetchResponse
 from raftlog.records import BatchHeader, Record, decode_records, validate_batch
 from raftlog.topics import TopicPartition
 
@@ -130,26 +131,21 @@ class AsyncRangeReader:
         partition's error."""
         await self.client.topic(tp.topic)
         node = self.client.leader_for(tp)
-        body, payload = await self.client.request(
-            node,
-            protocol.ApiKey.FETCH,
-            {
-                "replica_id": -1,
-                "max_wait_ms": max_wait_ms,
-                "min_bytes": 1,
-                "max_bytes": self.partition_fetch_bytes,
-                "topics": [[tp.topic, [[tp.partition, offset, self.partition_fetch_bytes]]]],
-            },
+        request = FetchRequest.of(
+            [(tp.topic, FetchPartition(tp.partition, offset, self.partition_fetch_bytes))],
+            max_wait_ms=max_wait_ms,
+            min_bytes=1,
+            max_bytes=self.partition_fetch_bytes,
         )
-        for _topic, parts in body["topics"]:
-            for _partition, error, hw, log_start, nbytes, message, *_ in parts:
-                if error:
-                    err = error_from_code(error, message or "")
-                    if isinstance(err, OffsetOutOfRangeError):
-                        err.log_start_offset = log_start
-                        err.log_end_offset = hw
-                    raise err
-                return payload[:nbytes], hw, log_start
+        body, payload = await self.client.request(node, protocol.ApiKey.FETCH, request.to_body())
+        for _tp, r in FetchResponse.from_body(body).results():
+            if r.error:
+                err = error_from_code(r.error, r.message or "")
+                if isinstance(err, OffsetOutOfRangeError):
+                    err.log_start_offset = r.log_start_offset
+                    err.log_end_offset = r.high_watermark
+                raise err
+            return payload[: r.nbytes], r.high_watermark, r.log_start_offset
         raise CorruptRecordError(f"fetch response for {tp} does not name the partition")
 
     async def read_range(

@@ -57,6 +57,7 @@ from raftlog.errors import (
     StorageError,
     error_from_code,
 )
+from raftlog.messages.fetch import FetchPartition, FetchRequest, FetchResponse
 from raftlog.metadata.model import PartitionInfo, TopicInfo
 from raftlog.replication.core import (
     AdvanceLogStart,
@@ -1048,28 +1049,24 @@ class ReplicaFetcher:
             # Every partition backs off after failed appends: the loop sleeps.
             self.session.reset()
             return False
-        by_topic: dict[str, list[list[int]]] = {}
-        for tp, state in req.send.items():
-            by_topic.setdefault(tp.topic, []).append([tp.partition, *state])
         forgotten: dict[str, list[int]] = {}
         for tp in req.forgotten:
             forgotten.setdefault(tp.topic, []).append(tp.partition)
-        body = {
-            "replica_id": manager.node_id,
-            "replica_epoch": broker_epoch,
-            "max_wait_ms": cfg.replica_fetch_wait_max_ms,
-            "min_bytes": 1,
-            "max_bytes": cfg.replica_fetch_response_max_bytes,
-            "topics": [[t, ps] for t, ps in by_topic.items()],
-            "session_id": req.session_id,
-            "session_epoch": req.epoch,
-        }
-        if forgotten:
-            body["forgotten"] = [[t, ps] for t, ps in forgotten.items()]
+        request = FetchRequest.of(
+            {tp: FetchPartition(tp.partition, *state) for tp, state in req.send.items()},
+            replica_id=manager.node_id,
+            replica_epoch=broker_epoch,
+            max_wait_ms=cfg.replica_fetch_wait_max_ms,
+            min_bytes=1,
+            max_bytes=cfg.replica_fetch_response_max_bytes,
+            session_id=req.session_id,
+            session_epoch=req.epoch,
+            forgotten=tuple((t, tuple(ps)) for t, ps in forgotten.items()),
+        )
         conn = await manager._connect(self.leader_id)
         try:
-            resp, payload = await conn.request(
-                protocol.ApiKey.FETCH, body, (), cfg.fetch_response_timeout_ms / 1000
+            body, payload = await conn.request(
+                protocol.ApiKey.FETCH, request.to_body(), (), cfg.fetch_response_timeout_ms / 1000
             )
         except RaftlogTimeoutError:
             # No answer to a long poll: the connection is unusable, not slow. One that carried
@@ -1079,55 +1076,47 @@ class ReplicaFetcher:
             # it; the next fetch connects again (Kafka's client disconnects the same way).
             conn.close()
             raise
-        self.session.answered(int(resp.get("session_id", 0)))
+        resp = FetchResponse.from_body(body)
+        self.session.answered(resp.session_id or 0)
         held = self.session.held
         changed = False
         pos = 0
         flushes: list[Partition] = []
-        for topic, parts in resp["topics"]:
-            for entry in parts:
-                partition, code, hw, log_start, nbytes, message = entry[:6]
-                diverging = entry[6] if len(entry) > 6 else None
-                data = payload[pos : pos + nbytes] if nbytes else None
-                pos += nbytes
-                tp = TopicPartition(topic, partition)
-                p = self.followed.get(tp)
-                st: FetchState | None = req.send.get(tp) or held.get(tp)
-                if p is None or st is None or manager.partitions.get(tp) is not p:
-                    continue  # no longer followed from here, or removed meanwhile
-                # Whatever the answer did to the log, the leader must hear the new state.
-                self._changed.add(tp)
-                spec = FollowerFetch(
-                    fetch_offset=st[0],
-                    last_fetched_epoch=st[3],
-                    current_leader_epoch=st[2],
-                    durable_offset=st[4],
-                )
-                error = None
-                if code:
-                    error = error_from_code(code, message or "")
-                    if isinstance(error, OffsetOutOfRangeError):
-                        error = OffsetOutOfRangeError(str(error), log_start, -1)
-                    else:
-                        log.debug("%s: fetch from %d: %s", p.tp, self.leader_id, error)
-                if manager.on_fetch_answer(
-                    p,
-                    spec,
-                    error,
-                    tuple(diverging) if diverging else None,
-                    hw,
-                    log_start,
-                    data,
-                ):
-                    changed = True
-                    if p.fsync_policy:
-                        flushes.append(p)
-                elif error is None:
-                    changed = True  # an empty answer after the long-poll: just go again
-                if p.fetch_backoff_until_ms > now:
-                    self._backing_off[tp] = p.fetch_backoff_until_ms
-                    self._followed_changed = True
-        if not resp["topics"]:
+        for tp, r in resp.results():
+            nbytes = r.nbytes
+            data = payload[pos : pos + nbytes] if nbytes else None
+            pos += nbytes
+            p = self.followed.get(tp)
+            st: FetchState | None = req.send.get(tp) or held.get(tp)
+            if p is None or st is None or manager.partitions.get(tp) is not p:
+                continue  # no longer followed from here, or removed meanwhile
+            # Whatever the answer did to the log, the leader must hear the new state.
+            self._changed.add(tp)
+            spec = FollowerFetch(
+                fetch_offset=st[0],
+                last_fetched_epoch=st[3],
+                current_leader_epoch=st[2],
+                durable_offset=st[4],
+            )
+            error = None
+            if r.error:
+                error = error_from_code(r.error, r.message or "")
+                if isinstance(error, OffsetOutOfRangeError):
+                    error = OffsetOutOfRangeError(str(error), r.log_start_offset, -1)
+                else:
+                    log.debug("%s: fetch from %d: %s", p.tp, self.leader_id, error)
+            if manager.on_fetch_answer(
+                p, spec, error, r.diverging, r.high_watermark, r.log_start_offset, data
+            ):
+                changed = True
+                if p.fsync_policy:
+                    flushes.append(p)
+            elif error is None:
+                changed = True  # an empty answer after the long-poll: just go again
+            if p.fetch_backoff_until_ms > now:
+                self._backing_off[tp] = p.fetch_backoff_until_ms
+                self._followed_changed = True
+        if not resp.topics:
             changed = True  # nothing new in the whole session: the long poll ran out
         # The fsync policy: the next fetch must report what is durable, so wait for it.
         for p in flushes:

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from raftlog import protocol
 from raftlog.client import Consumer, ConsumerRecord
+from raftlog.messages.fetch import FetchPartition, FetchRequest
 from raftlog.readiness import READY_FILE, read_ready_file
 from raftlog.topics import TopicPartition
 
@@ -355,16 +356,10 @@ class RawClient:
 def fetch_body(
     tps: dict[TopicPartition, int], max_wait_ms: int = 0, min_bytes: int = 1
 ) -> dict[str, Any]:
-    topics: dict[str, list[list[int]]] = {}
-    for tp, offset in tps.items():
-        topics.setdefault(tp.topic, []).append([tp.partition, offset, 1 << 20])
-    return {
-        "replica_id": -1,
-        "max_wait_ms": max_wait_ms,
-        "min_bytes": min_bytes,
-        "max_bytes": 50 << 20,
-        "topics": [[t, ps] for t, ps in topics.items()],
-    }
+    """A consumer's Fetch body: each partition from its offset, 1 MiB each."""
+    wanted = {tp: FetchPartition(tp.partition, offset, 1 << 20) for tp, offset in tps.items()}
+    request = FetchRequest.of(wanted, max_wait_ms=max_wait_ms, min_bytes=min_bytes)
+    return request.to_body()
 
 
 def produce_body(topic: str, sizes: dict[int, int], acks: int = 1) -> dict[str, Any]:

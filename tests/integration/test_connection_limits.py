@@ -28,7 +28,7 @@ import msgpack
 import pytest
 
 from raftlog import protocol
-from raftlog.broker.server import BrokerConfig
+from raftlog.broker.config import BrokerConfig
 from raftlog.client import Admin
 from raftlog.errors import PolicyViolationError
 from tests.integration._cluster import NodeProcess, started_cluster

@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from raftlog import protocol
-from raftlog.broker.server import BrokerConfig
+from raftlog.broker.config import BrokerConfig
 from raftlog.client import Admin, Producer
 from raftlog.records import encode_batch
 from raftlog.topics import TopicPartition

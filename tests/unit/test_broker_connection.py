@@ -18,9 +18,10 @@ import pytest
 
 from raftlog import protocol
 from raftlog.broker import connection as connection_module
+from raftlog.broker.config import BrokerConfig
 from raftlog.broker.connection import Connection, Listener, Response
 from raftlog.broker.request_memory import READ_BYTES
-from raftlog.broker.server import Broker, BrokerConfig
+from raftlog.broker.server import Broker
 from raftlog.errors import (
     InvalidRequestError,
     PolicyViolationError,

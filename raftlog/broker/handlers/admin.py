@@ -10,17 +10,16 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from raftlog import __version__, protocol
-from raftlog.broker.connection import Response
+from raftlog.broker.response import Response
 from raftlog.errors import InvalidRequestError, RaftlogError
 from raftlog.topics import TopicPartition
 
 if TYPE_CHECKING:
-    from raftlog.broker.connection import Connection
-    from raftlog.broker.server import Broker
+    from raftlog.broker.context import HandlerContext, RequestSource
 
 
 def handle_api_versions(
-    broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
+    broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response:
     apis = [[k, lo, hi] for k, (lo, hi) in sorted(protocol.SUPPORTED_VERSIONS.items())]
     return Response(
@@ -30,13 +29,13 @@ def handle_api_versions(
             "node_id": broker.config.node_id,
             # The largest frame_length this listener reads: clients refuse bigger requests
             # before sending them (RecordTooLargeError) instead of having them refused.
-            "request_bytes_max": conn.connections.frame_bytes_max,
+            "request_bytes_max": conn.request_bytes_max,
         }
     )
 
 
 def handle_metadata(
-    broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
+    broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response | Awaitable[Response]:
     names = body.get("topics")
     if names is not None and not isinstance(names, list):
@@ -53,7 +52,7 @@ def handle_metadata(
 
 
 def _metadata(
-    broker: Broker,
+    broker: HandlerContext,
     names: list[Any] | None,
     create_errors: dict[str, RaftlogError],
     external: bool,
@@ -92,7 +91,7 @@ def _metadata(
 
 
 async def handle_create_topics(
-    broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
+    broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response:
     results = []
     for spec in body["topics"]:
@@ -112,7 +111,7 @@ async def handle_create_topics(
 
 
 async def handle_delete_topics(
-    broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
+    broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response:
     results = []
     for name in body["topics"]:
@@ -127,7 +126,7 @@ async def handle_delete_topics(
 
 
 def handle_describe_configs(
-    broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
+    broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response:
     """Per topic: the effective log config and each partition's offsets and size."""
     names = body.get("topics")
@@ -182,7 +181,7 @@ def _config_items(cfg: Any) -> list[tuple[str, Any]]:
 
 
 def handle_list_offsets(
-    broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
+    broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response:
     """timestamp -2: log start; -1: high watermark; else first offset with ts >= timestamp."""
     results = []
@@ -210,6 +209,6 @@ def handle_list_offsets(
 
 
 def handle_describe_cluster(
-    broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
+    broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response:
     return Response({"node_id": broker.config.node_id, **broker.metadata.describe_cluster()})

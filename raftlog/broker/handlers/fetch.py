@@ -1,18 +1,11 @@
 """Fetch: read many partitions in one request, long-polling until enough data arrives.
 
-Consumers and followers use the same request. Body: {"replica_id": -1 (a consumer) or the
-follower's node id, "replica_epoch": the follower's broker epoch, "max_wait_ms": int,
-"min_bytes": int, "max_bytes": int, "topics": [[topic, [[partition, offset,
-partition_max_bytes, current_leader_epoch, last_fetched_epoch, durable_offset], ...]], ...]};
-the last three partition fields are optional (-1: not stated; followers state all three).
-
-Response: {"topics": [[topic, [[partition, error, high_watermark, log_start_offset, nbytes,
-message, diverging], ...]], ...]} and the payload: each partition's whole batches back to back,
-in body order. `diverging` is null, or [epoch, end_offset] when a follower's log diverges from
-the leader's (it must truncate, and gets no data). An OffsetOutOfRange error carries the
-leader's log start offset. The first partition with data returns at least one whole batch even
-when it exceeds the limits (so readers always progress); later ones stay within the remaining
-`max_bytes`.
+Consumers and followers use the same request; its body and the response's are
+`raftlog.messages.fetch` (FetchRequest, FetchResponse). The first partition with data returns
+at least one whole batch even when it exceeds the limits (so readers always progress); later
+ones stay within the remaining `max_bytes`. An OffsetOutOfRange error carries the leader's log
+start offset; a follower whose log diverges from the leader's gets `diverging` (it must
+truncate) and no data.
 
 Rules:
 - Consumers read only below the high watermark; followers up to the log end. A stated
@@ -37,8 +30,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from raftlog.broker.connection import Response
+from raftlog.broker.response import Response
 from raftlog.errors import InvalidRequestError, OffsetOutOfRangeError, RaftlogError
+from raftlog.messages.fetch import (
+    FetchPartition,
+    FetchPartitionResult,
+    FetchRequest,
+    FetchResponse,
+)
 from raftlog.replication.core import UNDEFINED_EPOCH, FollowerFetch, Role
 from raftlog.replication.fetch_session import (
     NEW_SESSION,
@@ -52,8 +51,7 @@ from raftlog.topics import TopicPartition
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from raftlog.broker.connection import Connection
-    from raftlog.broker.server import Broker
+    from raftlog.broker.context import HandlerContext, RequestSource
 
 MAX_WAIT_MS_LIMIT = 5 * 60 * 1000
 
@@ -72,30 +70,21 @@ class _Want:
 
 
 def handle_fetch(
-    broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
+    broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response | asyncio.Future[Response] | Any:
-    max_wait_ms = min(max(int(body.get("max_wait_ms", 500)), 0), MAX_WAIT_MS_LIMIT)
-    min_bytes = max(int(body.get("min_bytes", 1)), 0)
-    max_bytes = max(int(body.get("max_bytes", 50 * 1024 * 1024)), 1)
-    replica_id = int(body.get("replica_id", -1))
-    if replica_id >= 0 and body.get("session_epoch", NO_SESSION) != NO_SESSION:
-        return _session_fetch(broker, body, replica_id, max_wait_ms, min_bytes, max_bytes)
+    req = FetchRequest.from_body(body)
+    max_wait_ms = min(max(req.max_wait_ms, 0), MAX_WAIT_MS_LIMIT)
+    min_bytes = max(req.min_bytes, 0)
+    max_bytes = max(req.max_bytes, 1)
+    follower = req.is_follower
+    if follower and req.session_epoch is not None and req.session_epoch != NO_SESSION:
+        return _session_fetch(broker, req, max_wait_ms, min_bytes, max_bytes)
     wanted: list[_Want] = []
-    for topic, parts in body["topics"]:
-        for p in parts:
-            if len(p) < 3:
-                raise InvalidRequestError(f"fetch of {topic}: a partition entry needs 3 fields")
-            wanted.append(
-                _Want(
-                    TopicPartition(str(topic), int(p[0])),
-                    int(p[1]),
-                    max(int(p[2]), 1),
-                    int(p[3]) if len(p) > 3 else -1,
-                )
-            )
-            if replica_id >= 0:
-                _check_follower(broker, replica_id, body, p, wanted[-1])
-    follower = replica_id >= 0
+    for tp, p in req.partitions():
+        want = _Want(tp, p.fetch_offset, max(p.partition_max_bytes, 1), p.leader_epoch_or_default)
+        if follower:
+            _check_follower(broker, req, p, want)
+        wanted.append(want)
     response, total, urgent = _read(broker, wanted, max_bytes, follower)
     if total >= min_bytes or max_wait_ms == 0 or urgent:
         return response
@@ -118,12 +107,7 @@ def handle_fetch(
 
 
 def _session_fetch(
-    broker: Broker,
-    body: dict[str, Any],
-    replica_id: int,
-    max_wait_ms: int,
-    min_bytes: int,
-    max_bytes: int,
+    broker: HandlerContext, req: FetchRequest, max_wait_ms: int, min_bytes: int, max_bytes: int
 ) -> Response | Awaitable[Response]:
     """A follower's fetch within its fetch session (raftlog/replication/fetch_session.py):
     the partitions it names are its progress report, as in a full fetch; the answer holds
@@ -131,32 +115,33 @@ def _session_fetch(
     replicas = broker.replicas
     sessions = replicas.fetch_sessions
     now = replicas.clock_ms()
-    epoch = int(body["session_epoch"])
+    replica_id = req.replica_id
+    epoch = req.session_epoch
     if epoch == NEW_SESSION:
         session = sessions.open(replica_id, now)
     else:
-        session = sessions.get(int(body.get("session_id", 0)), epoch, replica_id, now)
-    session.broker_epoch = int(body.get("replica_epoch", -1))
-    session.forget(
-        TopicPartition(str(topic), int(partition))
-        for topic, partitions in body.get("forgotten", ())
-        for partition in partitions
-    )
+        session = sessions.get(req.session_id or 0, epoch or 0, replica_id, now)
+    session.broker_epoch = -1 if req.replica_epoch is None else req.replica_epoch
+    session.forget(req.forgotten_partitions())
     listed: list[_Want] = []
-    for topic, parts in body["topics"]:
-        for p in parts:
-            if len(p) < 6:
-                raise InvalidRequestError(
-                    f"fetch of {topic} in a session: a partition entry needs all 6 fields"
-                )
-            want = _Want(
-                TopicPartition(str(topic), int(p[0])), int(p[1]), max(int(p[2]), 1), int(p[3])
+    for tp, p in req.partitions():
+        if not p.fully_stated:
+            raise InvalidRequestError(
+                f"fetch of {tp.topic} in a session: a partition entry needs all 6 fields"
             )
-            want.session = session.update(
-                want.tp, (want.offset, want.max_bytes, want.leader_epoch, int(p[4]), int(p[5]))
-            )
-            _check_follower(broker, replica_id, body, p, want)
-            listed.append(want)
+        want = _Want(tp, p.fetch_offset, max(p.partition_max_bytes, 1), p.leader_epoch_or_default)
+        want.session = session.update(
+            tp,
+            (
+                want.offset,
+                want.max_bytes,
+                want.leader_epoch,
+                p.last_fetched_epoch_or_default,
+                p.durable_offset_or_default,
+            ),
+        )
+        _check_follower(broker, req, p, want)
+        listed.append(want)
     wanted = listed + _session_news(broker, session, {w.tp for w in listed}, now)
     session.last_request_ms = now
     response, total, urgent = _read(broker, wanted, max_bytes, True, session)
@@ -185,7 +170,7 @@ def _session_fetch(
 
 
 def _session_news(
-    broker: Broker, session: LeaderSession, listed: set[TopicPartition], now: int
+    broker: HandlerContext, session: LeaderSession, listed: set[TopicPartition], now: int
 ) -> list[_Want]:
     """The partitions of `session` not named in the request that have news for the follower:
     data past the fetch offset the session holds, a new high watermark or log start offset,
@@ -248,19 +233,20 @@ def _session_news(
 
 
 def _check_follower(
-    broker: Broker, replica_id: int, body: dict[str, Any], p: list[Any], want: _Want
+    broker: HandlerContext, req: FetchRequest, p: FetchPartition, want: _Want
 ) -> None:
     """Give a follower's fetch to the replication core (once): progress, HW, divergence."""
     spec = FollowerFetch(
         fetch_offset=want.offset,
-        last_fetched_epoch=int(p[4]) if len(p) > 4 else UNDEFINED_EPOCH,
+        last_fetched_epoch=(
+            UNDEFINED_EPOCH if p.last_fetched_epoch is None else p.last_fetched_epoch
+        ),
         current_leader_epoch=want.leader_epoch,
-        durable_offset=int(p[5]) if len(p) > 5 else want.offset,
+        durable_offset=p.durable_offset_or_default,
     )
+    replica_epoch = -1 if req.replica_epoch is None else req.replica_epoch
     try:
-        _, answer = broker.replicas.follower_fetch(
-            want.tp, replica_id, int(body.get("replica_epoch", -1)), spec
-        )
+        _, answer = broker.replicas.follower_fetch(want.tp, req.replica_id, replica_epoch, spec)
     except RaftlogError as e:
         want.error = e
         return
@@ -268,7 +254,7 @@ def _check_follower(
 
 
 async def _long_poll(
-    broker: Broker,
+    broker: HandlerContext,
     deadline: float,
     min_bytes: int,
     woken: asyncio.Future[None],
@@ -299,7 +285,7 @@ async def _long_poll(
 
 
 def _read(
-    broker: Broker,
+    broker: HandlerContext,
     wanted: list[_Want],
     max_bytes: int,
     follower: bool,
@@ -309,7 +295,7 @@ def _read(
     zero_copy = broker.config.fetch_zero_copy
     zero_copy_min = broker.config.fetch_zero_copy_min_bytes
     replicas = broker.replicas
-    by_topic: dict[str, list[list[Any]]] = {}
+    by_topic: dict[str, list[FetchPartitionResult]] = {}
     parts: list[bytes | memoryview | FileSlice] = []
     remaining = max_bytes
     total = 0
@@ -331,11 +317,13 @@ def _read(
                 w.session.high_watermark_sent = hw
                 w.session.log_start_sent = log_start
             if w.diverging is not None:
-                out.append([tp.partition, 0, hw, log_start, 0, None, list(w.diverging)])
+                out.append(
+                    FetchPartitionResult(tp.partition, 0, hw, log_start, diverging=w.diverging)
+                )
                 urgent = True
                 continue
             if total and remaining <= 0:
-                out.append([tp.partition, 0, hw, log_start, 0, None, None])
+                out.append(FetchPartitionResult(tp.partition, 0, hw, log_start))
                 if session is not None and limit > w.offset:
                     session.touched.add(tp)  # its data waits for the next request
                 continue
@@ -344,11 +332,11 @@ def _read(
             sl = part.log.read_slice(w.offset, min(w.max_bytes, remaining), max_offset=limit)
         except RaftlogError as e:
             start = e.log_start_offset if isinstance(e, OffsetOutOfRangeError) else -1
-            out.append([tp.partition, e.code, -1, start, 0, str(e), None])
+            out.append(FetchPartitionResult(tp.partition, e.code, -1, start, 0, str(e)))
             urgent = True
             continue
         if total and sl.size > remaining:
-            out.append([tp.partition, 0, hw, log_start, 0, None, None])
+            out.append(FetchPartitionResult(tp.partition, 0, hw, log_start))
             if session is not None:
                 session.touched.add(tp)  # its data waits for the next request
             continue
@@ -359,13 +347,14 @@ def _read(
                 try:
                     parts.append(sl.read())
                 except RaftlogError as e:
-                    out.append([tp.partition, e.code, -1, -1, 0, str(e), None])
+                    out.append(FetchPartitionResult(tp.partition, e.code, -1, -1, 0, str(e)))
                     urgent = True
                     continue
-        out.append([tp.partition, 0, hw, log_start, sl.size, None, None])
+        out.append(FetchPartitionResult(tp.partition, 0, hw, log_start, sl.size))
         total += sl.size
         remaining -= sl.size
-    body: dict[str, Any] = {"topics": [[t, ps] for t, ps in by_topic.items()]}
-    if session is not None:
-        body["session_id"] = session.id
-    return Response(body, parts), total, urgent
+    response = FetchResponse(
+        tuple((t, tuple(rs)) for t, rs in by_topic.items()),
+        None if session is None else session.id,
+    )
+    return Response(response.to_body(), parts), total, urgent

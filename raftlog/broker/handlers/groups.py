@@ -34,16 +34,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from raftlog.broker.connection import Response
+from raftlog.broker.response import Response
 from raftlog.errors import NotCoordinatorError
 from raftlog.metadata.coordinator import GroupCoordinator
 
 if TYPE_CHECKING:
-    from raftlog.broker.connection import Connection
-    from raftlog.broker.server import Broker
+    from raftlog.broker.context import HandlerContext, RequestSource
 
 
-def _coordinator(broker: Broker, body: dict[str, Any]) -> GroupCoordinator:
+def _coordinator(broker: HandlerContext, body: dict[str, Any]) -> GroupCoordinator:
     c = broker.coordinator
     if c is None or not c.is_active:
         raise NotCoordinatorError(
@@ -55,7 +54,7 @@ def _coordinator(broker: Broker, body: dict[str, Any]) -> GroupCoordinator:
 
 
 def handle_find_coordinator(
-    broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
+    broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response:
     node = broker.metadata.controller_id
     for b in broker.metadata.brokers(conn.external):
@@ -68,7 +67,7 @@ def handle_find_coordinator(
 
 
 async def handle_join_group(
-    broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
+    broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response:
     view = await _coordinator(broker, body).join(
         body["group_id"],
@@ -84,7 +83,7 @@ async def handle_join_group(
 
 
 def handle_heartbeat(
-    broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
+    broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response:
     generation = _coordinator(broker, body).heartbeat(
         body["group_id"], body["member_id"], body["generation"]
@@ -93,14 +92,14 @@ def handle_heartbeat(
 
 
 async def handle_leave_group(
-    broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
+    broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response:
     left = await _coordinator(broker, body).leave(body["group_id"], body["member_ids"])
     return Response({"left": left})
 
 
 async def handle_offset_commit(
-    broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
+    broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response:
     await _coordinator(broker, body).commit(
         body["group_id"], body.get("member_id") or "", body["generation"], body["offsets"]
@@ -109,7 +108,7 @@ async def handle_offset_commit(
 
 
 async def handle_offset_fetch(
-    broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
+    broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response:
     parts = body.get("partitions")
     coordinator = _coordinator(broker, body)
@@ -125,26 +124,26 @@ async def handle_offset_fetch(
 
 
 def handle_list_groups(
-    broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
+    broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response:
     return Response({"groups": _coordinator(broker, body).list_groups()})
 
 
 def handle_describe_groups(
-    broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
+    broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response:
     return Response(_coordinator(broker, body).describe_group(body["group_id"]))
 
 
 async def handle_delete_groups(
-    broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
+    broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response:
     await _coordinator(broker, body).delete_group(body["group_id"])
     return Response({})
 
 
 async def handle_reset_offsets(
-    broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
+    broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response:
     n = await _coordinator(broker, body).reset_offsets(body["group_id"], body["offsets"])
     return Response({"reset": n})

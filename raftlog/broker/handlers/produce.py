@@ -30,15 +30,14 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from raftlog.broker.connection import Response
+from raftlog.broker.response import Response
 from raftlog.errors import InvalidRequestError, RaftlogError
 from raftlog.protocol import split_payload
 from raftlog.storage import AppendInfo
 from raftlog.topics import TopicPartition
 
 if TYPE_CHECKING:
-    from raftlog.broker.connection import Connection
-    from raftlog.broker.server import Broker
+    from raftlog.broker.context import HandlerContext, RequestSource
     from raftlog.replication.manager import Partition
 
 # Kafka's request.timeout.ms default for a produce that does not say; and the most a request
@@ -83,7 +82,7 @@ class CommitWait:
 
 
 def handle_produce(
-    broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
+    broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response | Awaitable[Response | None] | None:
     """One Produce request on its own (the connection groups the common case instead)."""
     acks = ProduceGroup.acks_of(body)
@@ -137,7 +136,7 @@ class ProduceGroup:
 
     __slots__ = ("_broker", "_pending", "_requests")
 
-    def __init__(self, broker: Broker):
+    def __init__(self, broker: HandlerContext):
         self._broker = broker
         # Partitions in first-seen order; a key maps to its chunks, or to the error every
         # chunk for it gets (unknown partition, not the leader).

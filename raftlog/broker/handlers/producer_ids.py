@@ -16,12 +16,11 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from raftlog.broker.connection import Response
+from raftlog.broker.response import Response
 from raftlog.metadata.state import PRODUCER_ID_BLOCK
 
 if TYPE_CHECKING:
-    from raftlog.broker.connection import Connection
-    from raftlog.broker.server import Broker
+    from raftlog.broker.context import HandlerContext, RequestSource
     from raftlog.metadata.cluster import ClusterMetadata
 
 
@@ -47,7 +46,7 @@ class ProducerIdManager:
 
 
 async def handle_init_producer_id(
-    broker: Broker, body: dict[str, Any], payload: memoryview, conn: Connection
+    broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response:
     pid = await broker.producer_ids.next_id()
     return Response({"producer_id": pid, "producer_epoch": 0})
