@@ -80,6 +80,7 @@ from raftlog.errors import (
     UnsupportedVersionError,
 )
 from raftlog.invariants import InvariantError
+from raftlog.tasks import TaskSet
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -298,7 +299,7 @@ class Connection(asyncio.Protocol):
             self.connections.frame_bytes_max, OVERSIZED_HEADER_BYTES_MAX
         )
         self._slots: deque[_Slot] = deque()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet("connection")
         self._paused_reading = False
         self._write_paused = False
         self._waiting_memory = False
@@ -377,8 +378,7 @@ class Connection(asyncio.Protocol):
             if handle is not None:
                 handle.cancel()
         self._idle_timer = self._resume_handle = self._frame_timer = None
-        for task in self._tasks:
-            task.cancel()
+        self._tasks.cancel()
         for slot in self._slots:
             if slot.response is not None:
                 slot.response.close()
@@ -728,9 +728,7 @@ class Connection(asyncio.Protocol):
             self._hold(result)
             self._flush()
         else:
-            task = asyncio.ensure_future(self._complete(slot, result, api_key))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._tasks.spawn(self._complete(slot, result, api_key), "a pending response")
 
     async def _complete(self, slot: _Slot, pending: Awaitable[Response], api_key: int) -> None:
         try:
@@ -819,9 +817,7 @@ class Connection(asyncio.Protocol):
             parts = resp.parts
             if parts and any(isinstance(p, SendfileSlice) for p in parts):
                 self._sending = True
-                task = asyncio.ensure_future(self._sendfile(header, resp))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+                self._tasks.spawn(self._sendfile(header, resp), "a sendfile response")
                 return
             # No file slices here (they take the branch above): plain buffers only.
             out = self._out

@@ -76,6 +76,7 @@ from raftlog.metadata.model import TopicInfo
 from raftlog.replication.core import ProposeIsr
 from raftlog.replication.manager import Partition, ReplicaManager
 from raftlog.storage import PartitionLog
+from raftlog.tasks import TaskSet
 from raftlog.topics import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -189,6 +190,9 @@ class Broker:
         self._housekeeping: asyncio.Task[None] | None = None
         self._offline_reporter: asyncio.Task[None] | None = None
         self._scrubber: asyncio.Task[None] | None = None
+        # Its background loops: a loop that ends with an error (a bug: the expected ones are
+        # caught inside) is logged at once rather than at shutdown.
+        self._tasks = TaskSet(f"broker {config.node_id}")
         self.port = config.port
         self._external_server: asyncio.Server | None = None
         self.external_port: int | None = None
@@ -227,11 +231,12 @@ class Broker:
                 host,
                 bound,
             )
-        self._housekeeping = _background(self._housekeep(), "housekeeping")
-        self._reconciler = _background(self._reconcile_loop(), "reconciler")
+        tasks = self._tasks
+        self._housekeeping = tasks.spawn(self._housekeep(), "housekeeping")
+        self._reconciler = tasks.spawn(self._reconcile_loop(), "reconciler")
         if self.config.scrub_bytes_per_s > 0:
-            self._scrubber = _background(self._scrub(), "scrubber")
-        self._offline_reporter = _background(self._report_offline(), "offline replica reports")
+            self._scrubber = tasks.spawn(self._scrub(), "scrubber")
+        self._offline_reporter = tasks.spawn(self._report_offline(), "offline replica reports")
         log.info(
             "broker %d listening on %s:%d, data in %s, %d partitions, fetches served with %s",
             self.config.node_id,
@@ -259,7 +264,7 @@ class Broker:
             ):
                 if task is not None:
                     task.cancel()
-                    # wait, not await: a task that failed was logged when it did (_background).
+                    # wait, not await: a task that failed was logged when it did (TaskSet).
                     await asyncio.wait([task])
             if self._opening is not None:
                 # Logs being opened on the worker thread: let it finish, then close them.
@@ -666,19 +671,6 @@ def _freeze_heap() -> None:
 def _log_worker_failure(what: str, fut: asyncio.Future[Any]) -> None:
     if not fut.cancelled() and fut.exception() is not None:
         log.error("broker worker thread: %s failed", what, exc_info=fut.exception())
-
-
-def _background(coro: Any, what: str) -> asyncio.Task[None]:
-    """A broker task that runs until `stop` cancels it; if it ends with an error (a bug: the
-    expected ones are caught inside), that is logged at once rather than at shutdown."""
-    task: asyncio.Task[None] = asyncio.create_task(coro, name=f"broker {what}")
-
-    def done(t: asyncio.Task[None]) -> None:
-        if not t.cancelled() and t.exception() is not None:
-            log.error("broker %s stopped with an error", what, exc_info=t.exception())
-
-    task.add_done_callback(done)
-    return task
 
 
 # BrokerConfig is re-exported: it lived here before raftlog/broker/config.py.

@@ -78,6 +78,7 @@ from raftlog.records import (
     decode_records_as,
     validate_batch,
 )
+from raftlog.tasks import TaskSet
 from raftlog.topics import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -198,6 +199,8 @@ class AsyncConsumer:
         # Assigned partitions whose committed offsets are not known yet (the coordinator did
         # not answer): they are not fetched, nor reset by policy, until they are.
         self._need_committed: set[TopicPartition] = set()
+        # Auto-commits, asynchronous commits and the heartbeat loop.
+        self._tasks = TaskSet("consumer")
         self._commit_tasks: set[asyncio.Task[None]] = set()
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._next_auto_commit = 0.0
@@ -233,7 +236,7 @@ class AsyncConsumer:
                 # group's other members to rejoin); poll waits for it within its timeout.
                 self._start_join()
             if self._heartbeat_task is None:
-                self._heartbeat_task = asyncio.create_task(self._heartbeat_loop())
+                self._heartbeat_task = self._tasks.spawn(self._heartbeat_loop(), "heartbeats")
             return
         tps: list[TopicPartition] = []
         for t in topics:
@@ -788,7 +791,7 @@ class AsyncConsumer:
         offsets = {tp: o for tp, o in self._positions.items() if o is not None}
         if not offsets:
             return
-        task = self._auto_commit_task = asyncio.ensure_future(self._auto_commit(offsets))
+        task = self._auto_commit_task = self._tasks.spawn(self._auto_commit(offsets), "auto-commit")
         self._commit_tasks.add(task)
         task.add_done_callback(self._commit_tasks.discard)
 
@@ -841,7 +844,7 @@ class AsyncConsumer:
             if callback is not None:
                 callback(chosen, error)
 
-        task = asyncio.ensure_future(go())
+        task = self._tasks.spawn(go(), "asynchronous commit")
         self._commit_tasks.add(task)
         task.add_done_callback(self._commit_tasks.discard)
         return task

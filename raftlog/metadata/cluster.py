@@ -25,6 +25,7 @@ from raftlog.errors import (
 from raftlog.metadata.model import BrokerInfo, PartitionInfo, TopicInfo
 from raftlog.metadata.quorum import MetadataQuorum
 from raftlog.metadata.state import MetadataState
+from raftlog.tasks import TaskSet
 
 # ISR changes in one alter_isr_batch command: ~150 bytes each, far below the command bound.
 ISR_BATCH_MAX = 1000
@@ -88,7 +89,8 @@ class ClusterMetadata:
         self.voters = voters
         # ISR changes waiting to go to the quorum, and the task sending them (alter_isr).
         self._isr_queue: list[tuple[dict[str, Any], asyncio.Future[int]]] = []
-        self._isr_sender: asyncio.Future[None] | None = None
+        self._isr_sender: asyncio.Task[None] | None = None
+        self._tasks = TaskSet("cluster metadata")
         self._by_address = {addr: node for node, addr in voters.items()}
         self._cache_version = -1
         self._topics: dict[str, TopicInfo] = {}
@@ -268,7 +270,7 @@ class ClusterMetadata:
             )
         )
         if self._isr_sender is None or self._isr_sender.done():
-            self._isr_sender = asyncio.ensure_future(self._send_isr_changes())
+            self._isr_sender = self._tasks.spawn(self._send_isr_changes(), "ISR change sender")
         return await fut
 
     async def _send_isr_changes(self) -> None:

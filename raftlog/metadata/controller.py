@@ -36,6 +36,7 @@ import msgpack
 
 from raftlog.errors import RaftlogError
 from raftlog.metadata.quorum import MetadataQuorum
+from raftlog.tasks import TaskSet
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ class Controller:
         self.active = False
         self._last_check_ms: int | None = None
         self._proposing: set[int] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet("controller")
 
     async def run(self) -> None:
         host, port = split_address(self.listen_address)
@@ -159,12 +160,8 @@ class Controller:
     async def close(self) -> None:
         """Cancel the proposals in flight (the node is stopping)."""
         self.active = False
-        tasks, self._tasks = set(self._tasks), set()
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, RaftlogError):
-                await task
+        self._tasks.cancel()
+        await self._tasks.wait()
 
     def _announce_active(self) -> None:
         """Commit a no-op first: once it applies, this leader has applied every entry of
@@ -188,9 +185,7 @@ class Controller:
                     self.on_active(True)
                 return
 
-        task = asyncio.ensure_future(go())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.spawn(go(), "no-op after becoming leader")
 
     def _propose(self, node_id: int, command: str, epoch: int, silent_ms: int) -> None:
         if node_id in self._proposing:
@@ -213,9 +208,7 @@ class Controller:
             finally:
                 self._proposing.discard(node_id)
 
-        task = asyncio.ensure_future(go())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.spawn(go(), f"{command} of broker {node_id}")
 
 
 async def send_heartbeats(

@@ -98,6 +98,7 @@ from raftlog.invariants import InvariantError
 from raftlog.metadata import groups
 from raftlog.metadata.quorum import COMMAND_BYTES_MAX
 from raftlog.metadata.state import MetadataState
+from raftlog.tasks import TaskSet
 from raftlog.topics import MAX_NAME_LENGTH, validate_topic_name
 
 log = logging.getLogger(__name__)
@@ -288,6 +289,7 @@ class GroupCoordinator:
         self._expiry_warned_ms: dict[str, int] = {}
         # The task that lingers, then proposes batches until none is waiting; None when idle.
         self._flush_task: asyncio.Task[None] | None = None
+        self._tasks = TaskSet("group coordinator")
         # group id -> joins waiting for that group's rebalance to complete. Invariant: every
         # future is pending (answered ones are removed by `_answer_joins`, given-up ones by
         # their `join`); bounded by the join requests in flight, one per member connection.
@@ -768,7 +770,7 @@ class GroupCoordinator:
             self._batch_full.set()
         self._more_pending.set()
         if self._flush_task is None:
-            self._flush_task = asyncio.create_task(self._flush(), name="raftlog-commit-flush")
+            self._flush_task = self._tasks.spawn(self._flush(), "offset commit flusher")
 
     async def _flush(self) -> None:
         """Linger, then propose batches until no commit is waiting, with up to
@@ -783,7 +785,7 @@ class GroupCoordinator:
                 if self._pending and len(in_flight) < self.config.commit_batches_in_flight:
                     batch = self._take_batch()
                     if batch:
-                        task = asyncio.create_task(self._propose_batch(batch))
+                        task = self._tasks.spawn(self._propose_batch(batch), "offset commit batch")
                         in_flight.add(task)
                         task.add_done_callback(in_flight.discard)
                     continue

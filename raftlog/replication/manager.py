@@ -37,7 +37,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -81,8 +81,9 @@ from raftlog.replication.fetch_session import (
     LeaderSessions,
     SessionRequest,
 )
-from raftlog.storage import PartitionLog
+from raftlog.storage import AppendInfo, PartitionLog
 from raftlog.storage.checkpoint import CheckpointError, OffsetCheckpoint, PartitionOffsets
+from raftlog.tasks import TaskSet
 from raftlog.topics import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -299,7 +300,7 @@ class ReplicaManager:
         self._broker_epochs: dict[int, int] = {}
         self._fetchers: dict[int, ReplicaFetcher] = {}
         self._task_group: asyncio.TaskGroup | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks = TaskSet(f"replica manager of broker {node_id}")
         self.stopping = False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -394,9 +395,7 @@ class ReplicaManager:
             finally:
                 self._hw_writing = False
 
-        task = asyncio.ensure_future(write())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.spawn(write(), "high watermark checkpoint")
 
     def _initial_high_watermark(self, tp: TopicPartition, plog: PartitionLog, topic_id: str) -> int:
         """What the checkpoint says of a partition being added: the broker's file if it has
@@ -653,7 +652,7 @@ class ReplicaManager:
             elif isinstance(a, AssignEpoch):
                 p.log.assign_epoch(a.epoch)
             elif isinstance(a, ProposeIsr):
-                self._spawn(self._propose(p, a))
+                self._spawn(self._propose(p, a), f"ISR proposal for {p.tp}")
                 self._hot.add(p.tp)  # ticked until the metadata resolves it
             elif isinstance(a, Truncate):
                 before = p.log.log_end_offset
@@ -679,10 +678,8 @@ class ReplicaManager:
             else:
                 raise AssertionError(f"unknown replication action {a!r}")
 
-    def _spawn(self, coro: Awaitable[Any]) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def _spawn(self, coro: Coroutine[Any, Any, Any], what: str) -> None:
+        self._tasks.spawn(coro, what)
 
     async def _propose(self, p: Partition, proposal: ProposeIsr) -> None:
         try:
@@ -710,6 +707,36 @@ class ReplicaManager:
                 f"(the leader is {leader if leader >= 0 else 'none: the partition is offline'})"
             )
         return p
+
+    def append_as_leader(
+        self,
+        p: Partition,
+        chunks: list[memoryview],
+        waits: list[tuple[int, CommitCallback] | None],
+    ) -> list[AppendInfo | RaftlogError]:
+        """Append record-batch chunks to a partition this broker leads, at its leader epoch,
+        with one write (`PartitionLog.append_chunks`): each chunk's outcome, in order (a
+        chunk's own error leaves the others appended; a failed write fails them all). Then
+        wake the followers. A chunk with a wait in `waits` (acks=all: its timeout in ms and
+        its callback) has its callback called exactly once: with None once its records are
+        committed, or with the error that ended it (its append's own, leadership lost, the
+        ISR under min.insync.replicas, the timeout).
+        The one way records enter a leader's log: produce handlers of any protocol call it."""
+        outcomes: list[AppendInfo | RaftlogError]
+        try:
+            outcomes = p.log.append_chunks(chunks, p.core.leader_epoch)
+        except RaftlogError as e:
+            outcomes = [e] * len(chunks)
+        if any(not isinstance(o, RaftlogError) for o in outcomes):
+            self.after_leader_append(p)
+        for outcome, wait in zip(outcomes, waits, strict=True):
+            if wait is None:
+                continue
+            if isinstance(outcome, RaftlogError):
+                wait[1](outcome)
+            else:
+                self.wait_for_commit(p, outcome.last_offset, wait[0], wait[1])
+        return outcomes
 
     def after_leader_append(self, p: Partition) -> None:
         """The leader's log grew: wake followers, maybe commit (a single-replica ISR)."""
@@ -763,15 +790,14 @@ class ReplicaManager:
 
     # -- leader: fetches -------------------------------------------------------------------------
 
-    def consumer_fetch(
-        self, tp: TopicPartition, current_leader_epoch: int
-    ) -> tuple[Partition, int]:
-        """(partition, the offset reads must stop at) for a consumer; raises what to answer."""
-        p = self.leader(tp)
+    @staticmethod
+    def consumer_fetch(p: Partition, current_leader_epoch: int) -> int:
+        """The offset a consumer's read of `p` (led here) must stop at; raises what to answer
+        (a fenced or unknown leader epoch, KIP-320)."""
         answer = p.core.on_consumer_fetch(current_leader_epoch)
         if answer.error is not None:
             raise answer.error
-        return p, answer.max_offset
+        return answer.max_offset
 
     def follower_fetch(
         self, tp: TopicPartition, replica_id: int, broker_epoch: int, fetch: FollowerFetch
@@ -860,7 +886,7 @@ class ReplicaManager:
             return
         p.flushing = True
         p.flush_done = asyncio.get_running_loop().create_future()
-        self._spawn(self._flush(p))
+        self._spawn(self._flush(p), f"flush of {p.tp}")
 
     async def _flush(self, p: Partition) -> None:
         loop = asyncio.get_running_loop()

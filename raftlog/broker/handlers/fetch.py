@@ -306,12 +306,11 @@ def _read(
         try:
             if w.error is not None:
                 raise w.error
+            part = broker.leader_partition(tp)
             if follower:
-                part = broker.leader_partition(tp)
                 limit = part.log.log_end_offset
             else:
-                broker.leader_partition(tp)  # the clearest error if not led here
-                part, limit = replicas.consumer_fetch(tp, w.leader_epoch)
+                limit = replicas.consumer_fetch(part, w.leader_epoch)
             hw, log_start = part.high_watermark, part.log.log_start_offset
             if w.session is not None:
                 w.session.high_watermark_sent = hw

@@ -16,12 +16,13 @@ answered at once (no auto-creation pending); the group is finished before any ot
 the same read is handled, so a Fetch that follows a Produce on one connection sees its records;
 responses still leave in request order.
 
-Replication: each partition is appended through the ReplicaManager's leader partition, at
-its leader epoch. acks=all is refused per request before anything is appended when the ISR is
-below min.insync.replicas; otherwise the request's answer waits (`CommitWait`) until every
-partition it wrote is committed (the high watermark passed its last offset) or fails (the ISR
-fell below the minimum, its `timeout_ms` passed, leadership moved). No task or future per
-request: the replication core completes a callback, and the last one answers the request.
+Replication: each partition's chunks go to `ReplicaManager.append_as_leader` (one write at the
+leader epoch; it wakes followers and registers the acks=all waits). acks=all is refused per
+request before anything is appended when the ISR is below min.insync.replicas; otherwise the
+request's answer waits (`CommitWait`) until every partition it wrote is committed (the high
+watermark passed its last offset) or fails (the ISR fell below the minimum, its `timeout_ms`
+passed, leadership moved). No task or future per request: the replication core completes a
+callback, and the last one answers the request.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from typing import TYPE_CHECKING, Any
 from raftlog.broker.response import Response
 from raftlog.errors import InvalidRequestError, RaftlogError
 from raftlog.protocol import split_payload
-from raftlog.storage import AppendInfo
 from raftlog.topics import TopicPartition
 
 if TYPE_CHECKING:
@@ -222,27 +222,16 @@ class ProduceGroup:
         for p in self._pending.values():
             if isinstance(p, RaftlogError) or not p.chunks:
                 continue
-            part = p.partition
-            outcomes: list[AppendInfo | RaftlogError]
-            try:
-                outcomes = part.log.append_chunks(p.chunks, part.core.leader_epoch)
-            except RaftlogError as e:
-                outcomes = [e] * len(p.chunks)
-            appended = False
+            waits = [
+                None if w is None else (w[1], w[0].done_callback(entry))
+                for entry, w in zip(p.entries, p.waits, strict=True)
+            ]
+            outcomes = replicas.append_as_leader(p.partition, p.chunks, waits)
             for entry, outcome in zip(p.entries, outcomes, strict=True):
                 if isinstance(outcome, RaftlogError):
                     entry[1:] = [outcome.code, -1, -1, str(outcome)]
                 else:
                     entry[2] = outcome.base_offset
                     entry[3] = outcome.log_start_offset
-                    appended = True
-            if not appended:
-                continue
-            replicas.after_leader_append(part)
-            for entry, outcome, wait in zip(p.entries, outcomes, p.waits, strict=True):
-                if wait is not None and not isinstance(outcome, RaftlogError):
-                    replicas.wait_for_commit(
-                        part, outcome.last_offset, wait[1], wait[0].done_callback(entry)
-                    )
         self._pending.clear()
         self._requests = 0
