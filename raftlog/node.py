@@ -98,7 +98,7 @@ from raftlog.metadata.controller import (
 from raftlog.metadata.coordinator import GroupCoordinator
 from raftlog.metadata.quorum import MetadataQuorum, check_port_free
 from raftlog.readiness import remove_ready_file, write_line, write_ready_file
-from raftlog.replication.manager import ReplicationConfig
+from raftlog.replication.partition import ReplicationConfig
 from raftlog.storage import LogConfig
 from raftlog.storage.checkpoint import atomic_write, fsync_dir
 

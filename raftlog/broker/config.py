@@ -12,7 +12,7 @@ from typing import Any
 
 from raftlog import protocol
 from raftlog.errors import InvalidConfigError
-from raftlog.replication.manager import ReplicationConfig
+from raftlog.replication.partition import ReplicationConfig
 
 
 @dataclass(frozen=True, slots=True)

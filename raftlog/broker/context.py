@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from raftlog.metadata.cluster import ClusterMetadata
     from raftlog.metadata.coordinator import GroupCoordinator
     from raftlog.metadata.model import TopicInfo
-    from raftlog.replication.manager import Partition, ReplicaManager
+    from raftlog.replication.manager import ReplicaManager
+    from raftlog.replication.partition import Partition
     from raftlog.topics import TopicPartition
 
 

@@ -74,7 +74,8 @@ from raftlog.metadata.cluster import ClusterMetadata
 from raftlog.metadata.coordinator import GroupCoordinator
 from raftlog.metadata.model import TopicInfo
 from raftlog.replication.core import ProposeIsr
-from raftlog.replication.manager import Partition, ReplicaManager
+from raftlog.replication.manager import ReplicaManager
+from raftlog.replication.partition import Partition
 from raftlog.storage import PartitionLog
 from raftlog.tasks import TaskSet
 from raftlog.topics import TopicPartition

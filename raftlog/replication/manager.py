@@ -1,19 +1,19 @@
 """`ReplicaManager`: the asyncio driver of the replication cores of one broker.
 
-It owns one `Partition` (a PartitionLog plus its PartitionCore) per hosted partition, and:
+It owns one `Partition` (replication/partition.py: a PartitionLog plus its PartitionCore) per
+hosted partition, and:
 - follows the metadata: after every change of the partitions' state it calls `become_leader`,
   `become_follower`, `go_offline` or `update_isr` on the cores whose partition changed;
 - performs the cores' actions on the logs (append, truncate, assign an epoch, move the log
   start), sends their ISR proposals to the metadata quorum, answers waiting acks=all produce
   requests through their callbacks, and wakes long-polling fetches: followers when a leader's
   log grows, consumers when its high watermark moves;
-- runs one `ReplicaFetcher` per broker it follows: a loop that pulls the partitions it follows
-  from that leader with one Fetch request at a time (many partitions per request,
-  long-polling), like a consumer; a partition whose fetched data could not be appended (a full
-  disk) or was rejected is left out of the fetches for a backoff that doubles per failure in a
-  row (`replica_fetch_backoff_ms` up to `replica_append_backoff_ms_max`), so a broken disk
-  neither spins the loop nor floods the log; a fetch answer is waited for at most the long-poll
-  wait plus the lag bound (`fetch_response_timeout_ms`), then the connection is dropped;
+- appends records to a leader's log (`append_as_leader`, the one way in, for produce handlers
+  of any protocol) and applies what a follower fetched (`on_fetch_answer`);
+- runs one `ReplicaFetcher` (replication/fetcher.py) per broker it follows; a partition whose
+  fetched data could not be appended (a full disk) or was rejected is left out of the fetches
+  for a backoff that doubles per failure in a row (`replica_fetch_backoff_ms` up to
+  `replica_append_backoff_ms_max`), so a broken disk neither spins the loop nor floods the log;
 - with the fsync policy, fsyncs appended data on a background thread (one fsync covers every
   append made before it: group commit) and tells the cores what is durable;
 - ticks the cores (ISR shrink, expired produce requests) and checkpoints every hosted
@@ -39,25 +39,18 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
-from raftlog import protocol
 from raftlog.errors import (
     CorruptRecordError,
-    FetchSessionIdNotFoundError,
-    InvalidFetchSessionEpochError,
     InvalidOffsetError,
     InvalidRequestError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
     RaftlogError,
-    RaftlogTimeoutError,
     StaleBrokerEpochError,
     StorageError,
-    error_from_code,
 )
-from raftlog.messages.fetch import FetchPartition, FetchRequest, FetchResponse
 from raftlog.metadata.model import PartitionInfo, TopicInfo
 from raftlog.replication.core import (
     AdvanceLogStart,
@@ -67,19 +60,21 @@ from raftlog.replication.core import (
     FetchAnswer,
     FollowerFetch,
     HighWatermarkChanged,
-    PartitionConfig,
-    PartitionCore,
     ProposeIsr,
     Role,
     Truncate,
     TruncateFully,
 )
 from raftlog.replication.fetch_session import (
-    FetchState,
-    FollowerSession,
     LeaderSession,
     LeaderSessions,
-    SessionRequest,
+)
+from raftlog.replication.fetcher import ReplicaFetcher
+from raftlog.replication.partition import (
+    CommitCallback,
+    Partition,
+    ReplicationConfig,
+    monotonic_ms,
 )
 from raftlog.storage import AppendInfo, PartitionLog
 from raftlog.storage.checkpoint import CheckpointError, OffsetCheckpoint, PartitionOffsets
@@ -103,126 +98,12 @@ ROLE_CHANGES_LOGGED = 20
 # Every leader is looked at this often (the hot ones every tick_interval_ms): an idle
 # partition needs no tick, this is a safety net for one that became busy unnoticed.
 FULL_TICK_INTERVAL_MS = 1000
-# How often a follower checks that its fetch session holds every partition's current state
-# (a missed change would leave a partition unfetched): a pass over every followed partition.
-FETCH_SESSION_VERIFY_MS = 60_000
 # Fetch sessions a leader keeps (one per follower broker: far more than a cluster has) and
 # how long an unused one lives (a follower fetches at least every replica_fetch_wait_max_ms).
 FETCH_SESSIONS_MAX = 100
 FETCH_SESSION_IDLE_MS_MAX = 120_000
 # A partition whose metadata changed: (partition, its new PartitionInfo, its topic's config).
 RoleChange = tuple["Partition", PartitionInfo, dict[str, str]]
-# Called with None (committed) or the error of an acks=all produce.
-CommitCallback = Callable[[RaftlogError | None], None]
-
-
-def monotonic_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
-
-
-@dataclass(frozen=True, slots=True)
-class ReplicationConfig:
-    """Broker-wide replication settings (Kafka's names, with the unit last)."""
-
-    # replica.lag.time.max.ms: a follower not caught up for this long leaves the ISR.
-    replica_lag_time_max_ms: int = 30_000
-    # replica.fetch.wait.max.ms: how long a follower's fetch long-polls the leader.
-    replica_fetch_wait_max_ms: int = 500
-    # replica.fetch.max.bytes (per partition) and replica.fetch.response.max.bytes.
-    replica_fetch_max_bytes: int = 1024 * 1024
-    replica_fetch_response_max_bytes: int = 10 * 1024 * 1024
-    # replica.fetch.backoff.ms: after a failed fetch (leader unreachable, an error).
-    replica_fetch_backoff_ms: int = 200
-    # A partition whose fetched data cannot be appended (a full disk) waits
-    # replica_fetch_backoff_ms, doubling per failure up to this, before it is fetched again:
-    # without it the follower refetched the same bytes at once, about a thousand times a second
-    # with two log lines each, for as long as the disk stayed full.
-    replica_append_backoff_ms_max: int = 5_000
-    # replica.high.watermark.checkpoint.interval.ms
-    high_watermark_checkpoint_interval_ms: int = 5_000
-    # How often leaders look for lagging followers and expired produce requests.
-    tick_interval_ms: int = 50
-    # Request timeout of a follower's fetch (over the long-poll wait); see
-    # fetch_response_timeout_ms for the bound that applies.
-    replica_socket_timeout_ms: int = 30_000
-
-    @property
-    def fetch_response_timeout_ms(self) -> int:
-        """How long a follower waits for a fetch's answer before it drops the connection and
-        fetches again: the long-poll wait plus the lag bound, at most the socket timeout.
-        A request that a link swallowed (a half-open connection, a proxy or middlebox that lost
-        it) is never answered; waiting past the lag bound only keeps the follower out of the
-        ISR after the link is back (the chaos suite saw 28 s with a 3 s lag bound)."""
-        return min(
-            self.replica_socket_timeout_ms,
-            self.replica_fetch_wait_max_ms + self.replica_lag_time_max_ms,
-        )
-
-
-class Partition:
-    """One hosted partition: its log, its replication core, and who waits on it."""
-
-    def __init__(
-        self,
-        tp: TopicPartition,
-        plog: PartitionLog,
-        node_id: int,
-        topic_config: dict[str, str],
-        config: ReplicationConfig,
-        high_watermark: int = 0,
-        topic_id: str = "",
-    ):
-        self.tp = tp
-        self.log = plog
-        self.topic_config = dict(topic_config)
-        self.topic_id = topic_id
-        self.core = PartitionCore(node_id, str(tp), plog, high_watermark=high_watermark)
-        self.replication = config
-        self.info: PartitionInfo | None = None
-        # Long-polling fetches: followers wake on appends, consumers on HW moves.
-        self.follower_waiters: set[asyncio.Future[None]] = set()
-        self.consumer_waiters: set[asyncio.Future[None]] = set()
-        # fsync policy: a flush is running / another one is needed after it.
-        self.flushing = False
-        self.flush_again = False
-        # Follower: fetched data that could not be appended (a full disk, a failed write) or
-        # was rejected; the partition is left out of fetches until `fetch_backoff_until_ms`.
-        self.append_failures = 0
-        self.fetch_backoff_until_ms = 0
-        self.flush_done: asyncio.Future[None] | None = None
-        # Follower: the leader whose ReplicaFetcher fetches this partition (None: none).
-        self.fetched_from: int | None = None
-
-    def partition_config(self) -> PartitionConfig:
-        return PartitionConfig(
-            min_insync_replicas=int(self.topic_config.get("min.insync.replicas", "1")),
-            replica_lag_time_max_ms=self.replication.replica_lag_time_max_ms,
-            fsync_policy=self.topic_config.get("durability.policy") == "fsync",
-        )
-
-    @property
-    def high_watermark(self) -> int:
-        return self.core.high_watermark
-
-    @property
-    def fsync_policy(self) -> bool:
-        return self.core.config.fsync_policy
-
-    def replica_log_end_offsets(self) -> dict[int, int]:
-        """Leader only: each replica's log end offset as the leader knows it (its own, and
-        each follower's from its last fetch, -1 before one); {} on a follower."""
-        if self.core.role is not Role.LEADER:
-            return {}
-        out = {f.replica_id: f.log_end_offset for f in self.core.followers.values()}
-        out[self.core.node_id] = self.log.log_end_offset
-        return dict(sorted(out.items()))
-
-    def wake(self, waiters: set[asyncio.Future[None]]) -> None:
-        if waiters:
-            for fut in waiters:
-                if not fut.done():
-                    fut.set_result(None)
-            waiters.clear()
 
 
 class _RoleChanges:
@@ -821,6 +702,13 @@ class ReplicaManager:
 
     # -- follower: fetch answers -----------------------------------------------------------------
 
+    async def connect(self, node_id: int) -> Any:
+        """A connection to broker `node_id` (the replica fetchers')."""
+        return await self._connect(node_id)
+
+    def broker_epoch(self) -> int | None:
+        return self._broker_epoch()
+
     def on_fetch_answer(
         self,
         p: Partition,
@@ -927,229 +815,8 @@ def _fdatasync_all(fds: list[int]) -> None:
         os.fdatasync(fd)
 
 
-class ReplicaFetcher:
-    """Pulls every partition this broker follows from one leader, one Fetch at a time,
-    within an incremental fetch session (fetch_session.py): a request names only the
-    partitions whose fetch state changed since the leader last heard it (`changed`), and
-    those it stopped following; the answer has only partitions with news."""
-
-    def __init__(self, manager: ReplicaManager, leader_id: int):
-        self.manager = manager
-        self.leader_id = leader_id
-        self._task: asyncio.Task[None] | None = None
-        self._wake = asyncio.Event()
-        self._stopped = False
-        self.session = FollowerSession()
-        # The partitions followed from this leader (set by the manager).
-        self.followed: dict[TopicPartition, Partition] = {}
-        # Partitions whose fetch state may differ from what the leader holds.
-        self._changed: set[TopicPartition] = set()
-        # The followed set changed since the last request (some may have to be forgotten).
-        self._followed_changed = True
-        # Partitions left out after failed appends, until the time each may come back.
-        self._backing_off: dict[TopicPartition, int] = {}
-        self._next_verify_ms = 0
-
-    def start(self, tg: asyncio.TaskGroup) -> None:
-        if self._task is None and not self._stopped:
-            self._task = tg.create_task(self._run())
-
-    def stop(self) -> None:
-        self._stopped = True
-        if self._task is not None:
-            self._task.cancel()
-
-    def wake(self) -> None:
-        self._wake.set()
-
-    def add(self, tp: TopicPartition, p: Partition) -> None:
-        """Fetch `tp` from this leader from now on."""
-        self.followed[tp] = p
-        self._changed.add(tp)
-        self._followed_changed = True
-
-    def drop(self, tp: TopicPartition) -> None:
-        """Stop fetching `tp` from this leader (forgotten by the next request)."""
-        if self.followed.pop(tp, None) is not None:
-            self._followed_changed = True
-
-    def changed(self, tp: TopicPartition) -> None:
-        self._changed.add(tp)
-
-    async def _run(self) -> None:
-        cfg = self.manager.config
-        backoff_s = cfg.replica_fetch_backoff_ms / 1000
-        while not self._stopped:
-            if not self.followed:
-                self._wake.clear()
-                await self._wake.wait()
-                continue
-            try:
-                changed = await self._fetch_once()
-            except (FetchSessionIdNotFoundError, InvalidFetchSessionEpochError) as e:
-                log.info("fetch session with broker %d: %s", self.leader_id, e)
-                self.session.reset()
-                continue  # at once: the next request opens a new session
-            except (RaftlogError, OSError) as e:
-                self.session.reset()  # the leader's state is unknown now
-                log.info("fetch from broker %d failed: %s; retrying", self.leader_id, e)
-                await asyncio.sleep(backoff_s)
-                continue
-            if not changed:
-                # Errors on every partition (e.g. the leader has not applied the new epoch
-                # yet): do not spin.
-                await asyncio.sleep(backoff_s)
-
-    def _state(self, p: Partition) -> FetchState:
-        spec = p.core.fetch_spec()
-        return (
-            spec.fetch_offset,
-            self.manager.config.replica_fetch_max_bytes,
-            spec.current_leader_epoch,
-            spec.last_fetched_epoch,
-            spec.durable_offset,
-        )
-
-    def _next_request(self, now: int) -> SessionRequest:
-        followed = self.followed
-        for tp, until in list(self._backing_off.items()):
-            if until <= now or tp not in followed:
-                del self._backing_off[tp]
-                self._changed.add(tp)
-                self._followed_changed = True
-        session = self.session
-        if session.open and now >= self._next_verify_ms:
-            self._verify(now)
-        if not session.open:
-            tps: Iterable[TopicPartition] = followed
-        else:
-            tps = self._changed
-        states = {
-            tp: self._state(p)
-            for tp in tps
-            if (p := followed.get(tp)) is not None
-            and tp not in self._backing_off
-            and p.core.role is Role.FOLLOWER
-        }
-        current = (
-            [tp for tp in followed if tp not in self._backing_off]
-            if self._followed_changed
-            else None
-        )
-        self._changed = set()
-        self._followed_changed = False
-        return session.request(states, current)
-
-    def _verify(self, now: int) -> None:
-        """Every FETCH_SESSION_VERIFY_MS: the leader must hold every followed partition's
-        current state. A difference is a missed change (a bug): logged, and sent."""
-        self._next_verify_ms = now + FETCH_SESSION_VERIFY_MS
-        held = self.session.held
-        missed = [
-            tp
-            for tp, p in self.followed.items()
-            if tp not in self._backing_off
-            and tp not in self._changed
-            and p.core.role is Role.FOLLOWER
-            and held.get(tp) != self._state(p)
-        ]
-        if missed:
-            log.error(
-                "fetch session with broker %d was out of step for %d partitions (%s): a "
-                "missed change, sending them now",
-                self.leader_id,
-                len(missed),
-                ", ".join(str(tp) for tp in missed[:5]),
-            )
-            self._changed.update(missed)
-
-    async def _fetch_once(self) -> bool:
-        manager = self.manager
-        cfg = manager.config
-        broker_epoch = manager._broker_epoch()
-        if broker_epoch is None:
-            raise NotLeaderOrFollowerError("this broker is not registered yet")
-        now = manager.clock_ms()
-        req = self._next_request(now)
-        if not req.send and not self.session.held and not req.forgotten:
-            # Every partition backs off after failed appends: the loop sleeps.
-            self.session.reset()
-            return False
-        forgotten: dict[str, list[int]] = {}
-        for tp in req.forgotten:
-            forgotten.setdefault(tp.topic, []).append(tp.partition)
-        request = FetchRequest.of(
-            {tp: FetchPartition(tp.partition, *state) for tp, state in req.send.items()},
-            replica_id=manager.node_id,
-            replica_epoch=broker_epoch,
-            max_wait_ms=cfg.replica_fetch_wait_max_ms,
-            min_bytes=1,
-            max_bytes=cfg.replica_fetch_response_max_bytes,
-            session_id=req.session_id,
-            session_epoch=req.epoch,
-            forgotten=tuple((t, tuple(ps)) for t, ps in forgotten.items()),
-        )
-        conn = await manager._connect(self.leader_id)
-        try:
-            body, payload = await conn.request(
-                protocol.ApiKey.FETCH, request.to_body(), (), cfg.fetch_response_timeout_ms / 1000
-            )
-        except RaftlogTimeoutError:
-            # No answer to a long poll: the connection is unusable, not slow. One that carried
-            # data through a network cut can stay stuck in TCP's retransmission backoff long
-            # after the cut heals (a chaos run: a follower's fetches timed out for 70 s on a
-            # connection to a reachable leader, the partition out of its ISR meanwhile). Drop
-            # it; the next fetch connects again (Kafka's client disconnects the same way).
-            conn.close()
-            raise
-        resp = FetchResponse.from_body(body)
-        self.session.answered(resp.session_id or 0)
-        held = self.session.held
-        changed = False
-        pos = 0
-        flushes: list[Partition] = []
-        for tp, r in resp.results():
-            nbytes = r.nbytes
-            data = payload[pos : pos + nbytes] if nbytes else None
-            pos += nbytes
-            p = self.followed.get(tp)
-            st: FetchState | None = req.send.get(tp) or held.get(tp)
-            if p is None or st is None or manager.partitions.get(tp) is not p:
-                continue  # no longer followed from here, or removed meanwhile
-            # Whatever the answer did to the log, the leader must hear the new state.
-            self._changed.add(tp)
-            spec = FollowerFetch(
-                fetch_offset=st[0],
-                last_fetched_epoch=st[3],
-                current_leader_epoch=st[2],
-                durable_offset=st[4],
-            )
-            error = None
-            if r.error:
-                error = error_from_code(r.error, r.message or "")
-                if isinstance(error, OffsetOutOfRangeError):
-                    error = OffsetOutOfRangeError(str(error), r.log_start_offset, -1)
-                else:
-                    log.debug("%s: fetch from %d: %s", p.tp, self.leader_id, error)
-            if manager.on_fetch_answer(
-                p, spec, error, r.diverging, r.high_watermark, r.log_start_offset, data
-            ):
-                changed = True
-                if p.fsync_policy:
-                    flushes.append(p)
-            elif error is None:
-                changed = True  # an empty answer after the long-poll: just go again
-            if p.fetch_backoff_until_ms > now:
-                self._backing_off[tp] = p.fetch_backoff_until_ms
-                self._followed_changed = True
-        if not resp.topics:
-            changed = True  # nothing new in the whole session: the long poll ran out
-        # The fsync policy: the next fetch must report what is durable, so wait for it.
-        for p in flushes:
-            await manager.wait_durable(p)
-        return changed
-
-
+# Partition, ReplicationConfig, CommitCallback and ReplicaFetcher are re-exported: they lived
+# here before partition.py and fetcher.py.
 __all__ = [
     "CommitCallback",
     "Partition",

@@ -38,7 +38,7 @@ from raftlog.topics import TopicPartition
 
 if TYPE_CHECKING:
     from raftlog.broker.context import HandlerContext, RequestSource
-    from raftlog.replication.manager import Partition
+    from raftlog.replication.partition import Partition
 
 # Kafka's request.timeout.ms default for a produce that does not say; and the most a request
 # may ask for (a waiting acks=all request holds its response slot and its callback).
