@@ -5,7 +5,7 @@ Rules: imports the codec (records, protocol) and never the broker; options carry
 """
 
 from raftlog.client.admin import Admin, AsyncAdmin, TopicDescription
-from raftlog.client.consumer import AsyncConsumer, Consumer, ConsumerRecord
+from raftlog.client.consumer import AsyncConsumer, ConsumerRecord
 from raftlog.client.producer import (
     AsyncProducer,
     Producer,
@@ -13,6 +13,7 @@ from raftlog.client.producer import (
     RecordFutures,
     RecordMetadata,
 )
+from raftlog.client.sync_consumer import Consumer
 from raftlog.topics import TopicPartition
 
 __all__ = [
