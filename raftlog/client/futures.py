@@ -68,7 +68,7 @@ class BatchResult:
         self.topic_partition = tp
         self.base_offset = -1
         self.error: BaseException | None = None
-        # time.monotonic() by which the batch must be complete (ProducerBatch: its delivery timeout).
+        # time.monotonic() by which the batch must be complete (a batch: its delivery timeout).
         self.deadline = math.inf
         self._done = False
         self._event: threading.Event | None = None
