@@ -711,9 +711,9 @@ class Sender:
                     log.warning("malformed Produce response %r: %s", body, e)
                     r = None
                 if r is not None and not r[1]:
-                    b.complete(r[2])
                     if idem is not None:
-                        idem.acked(b)
+                        idem.acked(b)  # before complete(), which drops the batch's records
+                    b.complete(r[2])
                 else:
                     self._complete_partition(node, b.tp, (b,), r)
         finally:

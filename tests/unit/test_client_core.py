@@ -791,3 +791,65 @@ def test_retries_are_warned_once_per_topic_per_interval_with_a_count(
     _in_loop(lambda: retry(batches[1]))
     last = [r for r in caplog.records if "retrying a record batch" in r.getMessage()][-1]
     assert f"({len(batches)} more retries of t since the last line)" in last.getMessage()
+
+
+# -- the sender with a connection that writes nowhere --------------------------------------------
+
+
+class _Transport:
+    """A transport that drops what the connection writes."""
+
+    def writelines(self, parts: Any) -> None:
+        pass
+
+    def write(self, data: Any) -> None:
+        pass
+
+    def get_extra_info(self, name: str) -> Any:
+        return ("127.0.0.1", 0)
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_one_batch_answer_acknowledges_every_record_of_the_batch() -> None:
+    """A Produce answer for a batch of 3 records: the partition's acknowledged sequences end
+    after all 3, so an OutOfOrderSequence for the next batch (sequence 3) says the leader lost
+    the producer's state, and the epoch is bumped. Counted after the batch completed (which
+    drops its records), the acknowledged end was 1, and the next batch was retried as if an
+    earlier one were unanswered, until its delivery timeout."""
+    from raftlog import protocol
+    from raftlog.client.connection import FIRST_CORRELATION_ID, BrokerConnection
+    from raftlog.errors import OutOfOrderSequenceError
+
+    def answer(conn: BrokerConnection, corr: int, error: int, offset: int) -> None:
+        result = [0, error, offset, 0, None]
+        conn.data_received(b"".join(protocol.encode_response(corr, {"topics": [["t", [result]]]})))
+
+    async def run() -> None:
+        sender = _sender(linger_ms=0, batch_size=10_000)
+        conn = BrokerConnection("127.0.0.1", 0, "test")
+        conn.transport = _Transport()  # type: ignore[assignment]
+        conn.limits_learned = True
+        sender.client.ready_connection = lambda node: conn  # type: ignore[method-assign]
+        idem = sender.idem
+        assert idem is not None
+        idem.start(7, 0)
+        sender.start()
+        first = sender.acc.append_many("t", [b"a", b"b", b"c"], 0, 0, False, [])
+        assert first == 3
+        for _ in range(3):
+            await asyncio.sleep(0)
+        answer(conn, FIRST_CORRELATION_ID, 0, 100)
+        second = _send(sender.acc, TP0, None, b"d")._batch
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert second.sequence == 3
+        answer(conn, FIRST_CORRELATION_ID + 1, OutOfOrderSequenceError.code, -1)
+        assert idem.bump_pending
+        await sender.close(0)
+
+    asyncio.run(run())
