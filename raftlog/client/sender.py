@@ -85,15 +85,15 @@ class _OneBatchRequest:
     object per request (not a partial over a dict and a list): requests in flight are
     long-lived enough that every object they hold costs garbage-collector time."""
 
-    __slots__ = ("batch", "core", "nbytes", "node")
+    __slots__ = ("batch", "nbytes", "node", "sender")
 
-    def __init__(self, core: Sender, node: int, batch: ProducerBatch, nbytes: int):
-        self.core, self.node, self.batch, self.nbytes = core, node, batch, nbytes
+    def __init__(self, sender: Sender, node: int, batch: ProducerBatch, nbytes: int):
+        self.sender, self.node, self.batch, self.nbytes = sender, node, batch, nbytes
 
     def __call__(
         self, body: dict[str, Any] | None, _payload: memoryview | None, error: RaftlogError | None
     ) -> None:
-        self.core._on_one_response(self.node, self.batch, self.nbytes, body, error)
+        self.sender._on_one_response(self.node, self.batch, self.nbytes, body, error)
 
 
 class Sender:
