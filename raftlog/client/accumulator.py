@@ -233,8 +233,14 @@ class Accumulator:
     """Per-partition queues of batches; thread-safe (the sync producer's send runs anywhere).
 
     The last batch of a queue is the partition's open batch, the one `send` appends to, unless
-    it is a batch being retried (those take no new records). Batches leave a queue only through
-    `drain`, under the lock, so a record is never appended to a batch that is being sent.
+    it is a batch being retried (those take no new records). Batches leave a queue only under
+    the lock (`drain`, `discard`, `take_all`, `fail_all`), so a record is never appended to a
+    batch that is being sent.
+
+    Invariants: a sealed batch takes no more records; every batch in a queue is not complete,
+    or expired by a waiter (then the next drain takes it out); `buffered_bytes` counts every
+    queued batch and every batch whose send is not answered yet (appends and `requeue` add,
+    `release`, expiry, `discard` and `fail_all` take away); `dead`, once set, stays set.
     """
 
     def __init__(
