@@ -154,7 +154,7 @@ def client_us_per_record(n: int) -> tuple[float, float, float]:
         core.space, core._idle = asyncio.Event(), asyncio.Event()
         t0 = time.process_time()
         for _ in range(n):
-            core.append("t", VALUE, None, None, None, None, True)
+            core.acc.append("t", VALUE, None, None, None, None, True)
         t1 = time.process_time()
         with core.acc.lock:
             requests, _, _ = core.acc.drain(

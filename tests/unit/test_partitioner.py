@@ -1,5 +1,5 @@
 """Where keyless records go: the uniform sticky partitioner alone, then inside the producer's
-core with batches leaving by linger (issue #21: they all went to one partition)."""
+accumulator with batches leaving by linger (issue #21: they all went to one partition)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from raftlog.client.accumulator import Accumulator
 from raftlog.client.partitioner import UniformStickyPartitioner
-from raftlog.client.producer import ProducerConfig, Span, _ProducerCore, default_partitioner
+from raftlog.client.producer import ProducerConfig, Span, default_partitioner
 from raftlog.metadata.model import PartitionInfo, TopicInfo
 
 VALUE = bytes(200)
@@ -83,31 +84,34 @@ def test_a_topic_that_grew_starts_a_new_stint_among_all_its_partitions() -> None
     assert sorted(stints(p, "t", 8, 8)) == list(range(8))
 
 
-# -- inside the producer's core ----------------------------------------------------------------
+# -- inside the producer's accumulator -----------------------------------------------------------
 
 
-def core_with(partitions: int, seed: int = 11, **kw: object) -> _ProducerCore:
-    """A producer core with metadata for topic "t" (partition p led by node p) and no event
-    loop: the sender's wake-ups are dropped, and the test drains the batches itself."""
-    core = _ProducerCore(ProducerConfig(**kw), random.Random(seed))  # type: ignore[arg-type]
-    core.client.topics["t"] = TopicInfo(
+def acc_with(partitions: int, seed: int = 11, **kw: object) -> Accumulator:
+    """A producer's accumulator with metadata for topic "t" (partition p led by node p) and no
+    sender: its wake-ups are dropped, and the test drains the batches itself."""
+    topic = TopicInfo(
         "t", "id", tuple(PartitionInfo(p, p, 0, (p,), (p,)) for p in range(partitions))
     )
-    core._wake = lambda: None  # type: ignore[method-assign]
-    return core
+    return Accumulator(
+        ProducerConfig(**kw),  # type: ignore[arg-type]
+        {"t": topic},
+        lambda: None,
+        random.Random(seed),
+    )
 
 
-def drain_after_linger(core: _ProducerCore) -> None:
+def drain_after_linger(acc: Accumulator) -> None:
     """What the sender does once linger_ms has passed: take every batch, and (as answers would)
     free their bytes. The drain's `now` is set past every batch's linger."""
     now = time.monotonic() + LINGER_MS / 1000
-    requests, _, expired = core.acc.drain(now, lambda tp: tp.partition, lambda n: 5, False)
-    assert expired == [] and core.acc.pending() == 0
-    core.acc.release(sum(b.builder.size_bytes for rs in requests.values() for r in rs for b in r))
-    core._wake_scheduled = False
+    requests, _, expired = acc.drain(now, lambda tp: tp.partition, lambda n: 5, False)
+    assert expired == [] and acc.pending() == 0
+    acc.release(sum(b.builder.size_bytes for rs in requests.values() for r in rs for b in r))
+    acc.wake_scheduled = False
 
 
-def run_at(core: _ProducerCore, rate: int, seconds: float, many: bool = False) -> Counter[int]:
+def run_at(acc: Accumulator, rate: int, seconds: float, many: bool = False) -> Counter[int]:
     """`rate` keyless records a second for `seconds` of simulated time, in ticks of linger_ms:
     each tick's records, then the drain that linger brings. Returns records per partition."""
     per_tick = rate * LINGER_MS / 1000
@@ -118,14 +122,14 @@ def run_at(core: _ProducerCore, rate: int, seconds: float, many: bool = False) -
         k, owed = int(owed), owed - int(owed)
         if many:
             spans: list[Span] = []
-            assert core.append_many("t", [VALUE] * k, 0, None, True, spans) == k
+            assert acc.append_many("t", [VALUE] * k, 0, None, True, spans) == k
             counts.update({b.tp.partition: n for b, _, n, _ in spans})
         else:
             for _ in range(k):
-                fut = core.append("t", VALUE, None, None, None, None, True)
+                fut = acc.append("t", VALUE, None, None, None, None, True)
                 assert fut is not None
                 counts[fut._batch.tp.partition] += 1
-        drain_after_linger(core)
+        drain_after_linger(acc)
     return counts
 
 
@@ -136,8 +140,8 @@ def test_keyless_records_spread_when_batches_leave_by_linger(rate: int) -> None:
     a batch filled: 100% of the records went to one partition of six. Now it moves after
     batch_size bytes whatever made the batch leave; over 20 s no partition gets more than
     twice its fair share (the rounds make it much less)."""
-    core = core_with(6, linger_ms=LINGER_MS)
-    counts = run_at(core, rate, 20.0)
+    acc = acc_with(6, linger_ms=LINGER_MS)
+    counts = run_at(acc, rate, 20.0)
     fair = sum(counts.values()) / 6
     assert len(counts) == 6 and max(counts.values()) <= 2 * fair, counts
     # A stint is batch_size bytes rounded up to the batch that leaves: at most one tick more.
@@ -148,16 +152,16 @@ def test_keyless_records_spread_when_batches_leave_by_linger(rate: int) -> None:
 def test_send_many_spreads_as_send_does_with_batches_leaving_by_linger() -> None:
     """send_many keeps its own fast path; with the same randomness and the same drains it
     puts every record where send() one by one puts it."""
-    one = run_at(core_with(6, seed=4, linger_ms=LINGER_MS), 2_000, 10.0)
-    many = run_at(core_with(6, seed=4, linger_ms=LINGER_MS), 2_000, 10.0, many=True)
+    one = run_at(acc_with(6, seed=4, linger_ms=LINGER_MS), 2_000, 10.0)
+    many = run_at(acc_with(6, seed=4, linger_ms=LINGER_MS), 2_000, 10.0, many=True)
     assert one == many and len(one) == 6
 
 
 def test_at_full_speed_each_stint_is_one_full_batch() -> None:
     """Batches that fill before linger (the old partitioner's only move) still move the sticky
     partition at every full batch, so batching is as big as before."""
-    core = core_with(6, linger_ms=60_000, batch_size=10_000)
-    futs = [core.append("t", VALUE, None, None, None, None, True) for _ in range(400)]
+    acc = acc_with(6, linger_ms=60_000, batch_size=10_000)
+    futs = [acc.append("t", VALUE, None, None, None, None, True) for _ in range(400)]
     batches = [f._batch for f in futs if f is not None]
     runs = [b for i, b in enumerate(batches) if i == 0 or b is not batches[i - 1]]
     assert len(runs) == len(set(runs))  # no batch was left and later appended to
@@ -166,18 +170,18 @@ def test_at_full_speed_each_stint_is_one_full_batch() -> None:
 
 
 def test_keyed_and_explicit_partition_records_do_not_move_or_follow_the_sticky_one() -> None:
-    core = core_with(6, linger_ms=LINGER_MS)
+    acc = acc_with(6, linger_ms=LINGER_MS)
     keys = [b"user-%d" % i for i in range(50)]
     for _ in range(30):  # many stints' worth of keyless bytes in between
         for k in keys:
-            fut = core.append("t", VALUE, k, None, None, None, True)
+            fut = acc.append("t", VALUE, k, None, None, None, True)
             assert fut is not None and fut._batch.tp.partition == default_partitioner(k, 6)
-        fut = core.append("t", VALUE, None, None, 4, None, True)
+        fut = acc.append("t", VALUE, None, None, 4, None, True)
         assert fut is not None and fut._batch.tp.partition == 4
-        run_at(core, 20_000, 0.1)
+        run_at(acc, 20_000, 0.1)
     # Keyed and explicit records are not counted in a keyless stint.
-    stint = core.sticky.stint("t", 6)
+    stint = acc.sticky.stint("t", 6)
     nbytes = stint.nbytes
-    core.append("t", VALUE * 100, b"k", None, None, None, True)
-    core.append("t", VALUE * 100, None, None, stint.partition, None, True)
-    assert core.sticky.stint("t", 6) is stint and stint.nbytes == nbytes
+    acc.append("t", VALUE * 100, b"k", None, None, None, True)
+    acc.append("t", VALUE * 100, None, None, stint.partition, None, True)
+    assert acc.sticky.stint("t", 6) is stint and stint.nbytes == nbytes
