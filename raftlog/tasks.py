@@ -7,8 +7,9 @@ the task until it ends and logs a failure at once, at ERROR with its traceback, 
 the task was and who owns it.
 
 Rules:
-- A task raftlog creates either runs in a TaskGroup, is awaited by the function that created
-  it, or belongs to a TaskSet. tests/unit/test_tasks.py checks raftlog/ for strays.
+- A task raftlog creates either runs in a TaskGroup, belongs to a TaskSet, is awaited by the
+  function that created it, or has a done callback that acts on its failure (the producer's
+  sender). tests/unit/test_tasks.py checks raftlog/ for strays.
 - The coroutine handles the errors it expects (a refused proposal, a lost connection) itself;
   what reaches the set is a bug, and is logged, not raised: the owner goes on.
 - Cancellation is not a failure. `cancel()` cancels every task still running (the owner's

@@ -40,7 +40,7 @@ import math
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from typing import Any
 
 from raftlog import protocol
@@ -63,6 +63,7 @@ from raftlog.errors import (
 from raftlog.invariants import InvariantError
 from raftlog.metadata.model import TopicInfo
 from raftlog.records import with_producer
+from raftlog.tasks import TaskSet
 from raftlog.topics import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -141,7 +142,7 @@ class Sender:
         self._sender: asyncio.Task[None] | None = None
         self._closing = False
         self._closed = False
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet("producer")  # connects, metadata refreshes, InitProducerId
         self._idle: asyncio.Event | None = None
         self.space: asyncio.Event | None = None
         self._acks = config.acks_code
@@ -333,7 +334,7 @@ class Sender:
         if idem is not None and not idem.ready:
             if idem.producer_id < 0 and not self._initializing:
                 self._initializing = True
-                self._spawn(self._init_producer_id())
+                self._spawn(self._init_producer_id(), "InitProducerId")
             return 0  # a response or the id's arrival wakes the sender
         conn = self.client.ready_connection(node)
         if conn is None or not conn.limits_learned:
@@ -440,15 +441,13 @@ class Sender:
         error.__cause__ = b.last_error
         return error
 
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def _spawn(self, coro: Coroutine[Any, Any, None], what: str) -> None:
+        self._tasks.spawn(coro, what)
 
     def _schedule_connect(self, node: int) -> None:
         if node not in self._connecting:
             self._connecting.add(node)
-            self._spawn(self._connect(node))
+            self._spawn(self._connect(node), f"connect to broker {node}")
 
     async def _connect(self, node: int) -> None:
         conn = None
@@ -476,7 +475,7 @@ class Sender:
     def _schedule_refresh(self, topic: str) -> None:
         if topic not in self._refreshing:
             self._refreshing.add(topic)
-            self._spawn(self._refresh(topic))
+            self._spawn(self._refresh(topic), f"metadata refresh of {topic}")
 
     async def _refresh(self, topic: str) -> None:
         try:
@@ -838,8 +837,7 @@ class Sender:
             finished, _ = await asyncio.wait({self._sender}, timeout=timeout_s)
             if not finished:
                 self._sender.cancel()
-        for t in list(self._tasks):
-            t.cancel()
+        self._tasks.cancel()
         # From here a failed batch fails instead of waiting for a retry that will not come:
         # closing the connections fails the requests still in flight.
         self._closed = True
