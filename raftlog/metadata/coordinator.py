@@ -437,8 +437,8 @@ class GroupCoordinator:
         new_id = view["member_id"]
         self._seen(group_id, new_id)
         self._answer_joins(group_id)  # this join may have completed others' rebalance
-        if view["state"] == groups.PREPARING:
-            waiting = self._read(lambda s: groups.waiting_for(s.groups[group_id]))
+        if view["state"] == groups.PREPARING.value:
+            waiting = self._read(lambda s: s.groups[group_id].waiting_for())
             log.info(
                 "group %s: member %s (client %s) joins; generation %d waits for %d members "
                 "to rejoin (%s%s)",
@@ -475,10 +475,10 @@ class GroupCoordinator:
 
         def deadline_ms(s: MetadataState) -> int | None:
             g = s.groups.get(group_id)
-            if g is None or g["state"] != groups.PREPARING:
+            if g is None or g.phase is not groups.PREPARING:
                 return None
-            at: int | None = g["rebalance_deadline_ms"]
-            return at if at is not None else self._clock_ms() + groups.rebalance_timeout_ms(g)
+            at = g.rebalance_deadline_ms
+            return at if at is not None else self._clock_ms() + g.rebalance_timeout_ms()
 
         until_ms = self._read(deadline_ms)
         wait_ms = self.config.join_wait_margin_ms
@@ -912,10 +912,10 @@ class GroupCoordinator:
             return [
                 {
                     "group_id": gid,
-                    "state": g["state"],
-                    "generation": g["generation"],
-                    "protocol": g["protocol"],
-                    "members": len(g["members"]),
+                    "state": g.phase.value,
+                    "generation": g.generation,
+                    "protocol": g.protocol,
+                    "members": len(g.members),
                 }
                 for gid, g in sorted(s.groups.items())
             ]
@@ -932,13 +932,13 @@ class GroupCoordinator:
             g = s.groups.get(group_id)
             if g is None:
                 return None
-            rejoined = set(g["rejoined"])
+            rejoined = set(g.rejoined)
             return {
                 "group_id": group_id,
-                "state": g["state"],
-                "generation": g["generation"],
-                "protocol": g["protocol"],
-                "rebalance_deadline_ms": g["rebalance_deadline_ms"],
+                "state": g.phase.value,
+                "generation": g.generation,
+                "protocol": g.protocol,
+                "rebalance_deadline_ms": g.rebalance_deadline_ms,
                 "members": [
                     {
                         "member_id": mid,
@@ -946,10 +946,10 @@ class GroupCoordinator:
                         "instance_id": m["instance_id"],
                         "session_timeout_ms": m["session_timeout_ms"],
                         "topics": list(m["topics"]),
-                        "assignment": [list(tp) for tp in g["assignment"].get(mid, [])],
+                        "assignment": [list(tp) for tp in g.assignment.get(mid, [])],
                         "rejoined": mid in rejoined,
                     }
-                    for mid, m in sorted(g["members"].items())
+                    for mid, m in sorted(g.members.items())
                 ],
                 "offsets": [
                     [t, p, offset, metadata, ts]
@@ -979,12 +979,10 @@ class _SweepView:
 def _sweep_views(s: MetadataState) -> dict[str, _SweepView]:
     return {
         gid: _SweepView(
-            session_timeout_ms={
-                mid: int(m["session_timeout_ms"]) for mid, m in g["members"].items()
-            },
-            parked=frozenset(g["rejoined"]),
-            preparing=g["state"] == groups.PREPARING,
-            deadline_ms=g["rebalance_deadline_ms"],
+            session_timeout_ms={mid: int(m["session_timeout_ms"]) for mid, m in g.members.items()},
+            parked=frozenset(g.rejoined),
+            preparing=g.phase is groups.PREPARING,
+            deadline_ms=g.rebalance_deadline_ms,
         )
         for gid, g in s.groups.items()
     }
@@ -993,7 +991,7 @@ def _sweep_views(s: MetadataState) -> dict[str, _SweepView]:
 def _members_by_group(s: MetadataState) -> dict[str, dict[str, int]]:
     """group id -> member id -> session_timeout_ms, for every member in the state."""
     return {
-        gid: {mid: int(m["session_timeout_ms"]) for mid, m in g["members"].items()}
+        gid: {mid: int(m["session_timeout_ms"]) for mid, m in g.members.items()}
         for gid, g in s.groups.items()
     }
 

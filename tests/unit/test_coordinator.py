@@ -161,7 +161,7 @@ async def join(
 
 
 def members(quorum: FakeQuorum, group_id: str = "g") -> list[str]:
-    return sorted(quorum.state.groups[group_id]["members"])
+    return sorted(quorum.state.groups[group_id].members)
 
 
 async def until(condition: Callable[[], bool], what: str) -> None:
@@ -184,7 +184,7 @@ async def group_of(
         return [first]
     waiting = [asyncio.create_task(join(c, group_id=group_id, **kw)) for _ in range(n - 1)]
     state = c._read(lambda s: s)
-    await until(lambda: len(state.groups[group_id]["members"]) == n, f"{n} members")
+    await until(lambda: len(state.groups[group_id].members) == n, f"{n} members")
     assert not any(t.done() for t in waiting)  # the barrier holds them
     with pytest.raises(RebalanceInProgressError):
         c.heartbeat(group_id, first["member_id"], first["generation"])
@@ -501,7 +501,7 @@ async def test_members_waiting_in_the_barrier_are_not_expired(
     assert members(quorum) == ["c-1"]
     b = await joining  # a's expiry completed the rebalance
     assert b["generation"] == 2 and len(b["assignment"]) == 4
-    assert a["member_id"] not in quorum.state.groups["g"]["assignment"]
+    assert a["member_id"] not in quorum.state.groups["g"].assignment
     clock.advance(SESSION_MS)
     assert await coord.sweep() == 0
     clock.advance(1)
@@ -546,11 +546,11 @@ async def test_a_topic_change_gets_its_deadline_from_the_sweep(
     quorum.apply(
         "create_topic", name="later", topic_id="l", partitions=2, replication_factor=1, config={}
     )
-    assert quorum.state.groups["g"]["rebalance_deadline_ms"] is None
+    assert quorum.state.groups["g"].rebalance_deadline_ms is None
     with pytest.raises(RebalanceInProgressError):
         coord.heartbeat("g", a["member_id"], 1)
     assert await coord.sweep() == 0
-    assert quorum.state.groups["g"]["rebalance_deadline_ms"] == clock.now_ms + 30_000
+    assert quorum.state.groups["g"].rebalance_deadline_ms == clock.now_ms + 30_000
     again = await join(coord, member_id=a["member_id"], topics=("t", "later"))
     assert again["generation"] == 2 and len(again["assignment"]) == 6
 
@@ -843,7 +843,7 @@ async def test_expiry_of_a_large_group_is_proposed_in_pieces(
     clock.advance(SESSION_MS + 1)
     assert await coord.sweep() == 60
     assert quorum.calls.count("leave_group") > 1 and max(quorum.sizes) <= budget
-    assert quorum.state.groups["g"]["members"] == {}
+    assert quorum.state.groups["g"].members == {}
 
 
 async def test_ids_and_commit_metadata_are_bounded(
