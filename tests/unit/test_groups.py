@@ -18,7 +18,7 @@ from raftlog.errors import (
     UnknownMemberIdError,
 )
 from raftlog.metadata import groups
-from raftlog.metadata.groups import GroupInvariantError, GroupPhase, GroupState
+from raftlog.metadata.groups import GroupState
 from raftlog.metadata.state import MetadataState
 from tests.unit.test_metadata_snapshot import Format1, format1_fields
 
@@ -319,55 +319,6 @@ def test_a_deleted_topic_leaves_the_assignment_at_once() -> None:
     assert commit(s, a, 1, ["u", 0])[1] == CommitFailedError.code
     join(s, a, topics=("t", "u"))
     assert group(s).phase.value == "Stable" and group(s).assignment[a] == [["t", 0], ["t", 1]]
-
-
-# -- the transition table and the invariant check --------------------------------------------
-
-
-def test_only_kafkas_transitions_are_allowed() -> None:
-    """Dead is entered from Empty only (the table's other rows: test_group_state.py)."""
-    GroupState("g").delete()
-    for phase in (GroupPhase.PREPARING_REBALANCE, GroupPhase.STABLE):
-        with pytest.raises(GroupInvariantError, match=f"no transition from {phase.value}"):
-            GroupState("g", phase=phase).delete()
-    assert {p.value for p in GroupPhase} == {
-        "Empty",
-        "PreparingRebalance",
-        "CompletingRebalance",
-        "Stable",
-        "Dead",
-    }
-
-
-@pytest.mark.parametrize(
-    "breakage",
-    [
-        "two owners",
-        "no owner",
-        "assignment to a stranger",
-        "rejoined outside a rebalance",
-        "empty with members",
-        "unsubscribed partition",
-    ],
-)
-def test_the_invariant_check_finds_a_broken_group(breakage: str) -> None:
-    s = new_state()
-    a, b = two_members(s)
-    g = copy.deepcopy(group(s))
-    if breakage == "two owners":
-        g.assignment[b].append(g.assignment[a][0])
-    elif breakage == "no owner":
-        g.assignment[b] = []
-    elif breakage == "assignment to a stranger":
-        g.assignment["ghost"] = []
-    elif breakage == "rejoined outside a rebalance":
-        g.rejoined = [a]
-    elif breakage == "empty with members":
-        g.phase = GroupPhase.EMPTY
-    else:
-        g.members[a]["topics"] = ["other"]
-    with pytest.raises(GroupInvariantError):
-        g.check(lambda t: len(s.topics[t]["partitions"]) if t in s.topics else None)
 
 
 # -- snapshots of older code -----------------------------------------------------------------
