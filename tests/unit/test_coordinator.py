@@ -36,7 +36,7 @@ from raftlog.errors import (
     UnknownTopicOrPartitionError,
     error_from_code,
 )
-from raftlog.metadata import coordinator as coordinator_module
+from raftlog.metadata import group_requests
 from raftlog.metadata.coordinator import CoordinatorConfig, GroupCoordinator
 from raftlog.metadata.quorum import COMMAND_BYTES_MAX, command_bytes
 from raftlog.metadata.state import MetadataState
@@ -892,23 +892,25 @@ def test_size_bounds_are_upper_bounds_of_the_real_pickles(
 ) -> None:
     """The coordinator's byte estimates never undercount what pysyncobj serializes."""
     config = CoordinatorConfig(offset_metadata_bytes_max=10_000)
-    checked, sizes = coordinator_module._offset_entries(group, entries, 4, config)
+    checked, sizes = group_requests.offset_entries(
+        group, entries, 4, config.offset_metadata_bytes_max
+    )
     commit = {
         "group_id": group, "member_id": member, "generation": generation, "offsets": checked,
         "now_ms": now_ms,
     }  # fmt: skip
-    estimate = coordinator_module._COMMIT_BYTES
-    estimate += coordinator_module._str_bytes(group) + coordinator_module._str_bytes(member)
+    estimate = group_requests.COMMIT_BYTES
+    estimate += group_requests.str_bytes(group) + group_requests.str_bytes(member)
     estimate += sum(sizes)
     batch = ("commit_batch", {"commits": [commit]})
-    assert command_bytes(batch) <= estimate + coordinator_module._BATCH_ENVELOPE_BYTES_MAX
-    reset_entries, reset_sizes = coordinator_module._offset_entries(
-        group, [e[:3] for e in checked], 3, config
+    assert command_bytes(batch) <= estimate + group_requests.BATCH_ENVELOPE_BYTES_MAX
+    reset_entries, reset_sizes = group_requests.offset_entries(
+        group, [e[:3] for e in checked], 3, config.offset_metadata_bytes_max
     )
     reset = ("reset_offsets", {"group_id": group, "offsets": reset_entries, "now_ms": now_ms})
-    reset_estimate = coordinator_module._RESET_BYTES + coordinator_module._str_bytes(group)
+    reset_estimate = group_requests.RESET_BYTES + group_requests.str_bytes(group)
     assert command_bytes(reset) <= reset_estimate + sum(reset_sizes)
     leave = ("leave_group", {"group_id": group, "member_ids": [member, group]})
-    leave_estimate = coordinator_module._LEAVE_BYTES + coordinator_module._str_bytes(group)
-    leave_estimate += sum(coordinator_module._str_bytes(m) + 10 for m in (member, group))
+    leave_estimate = group_requests.LEAVE_BYTES + group_requests.str_bytes(group)
+    leave_estimate += sum(group_requests.str_bytes(m) + 10 for m in (member, group))
     assert command_bytes(leave) <= leave_estimate
