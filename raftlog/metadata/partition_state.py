@@ -297,19 +297,21 @@ class PartitionState:
 
     def _check(self, before: tuple[Any, ...], rules: TopicRules) -> None:
         """Raise MetadataInvariantError unless the module docstring's invariants hold, and the
-        epochs moved as they must since `before` (a `_view` taken when the transition began)."""
+        epochs moved as they must since `before` (a `_view` taken when the transition began).
+
+        Cost: a few small sets per call (it runs for each partition a command changes, and
+        for each partition of a new topic)."""
         isr, elr, replicas, leader = self.isr, self.elr, self.replicas, self.leader
-        now = self._view()
+        in_replicas, in_isr, in_elr = set(replicas), set(isr), set(elr)
         ok = (
-            bool(replicas)
-            and len(set(replicas)) == len(replicas)
+            0 < len(in_replicas) == len(replicas)
+            and len(in_isr) == len(isr)
+            and len(in_elr) == len(elr)
+            and in_isr <= in_replicas
+            and in_elr <= in_replicas
+            and in_isr.isdisjoint(in_elr)
             and (bool(isr) or (leader == NO_LEADER and bool(elr)))
-            and set(isr) <= set(replicas)
-            and set(elr) <= set(replicas)
-            and not set(isr) & set(elr)
-            and len(set(isr)) == len(isr)
-            and len(set(elr)) == len(elr)
-            and (leader == NO_LEADER or leader in isr)
+            and (leader == NO_LEADER or leader in in_isr)
             and (not elr or len(isr) < rules.min_insync_replicas)
         )
         if not ok:
@@ -317,15 +319,19 @@ class PartitionState:
                 f"{self.name}: leader {leader} isr {isr} elr {elr} replicas {replicas} break the "
                 f"partition invariants (min.insync.replicas={rules.min_insync_replicas})"
             )
+        leader_epoch, partition_epoch = self.leader_epoch, self.partition_epoch
         epochs_ok = (
-            now[1] >= before[1]
-            and now[5] >= before[5]
-            and (now[0] == before[0] or now[1] > before[1])
-            and (now[:5] == before[:5] or now[5] > before[5])
+            leader_epoch >= before[1]
+            and partition_epoch >= before[5]
+            and (leader == before[0] or leader_epoch > before[1])
+            and (
+                partition_epoch > before[5]
+                or (leader, leader_epoch, isr, elr, replicas) == before[:5]
+            )
         )
         if not epochs_ok:
             raise MetadataInvariantError(
                 f"{self.name}: (leader, leader epoch, isr, elr, replicas, partition epoch) "
-                f"went from {before} to {now}: a leader change needs a new leader epoch, any "
-                "change a new partition epoch, and epochs never go back"
+                f"went from {before} to {self._view()}: a leader change needs a new leader "
+                "epoch, any change a new partition epoch, and epochs never go back"
             )
