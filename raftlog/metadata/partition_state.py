@@ -81,15 +81,23 @@ class TopicRules:
 
 @dataclass(slots=True)
 class PartitionState:
-    """One partition of a topic; see the module docstring for its invariants."""
+    """One partition of a topic; the module docstring has its invariants, the methods are its
+    only transitions. The lists are replaced, never changed in place."""
 
+    # Which partition (names it in errors; not part of the snapshot's record).
     topic: str
     partition: int
+    # Invariant: distinct broker ids, not empty; fixed until reassignment transitions exist.
     replicas: list[int]
+    # Invariant: in isr, or NO_LEADER (offline).
     leader: int
+    # Invariant: never goes back; moves with every change of leader.
     leader_epoch: int
+    # Invariant: distinct replicas; empty only while offline with an ELR. Kept in replica order.
     isr: list[int]
+    # Invariant: distinct replicas outside the isr; empty while len(isr) >= min ISR.
     elr: list[int]
+    # Invariant: never goes back; moves with every change of any field above.
     partition_epoch: int
 
     @classmethod
@@ -97,7 +105,8 @@ class PartitionState:
         cls, topic: str, partition: int, replicas: list[int], rules: TopicRules
     ) -> PartitionState:
         """A new partition: every replica in the ISR, the first one leads, epochs 0."""
-        p = cls(topic, partition, list(replicas), replicas[0], 0, list(replicas), [], 0)
+        leader = replicas[0] if replicas else NO_LEADER
+        p = cls(topic, partition, list(replicas), leader, 0, list(replicas), [], 0)
         p._check(p._view(), rules)
         return p
 
