@@ -23,6 +23,7 @@ from raftlog.errors import (
     error_from_code,
 )
 from raftlog.metadata.model import BrokerInfo, PartitionInfo, TopicInfo
+from raftlog.metadata.partition_state import PartitionState
 from raftlog.metadata.quorum import MetadataQuorum
 from raftlog.metadata.state import MetadataState
 from raftlog.tasks import TaskSet
@@ -45,15 +46,15 @@ def parse_voters(voters: list[str]) -> dict[int, str]:
     return out
 
 
-def _partition_info(i: int, p: dict[str, Any]) -> PartitionInfo:
+def _partition_info(i: int, p: PartitionState) -> PartitionInfo:
     return PartitionInfo(
         i,
-        p["leader"],
-        p["leader_epoch"],
-        tuple(p["replicas"]),
-        tuple(p["isr"]),
-        p["partition_epoch"],
-        tuple(p.get("elr", ())),
+        p.leader,
+        p.leader_epoch,
+        tuple(p.replicas),
+        tuple(p.isr),
+        p.partition_epoch,
+        tuple(p.elr),
     )
 
 
@@ -75,7 +76,7 @@ def _topic_info(t: dict[str, Any], old: TopicInfo | None = None) -> TopicInfo:
     changed = False
     for i, p in enumerate(parts):
         o = infos[i]
-        if o.partition_epoch != p["partition_epoch"] or o.leader_epoch != p["leader_epoch"]:
+        if o.partition_epoch != p.partition_epoch or o.leader_epoch != p.leader_epoch:
             infos[i] = _partition_info(i, p)
             changed = True
     if not changed and old.config == t["config"]:
@@ -335,8 +336,7 @@ class ClusterMetadata:
         def grab(s: MetadataState) -> dict[str, Any]:
             offline_logs = []
             offline: dict[tuple[str, int], list[int]] = {}
-            # getattr: a state restored from a snapshot older than the field has none.
-            for node_id, report in sorted(getattr(s, "offline_replicas", {}).items()):
+            for node_id, report in sorted(s.offline_replicas.items()):
                 broker = s.brokers.get(node_id)
                 if broker is None or broker["broker_epoch"] != report["broker_epoch"]:
                     continue  # from an earlier incarnation of that broker
@@ -371,10 +371,10 @@ class ClusterMetadata:
                     {
                         "topic": name,
                         "partition": i,
-                        "leader": p["leader"],
-                        "leader_epoch": p["leader_epoch"],
-                        "replicas": list(p["replicas"]),
-                        "isr": list(p["isr"]),
+                        "leader": p.leader,
+                        "leader_epoch": p.leader_epoch,
+                        "replicas": list(p.replicas),
+                        "isr": list(p.isr),
                         "offline_replicas": offline.get((name, i), []),
                     }
                     for name in sorted(s.topics)

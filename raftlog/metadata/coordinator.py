@@ -52,16 +52,17 @@ PreparingRebalance, Stable, Dead); this module drives them with the network and 
   applied after its earlier one. Waiting commits are bounded by `commit_pending_max`; beyond it
   `commit` waits for room (backpressure) instead of growing a queue without limit.
 - Every command fits one Raft entry (quorum.COMMAND_BYTES_MAX). Sizes are bounded from above
-  here, from string lengths (`_entry_bytes` and friends: what pickle protocol 2 can take at
-  most), so a batch is cut before it would grow past `commit_batch_bytes_max`. A commit larger
+  from string lengths (group_requests.py: what pickle protocol 2 can take at most), so a
+  batch is cut before it would grow past `commit_batch_bytes_max`. A commit larger
   than that (an OffsetCommit of tens of thousands of partitions) is split into pieces that
   follow each other in the queue, so they are applied in order; each piece is checked on its
   own, so a rebalance between two pieces applies the first and refuses the rest (the caller gets
   the refusal; the member restarts those partitions from the last committed offsets, as after
   any refused commit: at least once). A reset is split the same way, and expiry proposes
   `leave_group` in pieces too, so a large group can always be expired.
-- Input from the network is checked here, before it is proposed: a malformed command must be
-  refused with `InvalidRequestError`, not reach the state machine of every replica. Ids
+- Input from the network is checked here (with group_requests.py's checks), before it is
+  proposed: a malformed command must be refused with `InvalidRequestError`, not reach the
+  state machine of every replica. Ids
   (group, member, client, instance, assignor names) are at most `id_bytes_max` bytes, commit
   metadata at most `offset_metadata_bytes_max` (Kafka's `offset.metadata.max.bytes`),
   partitions and generations int32 and offsets int64, as on Kafka's wire.
@@ -80,7 +81,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from raftlog.errors import (
     GroupIdNotFoundError,
@@ -96,10 +97,25 @@ from raftlog.errors import (
 )
 from raftlog.invariants import InvariantError
 from raftlog.metadata import groups
+from raftlog.metadata.group_requests import (
+    BATCH_ENVELOPE_BYTES_MAX,
+    COMMIT_BYTES,
+    INT32_MAX,
+    LEAVE_BYTES,
+    RESET_BYTES,
+    STR_BYTES,
+    check_str,
+    entry_bytes_max,
+    is_int,
+    offset_entries,
+    split_by_size,
+    str_bytes,
+    str_list,
+)
 from raftlog.metadata.quorum import COMMAND_BYTES_MAX
 from raftlog.metadata.state import MetadataState
 from raftlog.tasks import TaskSet
-from raftlog.topics import MAX_NAME_LENGTH, validate_topic_name
+from raftlog.topics import validate_topic_name
 
 log = logging.getLogger(__name__)
 
@@ -136,11 +152,6 @@ def anchored_clock_ms() -> Callable[[], int]:
 _LOGGED_MEMBERS_MAX = 8
 # A failing expiry of one group is logged at most this often (it is retried every sweep).
 EXPIRY_WARNING_INTERVAL_MS = 10_000
-# Kafka's wire types for partitions and generations (int32) and offsets (int64).
-INT32_MAX = 2**31 - 1
-INT64_MAX = 2**63 - 1
-# Room a batch's command needs around its commits ("commit_batch", {"commits": [...]}).
-_BATCH_ENVELOPE_BYTES_MAX = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,8 +190,10 @@ class CoordinatorConfig:
         if self.commit_batch_max < 1:
             raise InvalidConfigError(f"commit_batch_max must be >= 1, got {self.commit_batch_max}")
         # The smallest batch must hold one commit of the largest ids and one largest entry.
-        smallest = _COMMIT_BYTES + 2 * self.id_bytes_max + _entry_bytes_max(self)
-        largest = COMMAND_BYTES_MAX - _BATCH_ENVELOPE_BYTES_MAX
+        smallest = (
+            COMMIT_BYTES + 2 * self.id_bytes_max + entry_bytes_max(self.offset_metadata_bytes_max)
+        )
+        largest = COMMAND_BYTES_MAX - BATCH_ENVELOPE_BYTES_MAX
         if not smallest <= self.commit_batch_bytes_max <= largest:
             raise InvalidConfigError(
                 f"commit_batch_bytes_max must be {smallest}..{largest} (one commit with the "
@@ -368,7 +381,7 @@ class GroupCoordinator:
             ) from e
 
     def _check_id(self, name: str, value: object, empty_ok: bool = True) -> None:
-        size = _str_bytes(_check_str(name, value, empty_ok))
+        size = str_bytes(check_str(name, value, empty_ok))
         if size > self.config.id_bytes_max:
             raise PolicyViolationError(
                 f"{name} {value!r:.60} is {size} bytes; the limit is id_bytes_max="
@@ -377,9 +390,9 @@ class GroupCoordinator:
 
     def _id_pieces(self, group_id: str, member_ids: list[str]) -> list[list[str]]:
         """`member_ids` in runs that each fit one leave_group command."""
-        budget = self.config.commit_batch_bytes_max - _LEAVE_BYTES - _str_bytes(group_id)
-        sizes = [_str_bytes(m) + _STR_BYTES for m in member_ids]
-        return [piece for piece, _ in _pieces(member_ids, sizes, budget)]
+        budget = self.config.commit_batch_bytes_max - LEAVE_BYTES - str_bytes(group_id)
+        sizes = [str_bytes(m) + STR_BYTES for m in member_ids]
+        return [piece for piece, _ in split_by_size(member_ids, sizes, budget)]
 
     # -- membership ----------------------------------------------------------------------------
 
@@ -407,20 +420,20 @@ class GroupCoordinator:
         if instance_id is not None:
             self._check_id("instance_id", instance_id, empty_ok=False)
         lo, hi = self.config.session_timeout_ms_min, self.config.session_timeout_ms_max
-        if not _is_int(session_timeout_ms) or not lo <= session_timeout_ms <= hi:
+        if not is_int(session_timeout_ms) or not lo <= session_timeout_ms <= hi:
             raise InvalidRequestError(
                 f"group {group_id!r}: session_timeout_ms must be {lo}..{hi}, "
                 f"got {session_timeout_ms!r}"
             )
-        if not _is_int(rebalance_timeout_ms) or not 0 <= rebalance_timeout_ms <= INT32_MAX:
+        if not is_int(rebalance_timeout_ms) or not 0 <= rebalance_timeout_ms <= INT32_MAX:
             raise InvalidRequestError(
                 f"group {group_id!r}: rebalance_timeout_ms must be 0..{INT32_MAX}, "
                 f"got {rebalance_timeout_ms!r}"
             )
-        topic_list = _str_list("topics", topics)
+        topic_list = str_list("topics", topics)
         for topic in topic_list:
             validate_topic_name(topic)
-        protocol_list = _str_list("protocols", protocols)
+        protocol_list = str_list("protocols", protocols)
         for protocol in protocol_list:
             self._check_id("protocols", protocol, empty_ok=False)
         self._check_active(group_id)
@@ -439,8 +452,8 @@ class GroupCoordinator:
         new_id = view["member_id"]
         self._seen(group_id, new_id)
         self._answer_joins(group_id)  # this join may have completed others' rebalance
-        if view["state"] == groups.PREPARING:
-            waiting = self._read(lambda s: groups.waiting_for(s.groups[group_id]))
+        if view["state"] == groups.PREPARING.value:
+            waiting = self._read(lambda s: s.groups[group_id].waiting_for())
             log.info(
                 "group %s: member %s (client %s) joins; generation %d waits for %d members "
                 "to rejoin (%s%s)",
@@ -477,10 +490,10 @@ class GroupCoordinator:
 
         def deadline_ms(s: MetadataState) -> int | None:
             g = s.groups.get(group_id)
-            if g is None or g["state"] != groups.PREPARING:
+            if g is None or g.phase is not groups.PREPARING:
                 return None
-            at: int | None = g["rebalance_deadline_ms"]
-            return at if at is not None else self._clock_ms() + groups.rebalance_timeout_ms(g)
+            at = g.rebalance_deadline_ms
+            return at if at is not None else self._clock_ms() + g.rebalance_timeout_ms()
 
         until_ms = self._read(deadline_ms)
         wait_ms = self.config.join_wait_margin_ms
@@ -545,8 +558,8 @@ class GroupCoordinator:
         partitions and joins again. A generation other than the member's own also tells it to
         join again; a stale `generation` is not an error here (its commits are refused).
         """
-        _check_str("group_id", group_id, empty_ok=False)
-        _check_str("member_id", member_id)
+        check_str("group_id", group_id, empty_ok=False)
+        check_str("member_id", member_id)
         self._check_active(group_id)
 
         def answer(s: MetadataState) -> int | RaftlogError:
@@ -574,7 +587,7 @@ class GroupCoordinator:
     async def leave(self, group_id: str, member_ids: Sequence[str]) -> int:
         """Members leave (a consumer closing); returns how many were members."""
         self._check_id("group_id", group_id, empty_ok=False)
-        ids = _str_list("member_ids", member_ids)
+        ids = str_list("member_ids", member_ids)
         for member_id in ids:
             self._check_id("member_ids", member_id)
         self._check_active(group_id)
@@ -709,14 +722,14 @@ class GroupCoordinator:
         """
         self._check_id("group_id", group_id, empty_ok=False)
         self._check_id("member_id", member_id)
-        if not _is_int(generation) or not -1 <= generation <= INT32_MAX:
+        if not is_int(generation) or not -1 <= generation <= INT32_MAX:
             raise InvalidRequestError(
                 f"group {group_id!r}: generation must be an int -1..{INT32_MAX}, got "
                 f"{generation!r:.100}"
             )
-        entries, sizes = _offset_entries(group_id, offsets, 4, self.config)
+        entries, sizes = offset_entries(group_id, offsets, 4, self.config.offset_metadata_bytes_max)
         self._check_active(group_id)
-        base_bytes = _COMMIT_BYTES + _str_bytes(group_id) + _str_bytes(member_id)
+        base_bytes = COMMIT_BYTES + str_bytes(group_id) + str_bytes(member_id)
         args = {"group_id": group_id, "member_id": member_id, "generation": generation}
         total_bytes = base_bytes + sum(sizes)
         if total_bytes <= self.config.commit_batch_bytes_max:
@@ -725,7 +738,7 @@ class GroupCoordinator:
             future = await self._enqueue({**args, "offsets": entries}, total_bytes)
             await future
             return
-        pieces = _pieces(entries, sizes, self.config.commit_batch_bytes_max - base_bytes)
+        pieces = split_by_size(entries, sizes, self.config.commit_batch_bytes_max - base_bytes)
         log.info(
             "group %s: a commit of %d partitions by %s is split into %d commands",
             group_id,
@@ -879,10 +892,12 @@ class GroupCoordinator:
         More offsets than one command holds go in several, one after the other; if one is
         refused (a member joined meanwhile), the error says how many were reset before it."""
         self._check_id("group_id", group_id, empty_ok=False)
-        entries, sizes = _offset_entries(group_id, offsets, 3, self.config)
-        base_bytes = _RESET_BYTES + _str_bytes(group_id)
+        entries, sizes = offset_entries(group_id, offsets, 3, self.config.offset_metadata_bytes_max)
+        base_bytes = RESET_BYTES + str_bytes(group_id)
         count = 0
-        for piece, _ in _pieces(entries, sizes, self.config.commit_batch_bytes_max - base_bytes):
+        for piece, _ in split_by_size(
+            entries, sizes, self.config.commit_batch_bytes_max - base_bytes
+        ):
             try:
                 count += await self._propose(
                     "reset_offsets", group_id=group_id, offsets=piece, now_ms=self._clock_ms()
@@ -914,10 +929,10 @@ class GroupCoordinator:
             return [
                 {
                     "group_id": gid,
-                    "state": g["state"],
-                    "generation": g["generation"],
-                    "protocol": g["protocol"],
-                    "members": len(g["members"]),
+                    "state": g.phase.value,
+                    "generation": g.generation,
+                    "protocol": g.protocol,
+                    "members": len(g.members),
                 }
                 for gid, g in sorted(s.groups.items())
             ]
@@ -934,13 +949,13 @@ class GroupCoordinator:
             g = s.groups.get(group_id)
             if g is None:
                 return None
-            rejoined = set(g["rejoined"])
+            rejoined = set(g.rejoined)
             return {
                 "group_id": group_id,
-                "state": g["state"],
-                "generation": g["generation"],
-                "protocol": g["protocol"],
-                "rebalance_deadline_ms": g["rebalance_deadline_ms"],
+                "state": g.phase.value,
+                "generation": g.generation,
+                "protocol": g.protocol,
+                "rebalance_deadline_ms": g.rebalance_deadline_ms,
                 "members": [
                     {
                         "member_id": mid,
@@ -948,10 +963,10 @@ class GroupCoordinator:
                         "instance_id": m["instance_id"],
                         "session_timeout_ms": m["session_timeout_ms"],
                         "topics": list(m["topics"]),
-                        "assignment": [list(tp) for tp in g["assignment"].get(mid, [])],
+                        "assignment": [list(tp) for tp in g.assignment.get(mid, [])],
                         "rejoined": mid in rejoined,
                     }
-                    for mid, m in sorted(g["members"].items())
+                    for mid, m in sorted(g.members.items())
                 ],
                 "offsets": [
                     [t, p, offset, metadata, ts]
@@ -981,12 +996,10 @@ class _SweepView:
 def _sweep_views(s: MetadataState) -> dict[str, _SweepView]:
     return {
         gid: _SweepView(
-            session_timeout_ms={
-                mid: int(m["session_timeout_ms"]) for mid, m in g["members"].items()
-            },
-            parked=frozenset(g["rejoined"]),
-            preparing=g["state"] == groups.PREPARING,
-            deadline_ms=g["rebalance_deadline_ms"],
+            session_timeout_ms={mid: int(m["session_timeout_ms"]) for mid, m in g.members.items()},
+            parked=frozenset(g.rejoined),
+            preparing=g.phase is groups.PREPARING,
+            deadline_ms=g.rebalance_deadline_ms,
         )
         for gid, g in s.groups.items()
     }
@@ -995,7 +1008,7 @@ def _sweep_views(s: MetadataState) -> dict[str, _SweepView]:
 def _members_by_group(s: MetadataState) -> dict[str, dict[str, int]]:
     """group id -> member id -> session_timeout_ms, for every member in the state."""
     return {
-        gid: {mid: int(m["session_timeout_ms"]) for mid, m in g["members"].items()}
+        gid: {mid: int(m["session_timeout_ms"]) for mid, m in g.members.items()}
         for gid, g in s.groups.items()
     }
 
@@ -1011,147 +1024,3 @@ def _unknown_outcome(c: _PendingCommit, why: str) -> str:
         "outcome was known; the commit may or may not have been applied (committing again is "
         "safe)"
     )
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _check_str(name: str, value: object, empty_ok: bool = True) -> str:
-    if not isinstance(value, str) or (not empty_ok and not value):
-        raise InvalidRequestError(f"{name} must be a{'' if empty_ok else ' non-empty'} string")
-    return value
-
-
-def _str_list(name: str, values: object) -> list[str]:
-    if isinstance(values, str | bytes) or not isinstance(values, Sequence):
-        raise InvalidRequestError(f"{name} must be a list of strings, got {values!r}")
-    if not all(isinstance(v, str) for v in values):
-        raise InvalidRequestError(f"{name} must be a list of strings, got {values!r}")
-    return list(values)
-
-
-def _offset_entries(
-    group_id: str, offsets: object, width: int, config: CoordinatorConfig
-) -> tuple[list[list[Any]], list[int]]:
-    """`[topic, partition, offset(, metadata)]` entries as plain lists, checked, and an upper
-    bound of each one's serialized size.
-
-    The state machine unpacks these entries; a malformed one must stop here, refused, rather
-    than be refused by every replica. A None metadata becomes "". On every commit's path: the
-    checks are `type()` comparisons, and `_bad_entry` names the fault only when there is one.
-    """
-    if type(offsets) not in _SEQUENCES and (
-        isinstance(offsets, str | bytes) or not isinstance(offsets, Sequence)
-    ):
-        raise InvalidRequestError(f"group {group_id!r}: offsets must be a list of entries")
-    entries: list[list[Any]] = []
-    sizes: list[int] = []
-    metadata_bytes_max = config.offset_metadata_bytes_max
-    for e in offsets:  # type: ignore[attr-defined]
-        if type(e) not in _SEQUENCES or len(e) != width:
-            _bad_entry(group_id, e, width)
-        topic, partition, offset = e[0], e[1], e[2]
-        if (
-            type(topic) is not str
-            or type(partition) is not int
-            or type(offset) is not int
-            or not 0 <= partition <= INT32_MAX
-            or not 0 <= offset <= INT64_MAX
-            or len(topic) > MAX_NAME_LENGTH
-        ):
-            _bad_entry(group_id, e, width)
-        size = _ENTRY_BYTES + (len(topic) if topic.isascii() else _str_bytes(topic))
-        if width == 4:
-            metadata = e[3]
-            if metadata is None:
-                metadata = ""
-            elif type(metadata) is not str:
-                _bad_entry(group_id, e, width)
-            metadata_bytes = len(metadata) if metadata.isascii() else _str_bytes(metadata)
-            if metadata_bytes > metadata_bytes_max:
-                raise PolicyViolationError(
-                    f"group {group_id!r}: metadata for {topic}-{partition} is {metadata_bytes} "
-                    f"bytes; the limit is offset_metadata_bytes_max={metadata_bytes_max} "
-                    "(Kafka's offset.metadata.max.bytes)"
-                )
-            entries.append([topic, partition, offset, metadata])
-            size += metadata_bytes + _STR_BYTES
-        else:
-            entries.append([topic, partition, offset])
-        sizes.append(size)
-    return entries, sizes
-
-
-_SEQUENCES = (list, tuple)
-
-
-def _bad_entry(group_id: str, e: object, width: int) -> NoReturn:
-    """Refuse the offset entry `e`, naming what is wrong with it."""
-    shape = f"[topic, partition, offset{', metadata' if width == 4 else ''}]"
-    if isinstance(e, str | bytes) or not isinstance(e, Sequence) or len(e) != width:
-        raise InvalidRequestError(f"group {group_id!r}: offset entry {e!r:.100} must be {shape}")
-    topic, partition, offset = e[0], e[1], e[2]
-    if not isinstance(topic, str) or not _is_int(partition) or not _is_int(offset):
-        raise InvalidRequestError(
-            f"group {group_id!r}: offset entry {e!r:.100} needs a str topic, int partition and "
-            "int offset"
-        )
-    if not 0 <= partition <= INT32_MAX or not 0 <= offset <= INT64_MAX:
-        raise InvalidRequestError(
-            f"group {group_id!r}: {topic}-{partition} offset {offset}: partition must be "
-            f"0..{INT32_MAX} and offset 0..{INT64_MAX}"
-        )
-    if len(topic) > MAX_NAME_LENGTH:
-        raise InvalidRequestError(
-            f"group {group_id!r}: offset entry for a topic name of {len(topic)} characters "
-            f"(the limit is {MAX_NAME_LENGTH})"
-        )
-    raise InvalidRequestError(
-        f"group {group_id!r}: metadata for {topic}-{partition} must be a string, got {e[3]!r:.100}"
-    )
-
-
-# Upper bounds of what pickle protocol 2 (pysyncobj's) makes of our values, in bytes, from
-# the length of their strings: a str is BINUNICODE (5 bytes + UTF-8) plus a memo put (at most
-# 5); an int at most LONG1 with 9 bytes (11); a list or dict at most 8 around its items. The
-# test checks them against real pickles (test_coordinator.py).
-_STR_BYTES = 10
-# [topic, partition, offset(, metadata)] without the strings' own bytes.
-_ENTRY_BYTES = 8 + _STR_BYTES + 11 + 11
-# A commit_offsets argument dict without group_id's and member_id's own bytes: 5 keys.
-_COMMIT_BYTES = 8 + (8 + 9 + 10 + 7 + 6 + 5 * _STR_BYTES) + 2 * _STR_BYTES + 11 + 8 + 11
-# reset_offsets' and leave_group's commands, without their entries and group id's bytes.
-_RESET_BYTES = _BATCH_ENVELOPE_BYTES_MAX + 8 + (8 + 7 + 6 + 3 * _STR_BYTES) + _STR_BYTES + 8 + 11
-_LEAVE_BYTES = _BATCH_ENVELOPE_BYTES_MAX + 8 + (8 + 10 + 2 * _STR_BYTES) + _STR_BYTES + 8
-
-
-def _str_bytes(value: str) -> int:
-    """The UTF-8 size of `value` as pickle writes it (lone surrogates pass, 3 bytes each)."""
-    return len(value) if value.isascii() else len(value.encode("utf-8", "surrogatepass"))
-
-
-def _entry_bytes_max(config: CoordinatorConfig) -> int:
-    return _ENTRY_BYTES + MAX_NAME_LENGTH + _STR_BYTES + config.offset_metadata_bytes_max
-
-
-T_item = TypeVar("T_item")
-
-
-def _pieces(items: list[T_item], sizes: list[int], budget: int) -> list[tuple[list[T_item], int]]:
-    """`items` in order, cut into runs whose sizes sum to at most `budget` (at least one run,
-    maybe empty); each run with its size."""
-    pieces: list[tuple[list[T_item], int]] = []
-    start = total = 0
-    for i, size in enumerate(sizes):
-        if size > budget:
-            raise PolicyViolationError(
-                f"one entry of {size} bytes does not fit a metadata command ({budget} bytes "
-                "left for entries)"
-            )
-        if total + size > budget:
-            pieces.append((items[start:i], total))
-            start, total = i, 0
-        total += size
-    pieces.append((items[start:], total))
-    return pieces

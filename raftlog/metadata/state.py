@@ -3,15 +3,16 @@
 It holds the registries that ZooKeeper held for early Kafka, plus partition state (KRaft):
 
 - brokers: id, endpoint, rack, incarnation and broker epoch, fenced or not (broker registry);
-- topics: id, config, and per partition the replicas, leader, leader epoch, ISR and partition
-  epoch;
+- topics: id, config, and per partition a PartitionState (partition_state.py): the replicas,
+  leader, leader epoch, ISR, ELR and partition epoch, changed only by its transitions, which
+  hold every election rule and check the partition's invariants at their end;
 - consumer groups: state, members, generation, chosen assignor and the assignment (consumer
   and ownership registries). A rebalance runs in two steps, as in Kafka's classic protocol:
   a join, leave, expiry or subscribed-topic change moves the group to PreparingRebalance while
   the current generation's assignment stands; the next generation is assigned only when every
   member has joined again (join_group), or at the rebalance deadline (tick_group, proposed by
-  the coordinator with its clock). groups.py holds every state, transition and invariant;
-  the commands here call it and check the group afterwards;
+  the coordinator with its clock). groups.py's GroupState holds every state, transition and
+  invariant; the commands here look the group up and call its transition;
 - committed offsets per group and partition (offset registry);
 - the next producer id block (for idempotent producers).
 
@@ -31,9 +32,11 @@ Rules (etcd raft / TigerBeetle style):
   argument. Only `RaftlogError` becomes a refusal: any other exception from a handler is a bug
   in this module and propagates (the Raft thread then stops the node loudly), rather than
   being disguised as the client's error.
-- All fields are plain dicts, lists, ints and strs, so the state pickles into pysyncobj
-  snapshots and compares with `==` in tests. A snapshot written by older code loads:
-  `__setstate__` fills the fields it lacks (groups.upgrade) before any command runs.
+- The state compares with `==` in tests. pysyncobj pickles it into its snapshots; what it
+  pickles (`__getstate__`) is plain dicts, lists, ints and strs (partitions and groups as their
+  records) and the format number, `SNAPSHOT_FORMAT`, so renaming a class never breaks a
+  snapshot. Format 1 (no number: code up to a115116) loads: `__setstate__` fills the fields
+  its writer predates before any command runs. A format this code does not know is refused.
 """
 
 from __future__ import annotations
@@ -45,25 +48,32 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from raftlog.errors import (
-    FencedLeaderEpochError,
     GroupIdNotFoundError,
     GroupNotEmptyError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
     InvalidRequestError,
-    InvalidUpdateVersionError,
     RaftlogError,
     StaleBrokerEpochError,
     TopicAlreadyExistsError,
-    UnknownMemberIdError,
     UnknownTopicOrPartitionError,
 )
-from raftlog.invariants import InvariantError
-from raftlog.metadata import assignors, groups
+from raftlog.metadata import groups
+from raftlog.metadata.groups import GroupState
+from raftlog.metadata.partition_state import (
+    NO_LEADER,
+    MetadataInvariantError,
+    PartitionState,
+    TopicRules,
+)
 from raftlog.storage.config import LogConfig
 from raftlog.topics import validate_topic_name
 
-NO_LEADER = -1
+__all__ = ["NO_LEADER", "MetadataInvariantError", "MetadataState", "SNAPSHOT_FORMAT"]
+
+# What __getstate__ writes. 1: the fields as they were (no number; code up to a115116);
+# 2: the same layout, written by code whose partitions and groups are types, and numbered.
+SNAPSHOT_FORMAT = 2
 MAX_PARTITIONS = 10_000
 PRODUCER_ID_BLOCK = 1000
 # Producer ids are int64 on the wire (Kafka's producerId).
@@ -86,10 +96,6 @@ TOPOLOGY_COMMANDS = frozenset(
 )
 
 
-class MetadataInvariantError(InvariantError):
-    """A metadata invariant broke: a bug in raftlog (the same on every replica)."""
-
-
 def _ok(value: Any = None) -> Result:
     return ("ok", value)
 
@@ -110,13 +116,12 @@ class MetadataState:
         # Invariant: strictly increases; every registration takes the next value.
         self.next_broker_epoch = 1
         # name -> {"name", "topic_id", "config": {str: str},
-        #          "partitions": [{"replicas", "leader", "leader_epoch", "isr", "elr",
-        #                          "partition_epoch"}]}
+        #          "partitions": [PartitionState, ...] (index = partition number)}
         self.topics: dict[str, dict[str, Any]] = {}
         # Partitions ever created: spreads the first replica of new topics across brokers.
         self.partitions_created = 0
-        # group -> its record (groups.py describes the fields, states and invariants).
-        self.groups: dict[str, dict[str, Any]] = {}
+        # group -> its state (groups.py describes the fields, states and invariants).
+        self.groups: dict[str, GroupState] = {}
         # group -> {"topic:partition": [offset, metadata, commit_ms]}
         self.offsets: dict[str, dict[str, list[Any]]] = {}
         self.next_producer_id = 0
@@ -147,19 +152,49 @@ class MetadataState:
             return _err(e)
         self.version += 1
         if name in TOPOLOGY_COMMANDS:
-            # getattr: a state unpickled from a snapshot written before this field existed.
-            self.topology_version = getattr(self, "topology_version", 0) + 1
+            self.topology_version += 1
         return result
 
     def snapshot(self) -> MetadataState:
         return copy.deepcopy(self)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """What a pysyncobj snapshot (and a deepcopy) holds: the fields, with partitions and
+        groups as their plain records, and the format (`SNAPSHOT_FORMAT`)."""
+        fields = dict(self.__dict__)
+        fields["topics"] = {
+            name: {**t, "partitions": [p.to_record() for p in t["partitions"]]}
+            for name, t in self.topics.items()
+        }
+        fields["groups"] = {gid: g.to_record() for gid, g in self.groups.items()}
+        fields["snapshot_format"] = SNAPSHOT_FORMAT
+        return fields
+
     def __setstate__(self, state: dict[str, Any]) -> None:
-        """Unpickling (a pysyncobj snapshot, a deepcopy): fields that a snapshot written by
-        older code lacks are filled in here, once, so commands never meet a partial record."""
-        self.__dict__.update(state)
-        for group in self.groups.values():
-            groups.upgrade(group)
+        """Unpickling (a pysyncobj snapshot, a deepcopy). Format 1 (no "snapshot_format",
+        code up to a115116) is this format's layout with fields missing where the code that
+        wrote it predates them; they get their defaults here, once, so commands never meet a
+        partial record."""
+        fields = dict(state)
+        version = fields.pop("snapshot_format", 1)
+        if not isinstance(version, int) or not 1 <= version <= SNAPSHOT_FORMAT:
+            raise ValueError(
+                f"metadata snapshot format {version!r}: this code reads formats 1 to "
+                f"{SNAPSHOT_FORMAT} (a snapshot of newer code?)"
+            )
+        MetadataState.__init__(self)  # the defaults of the fields older formats lack
+        self.__dict__.update(fields)
+        self.topics = {
+            name: {
+                **t,
+                "partitions": [
+                    PartitionState.from_record(name, i, record)
+                    for i, record in enumerate(t["partitions"])
+                ],
+            }
+            for name, t in fields["topics"].items()
+        }
+        self.groups = {gid: GroupState.from_record(g) for gid, g in fields["groups"].items()}
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, MetadataState) and self.__dict__ == other.__dict__
@@ -249,160 +284,37 @@ class MetadataState:
 
     def _offline_on(self, node_id: int, topic: str, partition: int) -> bool:
         """Whether `node_id`'s current report lists its replica of topic-partition offline."""
-        report = getattr(self, "offline_replicas", {}).get(node_id)
+        report = self.offline_replicas.get(node_id)
         return report is not None and any(
             t == topic and p == partition for t, p, _ in report["replicas"]
         )
 
-    def _electable(self, node_id: int, topic: dict[str, Any], index: int) -> bool:
-        return self._live(node_id) and not self._offline_on(node_id, topic["name"], index)
+    def _electable(self, topic: str, index: int) -> Callable[[int], bool]:
+        """Whether a replica may lead topic-`index`: its broker is live and has not reported
+        the replica's log offline."""
+        return lambda node_id: self._live(node_id) and not self._offline_on(node_id, topic, index)
 
-    # -- partition leadership: every election rule lives here -----------------------------------
-    #
-    # Each partition: replicas (fixed), leader (NO_LEADER when offline), leader_epoch (bumps on
-    # every leadership change), isr, elr (KIP-966's eligible leader replicas) and
-    # partition_epoch (bumps on every change of any of them).
-    # Invariants (checked by _check_partition after every change):
-    # - isr and elr are disjoint subsets of replicas; the isr is empty only in an offline
-    #   partition whose last ISR member restarted uncleanly, and then the elr is not;
-    # - a leader is in the isr; elr is empty while the isr has min.insync.replicas members;
-    # - replicas in the elr were removed from the isr while it was below min.insync.replicas,
-    #   when the high watermark could not advance (strict min ISR), so each holds every
-    #   committed record and may lead when no ISR member can.
-
-    @staticmethod
-    def _min_isr(topic: dict[str, Any]) -> int:
-        return int(topic["config"].get("min.insync.replicas", "1"))
-
-    @staticmethod
-    def _fsync_policy(topic: dict[str, Any]) -> bool:
-        return bool(topic["config"].get("durability.policy") == "fsync")
-
-    def _check_partition(self, topic: dict[str, Any], index: int) -> None:
-        p = topic["partitions"][index]
-        name = f"{topic['name']}-{index}"
-        isr, elr, replicas = p["isr"], p["elr"], p["replicas"]
-        ok = (
-            (bool(isr) or (p["leader"] == NO_LEADER and bool(elr)))
-            and set(isr) <= set(replicas)
-            and set(elr) <= set(replicas)
-            and not set(isr) & set(elr)
-            and len(set(isr)) == len(isr)
-            and len(set(elr)) == len(elr)
-            and (p["leader"] == NO_LEADER or p["leader"] in isr)
-            and (not elr or len(isr) < self._min_isr(topic))
-        )
-        if not ok:
-            raise MetadataInvariantError(
-                f"{name}: leader {p['leader']} isr {isr} elr {elr} replicas {replicas} break the "
-                f"partition invariants (min.insync.replicas={self._min_isr(topic)})"
-            )
-
-    def _set_isr(
-        self, topic: dict[str, Any], p: dict[str, Any], isr: list[int], elr_candidates: list[int]
-    ) -> None:
-        """New ISR; replicas leaving it join the ELR while the ISR is below the minimum."""
-        old_isr = p["isr"]
-        p["isr"] = [r for r in p["replicas"] if r in isr]
-        if len(p["isr"]) >= self._min_isr(topic):
-            p["elr"] = []
-        else:
-            left = [r for r in old_isr if r not in p["isr"] and r in elr_candidates]
-            p["elr"] = [r for r in p["replicas"] if (r in p["elr"] or r in left) and r not in isr]
+    # -- partition leadership: the rules live in partition_state.py ----------------------------
 
     def _remove_from_isrs(self, node_id: int, clean: bool, restarted: bool) -> int:
         """`node_id` stopped (fenced) or restarted: it leaves every ISR where others remain
-        and gives up its leaderships. Returns how many leaderships moved.
-
-        Eligibility: a broker that restarted after an unclean shutdown, under the replication
-        durability policy, may have lost an unflushed tail (power loss), so it leaves every
-        ELR where another candidate remains. As the last ISR member it leads again at a new
-        epoch only if it surely kept its data or no ELR member exists; otherwise it leaves
-        the ISR and an ELR member leads, now or when one returns (KIP-966: a last replica
-        standing that lost its disk cannot erase committed records). A fenced last ISR member
-        keeps its place: the partition is offline until it or an ELR member returns.
-        """
+        and gives up its leaderships (PartitionState.remove_broker). Returns how many
+        leaderships moved."""
         moved = 0
         for topic in self._sorted_topics():
-            unclean_enabled = topic["config"].get("unclean.leader.election.enable") == "true"
-            eligible = clean or self._fsync_policy(topic)
+            rules = TopicRules.of(topic["config"])
             for i, p in enumerate(topic["partitions"]):
-                p.setdefault("elr", [])
-                before = (p["leader"], list(p["isr"]), list(p["elr"]), p["leader_epoch"])
-                others = [r for r in p["isr"] + p["elr"] if r != node_id]
-                if restarted and not eligible and node_id in p["elr"] and others:
-                    p["elr"] = [r for r in p["elr"] if r != node_id]
-                if node_id in p["isr"] and len(p["isr"]) > 1:
-                    was_leader = p["leader"] == node_id
-                    self._set_isr(
-                        topic,
-                        p,
-                        [r for r in p["isr"] if r != node_id],
-                        [node_id] if eligible else [],
-                    )
-                    if was_leader:
-                        self._elect(topic, i, exclude=node_id, unclean=unclean_enabled)
-                elif node_id in p["isr"] and restarted:
-                    if eligible or not p["elr"]:
-                        p["leader"] = node_id
-                        p["leader_epoch"] += 1
-                    else:
-                        p["isr"] = []
-                        self._elect(topic, i, exclude=node_id, unclean=unclean_enabled)
-                elif p["leader"] == node_id:
-                    self._elect(topic, i, exclude=node_id, unclean=unclean_enabled)
-                if before[0] == node_id and p["leader"] != node_id:
-                    moved += 1
-                if (p["leader"], p["isr"], p["elr"], p["leader_epoch"]) != before:
-                    p["partition_epoch"] += 1
-                self._check_partition(topic, i)
+                electable = self._electable(topic["name"], i)
+                moved += p.remove_broker(node_id, clean, restarted, rules, electable)
         return moved
-
-    def _elect(self, topic: dict[str, Any], index: int, exclude: int, unclean: bool) -> None:
-        """A new leader for partition `index`, at a new leader epoch: the first live ISR
-        member (replica order), else a live ELR member (the ISR's members then join the ELR
-        where the rules allow), else with `unclean` any live replica, else none: the partition
-        is offline and waits for an ISR or ELR member to return. A replica whose broker
-        reported its log offline is never elected."""
-        p = topic["partitions"][index]
-
-        def ok(r: int) -> bool:
-            return r != exclude and self._electable(r, topic, index)
-
-        live_isr = [r for r in p["replicas"] if r in p["isr"] and ok(r)]
-        live_elr = [r for r in p["replicas"] if r in p["elr"] and ok(r)]
-        if live_isr:
-            p["leader"] = live_isr[0]
-        elif live_elr:
-            leader = live_elr[0]
-            p["elr"] = [r for r in p["elr"] if r != leader]
-            self._set_isr(topic, p, [leader], list(p["isr"]))
-            p["leader"] = leader
-        elif unclean and (out := [r for r in p["replicas"] if ok(r)]):
-            p["leader"] = out[0]
-            p["isr"] = [out[0]]
-            p["elr"] = []
-        else:
-            p["leader"] = NO_LEADER
-        p["leader_epoch"] += 1
 
     def _elect_for_returning(self, node_id: int) -> int:
         """Offline partitions whose ISR or ELR holds `node_id` get it back as leader."""
         elected = 0
         for topic in self._sorted_topics():
-            for i, p in enumerate(topic["partitions"]):
-                p.setdefault("elr", [])
-                if p["leader"] != NO_LEADER or (
-                    node_id not in p["isr"] and node_id not in p["elr"]
-                ):
-                    continue
-                p["elr"] = [r for r in p["elr"] if r != node_id]
-                self._set_isr(topic, p, [node_id], list(p["isr"]))
-                p["leader"] = node_id
-                p["leader_epoch"] += 1
-                p["partition_epoch"] += 1
-                elected += 1
-                self._check_partition(topic, i)
+            rules = TopicRules.of(topic["config"])
+            for p in topic["partitions"]:
+                elected += p.elect_returning(node_id, rules)
         return elected
 
     # -- topics --------------------------------------------------------------------------------
@@ -466,21 +378,12 @@ class MetadataState:
             )
         replicas = self._assign_replicas(partitions, replication_factor)
         self.partitions_created += partitions
+        rules = TopicRules.of(config)
         self.topics[name] = {
             "name": name,
             "topic_id": topic_id,
             "config": config,
-            "partitions": [
-                {
-                    "replicas": r,
-                    "leader": r[0],
-                    "leader_epoch": 0,
-                    "isr": list(r),
-                    "elr": [],
-                    "partition_epoch": 0,
-                }
-                for r in replicas
-            ],
+            "partitions": [PartitionState.new(name, i, r, rules) for i, r in enumerate(replicas)],
         }
         self._rebalance_groups_for(name)
         return _ok(topic_id)
@@ -512,34 +415,15 @@ class MetadataState:
         fetches the leader saw (`broker_epochs`: [[node_id, broker_epoch], ...], KIP-903), so
         a fetch from before a restart cannot put a replica that lost data back in the ISR.
         """
-        t = self.topics.get(topic)
         p = self._partition(topic, partition)
-        if t is None:
-            raise InvariantError("t is None")
         if any(len(e) != 2 for e in broker_epochs or []):
             raise InvalidRequestError(
                 f"{topic}-{partition}: broker_epochs must be [[node_id, broker_epoch], ...], "
                 f"got {broker_epochs!r:.200}"
             )
-        if p["leader"] != leader_id or p["leader_epoch"] != leader_epoch:
-            raise FencedLeaderEpochError(
-                f"{topic}-{partition}: ISR change from leader {leader_id} epoch {leader_epoch}, "
-                f"but the leader is {p['leader']} at epoch {p['leader_epoch']}"
-            )
-        if p["partition_epoch"] != partition_epoch:
-            raise InvalidUpdateVersionError(
-                f"{topic}-{partition}: partition epoch {partition_epoch} is stale "
-                f"(current {p['partition_epoch']})"
-            )
-        if leader_id not in isr or any(r not in p["replicas"] for r in isr):
-            raise InvalidRequestError(
-                f"{topic}-{partition}: ISR {isr} must contain the leader and only replicas "
-                f"{p['replicas']}"
-            )
         stated = {int(n): int(e) for n, e in broker_epochs or []}
-        for r in isr:
-            if r in p["isr"]:
-                continue
+
+        def check_joiner(r: int) -> None:
             broker = self.brokers.get(r)
             if broker is None or broker["fenced"]:
                 raise InvalidRequestError(
@@ -555,11 +439,9 @@ class MetadataState:
                     f"{topic}-{partition}: broker {r} caught up as epoch {stated[r]}, but its "
                     f"registered epoch is {broker['broker_epoch']} (it restarted)"
                 )
-        p.setdefault("elr", [])  # a partition from a snapshot that predates the ELR
-        self._set_isr(t, p, list(isr), list(p["isr"]))
-        p["partition_epoch"] += 1
-        self._check_partition(t, partition)
-        return _ok(p["partition_epoch"])
+
+        rules = TopicRules.of(self.topics[topic]["config"])
+        return _ok(p.alter_isr(leader_id, leader_epoch, partition_epoch, isr, rules, check_joiner))
 
     def _cmd_alter_isr_batch(self, changes: list[Any]) -> Result:
         """Many partition leaders' ISR changes in one Raft entry (a broker sends them
@@ -576,26 +458,30 @@ class MetadataState:
                 results.append(_err(e))
         return _ok(results)
 
-    def _partition(self, topic: str, partition: int) -> dict[str, Any]:
+    def _partition(self, topic: str, partition: int) -> PartitionState:
         t = self.topics.get(topic)
         if t is None or not 0 <= partition < len(t["partitions"]):
             raise UnknownTopicOrPartitionError(f"unknown partition {topic}-{partition}")
-        p: dict[str, Any] = t["partitions"][partition]
+        p: PartitionState = t["partitions"][partition]
         return p
 
     # -- consumer groups -----------------------------------------------------------------------
     #
-    # A group's states and transitions live in groups.py; these commands check their
-    # arguments, refuse what must be refused before any change, call the transition and check
-    # the group's invariants afterwards (in production too: a broken group is a bug that must
-    # stop here, not spread through snapshots).
+    # A group's states, transitions and invariants live in groups.py (GroupState); these
+    # commands check their arguments, look the group up and call its transition, which refuses
+    # what must be refused before any change and checks the group's invariants at its end (in
+    # production too: a broken group is a bug that must stop here, not spread through
+    # snapshots).
 
     def _topic_partitions(self, topic: str) -> int | None:
         t = self.topics.get(topic)
         return None if t is None else len(t["partitions"])
 
-    def _check_group(self, group: dict[str, Any]) -> None:
-        groups.check_group(group, self._topic_partitions)
+    def _group(self, group_id: str) -> GroupState:
+        group = self.groups.get(group_id)
+        if group is None:
+            raise GroupIdNotFoundError(f"unknown group {group_id!r}")
+        return group
 
     def _cmd_join_group(
         self,
@@ -611,33 +497,14 @@ class MetadataState:
     ) -> Result:
         """Add (or refresh) a member and count it as joined for the group's rebalance.
 
-        Returns the member's view (groups.member_view). A view in state PreparingRebalance
+        Returns the member's view (GroupState.member_view). A view in state PreparingRebalance
         means the rebalance waits for other members: the coordinator answers the join once the
-        generation has moved on (groups.join_outcome)."""
+        generation has moved on (groups.join_outcome). A refused join leaves no empty group
+        behind and uses no member number."""
         if not group_id:
             raise InvalidRequestError("group id must not be empty")
-        if not protocols:
-            raise InvalidRequestError(
-                f"group {group_id!r}: a member must offer at least one assignor"
-            )
-        # Everything that can refuse the join is checked before the first change: a refused
-        # join leaves no empty group behind and uses no member number.
-        group = self.groups.get(group_id)
-        members = group["members"] if group is not None else {}
-        if instance_id is not None:
-            # Static membership: the same instance keeps its member id across restarts.
-            for mid, m in members.items():
-                if m["instance_id"] == instance_id:
-                    member_id = mid
-                    break
-        if member_id and member_id not in members and instance_id is None:
-            raise UnknownMemberIdError(
-                f"member {member_id!r} is not in group {group_id!r}; join with an empty id"
-            )
-        next_member = group["next_member"] if group is not None else 0
-        new_id = member_id or f"{client_id}-{next_member}"
         member: dict[str, Any] = {
-            "member_id": new_id,
+            "member_id": member_id,
             "client_id": client_id,
             "instance_id": instance_id,
             "session_timeout_ms": session_timeout_ms,
@@ -646,26 +513,14 @@ class MetadataState:
             "protocols": list(protocols),
             "joined_ms": now_ms,
         }
-        # Refuse a member that shares no assignor with the others.
-        assignors.choose_assignor(
-            {
-                **{mid: m["protocols"] for mid, m in sorted(members.items()) if mid != new_id},
-                new_id: member["protocols"],
-            }
-        )
-        if group is None:
-            group = self.groups[group_id] = groups.new_group(group_id)
-        if not member_id:
-            group["next_member"] += 1
-        groups.join(group, member, now_ms, self._topic_partitions)
-        self._check_group(group)
-        return _ok(groups.member_view(group, new_id))
+        group = self.groups.get(group_id) or GroupState(group_id)
+        view = group.join(member, self._topic_partitions)
+        self.groups[group_id] = group
+        return _ok(view)
 
     def _rebalance_groups_for(self, topic: str) -> None:
         for gid in sorted(self.groups):
-            group = self.groups[gid]
-            groups.topic_changed(group, topic, self._topic_partitions)
-            self._check_group(group)
+            self.groups[gid].topic_changed(topic, self._topic_partitions)
 
     def _cmd_leave_group(
         self, group_id: str, member_ids: list[str], now_ms: int | None = None
@@ -673,25 +528,16 @@ class MetadataState:
         """Members leave (on close) or expire (the coordinator saw no heartbeat); the others
         rebalance. `now_ms` starts the rebalance deadline (entries of older code lack it: the
         coordinator's next tick_group starts it then)."""
-        group = self.groups.get(group_id)
-        if group is None:
-            raise GroupIdNotFoundError(f"unknown group {group_id!r}")
-        gone = groups.leave(group, member_ids, now_ms, self._topic_partitions)
-        self._check_group(group)
+        gone = self._group(group_id).leave(member_ids, now_ms, self._topic_partitions)
         return _ok(len(gone))
 
     def _cmd_tick_group(self, group_id: str, now_ms: int) -> Result:
-        """The coordinator's clock reaches a rebalancing group (groups.tick): a rebalance
+        """The coordinator's clock reaches a rebalancing group (GroupState.tick): a rebalance
         without a deadline gets one; one past its deadline completes without the members that
         did not rejoin. Returns the members removed. Nothing happens (and nothing is refused)
         when the group is not rebalancing or its deadline is ahead: a tick proposed just
         before a completion is harmless."""
-        group = self.groups.get(group_id)
-        if group is None:
-            raise GroupIdNotFoundError(f"unknown group {group_id!r}")
-        removed = groups.tick(group, now_ms, self._topic_partitions)
-        self._check_group(group)
-        return _ok(removed)
+        return _ok(self._group(group_id).tick(now_ms, self._topic_partitions))
 
     def _cmd_commit_offsets(
         self, group_id: str, member_id: str, generation: int, offsets: list[Any], now_ms: int
@@ -711,12 +557,12 @@ class MetadataState:
         ):
             self._check_partitions_exist(f"commit to group {group_id!r}", offsets)
         # A member's partitions exist: assignments name existing partitions only, and deleting
-        # a topic takes its partitions out of every assignment (groups.check_group).
+        # a topic takes its partitions out of every assignment (GroupState.check).
         store = self.offsets.setdefault(group_id, {})
         for topic, partition, offset, metadata in offsets:
             store[f"{topic}:{partition}"] = [offset, metadata, now_ms]
         if group is None:
-            self.groups[group_id] = groups.new_group(group_id)
+            self.groups[group_id] = GroupState(group_id)
         return _ok(len(offsets))
 
     def _check_partitions_exist(self, what: str, entries: list[Any]) -> None:
@@ -757,9 +603,9 @@ class MetadataState:
         only for partitions that exist."""
         _check_entries(group_id, offsets, width=3)
         group = self.groups.get(group_id)
-        if group is not None and group["members"]:
+        if group is not None and group.members:
             raise GroupNotEmptyError(
-                f"group {group_id!r} has {len(group['members'])} active members; stop them "
+                f"group {group_id!r} has {len(group.members)} active members; stop them "
                 "before resetting offsets"
             )
         self._check_partitions_exist(f"offset reset of group {group_id!r}", offsets)
@@ -767,18 +613,11 @@ class MetadataState:
         for topic, partition, offset in offsets:
             store[f"{topic}:{partition}"] = [offset, "reset", now_ms]
         if group is None:
-            self.groups[group_id] = groups.new_group(group_id)
+            self.groups[group_id] = GroupState(group_id)
         return _ok(len(offsets))
 
     def _cmd_delete_group(self, group_id: str) -> Result:
-        group = self.groups.get(group_id)
-        if group is None:
-            raise GroupIdNotFoundError(f"unknown group {group_id!r}")
-        if group["members"]:
-            raise GroupNotEmptyError(
-                f"group {group_id!r} has {len(group['members'])} active members"
-            )
-        groups.delete(group)
+        self._group(group_id).delete()
         del self.groups[group_id]
         self.offsets.pop(group_id, None)
         return _ok()
@@ -816,42 +655,21 @@ class MetadataState:
                 continue
             if not 0 <= partition < len(t["partitions"]):
                 continue
-            if node_id in t["partitions"][partition]["replicas"]:
+            if node_id in t["partitions"][partition].replicas:
                 kept.append([str(topic), partition, str(reason)])
         kept.sort(key=lambda e: (e[0], e[1]))
-        # A snapshot from before this field existed has no attribute: create it here.
-        reports: dict[int, dict[str, Any]] = self.__dict__.setdefault("offline_replicas", {})
+        reports = self.offline_replicas
         if kept:
             reports[node_id] = {"broker_epoch": broker_epoch, "replicas": kept}
         else:
             reports.pop(node_id, None)
         for topic_name, partition, _ in kept:
-            self._leave_for_offline_log(node_id, self.topics[topic_name], partition)
+            t = self.topics[topic_name]
+            electable = self._electable(topic_name, partition)
+            t["partitions"][partition].leave_for_offline_log(
+                node_id, TopicRules.of(t["config"]), electable
+            )
         return _ok(len(kept))
-
-    def _leave_for_offline_log(self, node_id: int, topic: dict[str, Any], index: int) -> None:
-        p = topic["partitions"][index]
-        p.setdefault("elr", [])
-        before = (p["leader"], list(p["isr"]), list(p["elr"]))
-        others = [r for r in p["isr"] + p["elr"] if r != node_id]
-        if others:
-            p["elr"] = [r for r in p["elr"] if r != node_id]
-            if node_id in p["isr"]:
-                if len(p["isr"]) > 1:
-                    self._set_isr(topic, p, [r for r in p["isr"] if r != node_id], [])
-                else:  # the last ISR member: an ELR member takes over below
-                    p["isr"] = []
-        # Leadership moves only to a replica that can take it: with none, the reporting leader
-        # keeps it (its clients get LogOfflineError naming the damage, not "no leader").
-        candidates = [r for r in p["isr"] + p["elr"] if r != node_id]
-        if p["leader"] in (node_id, NO_LEADER) and any(
-            self._electable(r, topic, index) for r in candidates
-        ):
-            unclean = topic["config"].get("unclean.leader.election.enable") == "true"
-            self._elect(topic, index, exclude=node_id, unclean=unclean)
-        if (p["leader"], p["isr"], p["elr"]) != before:
-            p["partition_epoch"] += 1
-        self._check_partition(topic, index)
 
     # -- producer ids --------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ Run one seed with a trace: `python -m tests.sim.run --seed N --trace`.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import random
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raftlog.errors import FencedLeaderEpochError, RaftlogError, error_from_code
+from raftlog.metadata.partition_state import PartitionState
 from raftlog.metadata.state import NO_LEADER, MetadataState
 from raftlog.replication.core import (
     AdvanceLogStart,
@@ -347,7 +349,7 @@ class Broker:
         self.logs: dict[str, SimLog] = {}
         self.hw_checkpoint: dict[str, int] = {}
         self.cores: dict[str, PartitionCore] = {}
-        self.seen_partitions: dict[str, dict[str, Any]] = {}
+        self.seen_partitions: dict[str, PartitionState] = {}
         self.metadata_version = -1
         self.next_fetch_at: dict[int, int] = {}
         self.fetch_inflight: dict[int, tuple[int, int, dict[str, FollowerFetch]]] = {}
@@ -444,7 +446,7 @@ class Broker:
         topic = state.topics["t"]
         for i, p in enumerate(topic["partitions"]):
             tp = tp_name(i)
-            if self.node_id not in p["replicas"]:
+            if self.node_id not in p.replicas:
                 continue
             log = self.logs.setdefault(tp, SimLog())
             core = self.cores.get(tp)
@@ -460,34 +462,32 @@ class Broker:
             seen = self.seen_partitions.get(tp)
             if seen == p:
                 continue
-            self.seen_partitions[tp] = {
-                k: (list(v) if isinstance(v, list) else v) for k, v in p.items()
-            }
-            if p["leader_epoch"] > core.leader_epoch:
-                if p["leader"] == self.node_id:
-                    self.sim.check_new_leader(self, tp, p["leader_epoch"])
+            self.seen_partitions[tp] = copy.deepcopy(p)
+            if p.leader_epoch > core.leader_epoch:
+                if p.leader == self.node_id:
+                    self.sim.check_new_leader(self, tp, p.leader_epoch)
                     actions = core.become_leader(
-                        p["leader_epoch"],
-                        p["partition_epoch"],
-                        p["replicas"],
-                        p["isr"],
+                        p.leader_epoch,
+                        p.partition_epoch,
+                        p.replicas,
+                        p.isr,
                         epochs,
                         self.sim.partition_config,
                         now,
                     )
-                elif p["leader"] != NO_LEADER:
+                elif p.leader != NO_LEADER:
                     actions = core.become_follower(
-                        p["leader"], p["leader_epoch"], p["partition_epoch"], p["replicas"]
+                        p.leader, p.leader_epoch, p.partition_epoch, p.replicas
                     )
                 else:
-                    actions = core.go_offline(p["leader_epoch"], p["partition_epoch"])
+                    actions = core.go_offline(p.leader_epoch, p.partition_epoch)
                 self.perform(tp, actions, now)
             elif (
                 core.role is Role.LEADER
-                and p["leader_epoch"] == core.leader_epoch
-                and p["partition_epoch"] > core.partition_epoch
+                and p.leader_epoch == core.leader_epoch
+                and p.partition_epoch > core.partition_epoch
             ):
-                self.perform(tp, core.update_isr(p["isr"], p["partition_epoch"], epochs, now), now)
+                self.perform(tp, core.update_isr(p.isr, p.partition_epoch, epochs, now), now)
 
     # -- actions -----------------------------------------------------------------------------
 
@@ -780,9 +780,9 @@ class Simulation:
         for i, p in enumerate(self.controller.state.topics.get("t", {}).get("partitions", [])):
             tp = tp_name(i)
             prev = self.partition_epochs.get(tp, -1)
-            if p["leader_epoch"] < prev:
-                self.violation(f"{tp}: leader epoch went back {prev} -> {p['leader_epoch']}")
-            self.partition_epochs[tp] = p["leader_epoch"]
+            if p.leader_epoch < prev:
+                self.violation(f"{tp}: leader epoch went back {prev} -> {p.leader_epoch}")
+            self.partition_epochs[tp] = p.leader_epoch
 
     def check_new_leader(self, broker: Broker, tp: str, epoch: int) -> None:
         self.stats["elections"] += 1
@@ -917,7 +917,7 @@ class Simulation:
         i = self.rng.randrange(self.config.partitions)
         tp = tp_name(i)
         p = self.controller.state.topics["t"]["partitions"][i]
-        leader = p["leader"]
+        leader = p.leader
         if leader == NO_LEADER or self.rng.random() < 0.1:
             leader = self.rng.choice(list(self.brokers))  # a client with stale metadata
         values = tuple(next(self.next_value) for _ in range(self.rng.randint(1, 3)))
@@ -1004,9 +1004,9 @@ class Simulation:
         for i in range(self.config.partitions):
             tp = tp_name(i)
             p = self.controller.state.topics["t"]["partitions"][i]
-            if p["leader"] == NO_LEADER or len(p["isr"]) != len(p["replicas"]):
+            if p.leader == NO_LEADER or len(p.isr) != len(p.replicas):
                 return False
-            leader = self.brokers[p["leader"]]
+            leader = self.brokers[p.leader]
             core = leader.cores.get(tp)
             if core is None or core.role is not Role.LEADER:
                 return False
@@ -1022,7 +1022,7 @@ class Simulation:
     def check_final(self) -> None:
         if not self.converged():
             state = {
-                tp_name(i): (p["leader"], p["isr"], p["elr"], p["leader_epoch"])
+                tp_name(i): (p.leader, p.isr, p.elr, p.leader_epoch)
                 for i, p in enumerate(self.controller.state.topics["t"]["partitions"])
             }
             logs = {

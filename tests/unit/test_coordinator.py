@@ -36,7 +36,7 @@ from raftlog.errors import (
     UnknownTopicOrPartitionError,
     error_from_code,
 )
-from raftlog.metadata import coordinator as coordinator_module
+from raftlog.metadata import group_requests
 from raftlog.metadata.coordinator import CoordinatorConfig, GroupCoordinator
 from raftlog.metadata.quorum import COMMAND_BYTES_MAX, command_bytes
 from raftlog.metadata.state import MetadataState
@@ -161,7 +161,7 @@ async def join(
 
 
 def members(quorum: FakeQuorum, group_id: str = "g") -> list[str]:
-    return sorted(quorum.state.groups[group_id]["members"])
+    return sorted(quorum.state.groups[group_id].members)
 
 
 async def until(condition: Callable[[], bool], what: str) -> None:
@@ -184,7 +184,7 @@ async def group_of(
         return [first]
     waiting = [asyncio.create_task(join(c, group_id=group_id, **kw)) for _ in range(n - 1)]
     state = c._read(lambda s: s)
-    await until(lambda: len(state.groups[group_id]["members"]) == n, f"{n} members")
+    await until(lambda: len(state.groups[group_id].members) == n, f"{n} members")
     assert not any(t.done() for t in waiting)  # the barrier holds them
     with pytest.raises(RebalanceInProgressError):
         c.heartbeat(group_id, first["member_id"], first["generation"])
@@ -501,7 +501,7 @@ async def test_members_waiting_in_the_barrier_are_not_expired(
     assert members(quorum) == ["c-1"]
     b = await joining  # a's expiry completed the rebalance
     assert b["generation"] == 2 and len(b["assignment"]) == 4
-    assert a["member_id"] not in quorum.state.groups["g"]["assignment"]
+    assert a["member_id"] not in quorum.state.groups["g"].assignment
     clock.advance(SESSION_MS)
     assert await coord.sweep() == 0
     clock.advance(1)
@@ -546,11 +546,11 @@ async def test_a_topic_change_gets_its_deadline_from_the_sweep(
     quorum.apply(
         "create_topic", name="later", topic_id="l", partitions=2, replication_factor=1, config={}
     )
-    assert quorum.state.groups["g"]["rebalance_deadline_ms"] is None
+    assert quorum.state.groups["g"].rebalance_deadline_ms is None
     with pytest.raises(RebalanceInProgressError):
         coord.heartbeat("g", a["member_id"], 1)
     assert await coord.sweep() == 0
-    assert quorum.state.groups["g"]["rebalance_deadline_ms"] == clock.now_ms + 30_000
+    assert quorum.state.groups["g"].rebalance_deadline_ms == clock.now_ms + 30_000
     again = await join(coord, member_id=a["member_id"], topics=("t", "later"))
     assert again["generation"] == 2 and len(again["assignment"]) == 6
 
@@ -843,7 +843,7 @@ async def test_expiry_of_a_large_group_is_proposed_in_pieces(
     clock.advance(SESSION_MS + 1)
     assert await coord.sweep() == 60
     assert quorum.calls.count("leave_group") > 1 and max(quorum.sizes) <= budget
-    assert quorum.state.groups["g"]["members"] == {}
+    assert quorum.state.groups["g"].members == {}
 
 
 async def test_ids_and_commit_metadata_are_bounded(
@@ -892,23 +892,25 @@ def test_size_bounds_are_upper_bounds_of_the_real_pickles(
 ) -> None:
     """The coordinator's byte estimates never undercount what pysyncobj serializes."""
     config = CoordinatorConfig(offset_metadata_bytes_max=10_000)
-    checked, sizes = coordinator_module._offset_entries(group, entries, 4, config)
+    checked, sizes = group_requests.offset_entries(
+        group, entries, 4, config.offset_metadata_bytes_max
+    )
     commit = {
         "group_id": group, "member_id": member, "generation": generation, "offsets": checked,
         "now_ms": now_ms,
     }  # fmt: skip
-    estimate = coordinator_module._COMMIT_BYTES
-    estimate += coordinator_module._str_bytes(group) + coordinator_module._str_bytes(member)
+    estimate = group_requests.COMMIT_BYTES
+    estimate += group_requests.str_bytes(group) + group_requests.str_bytes(member)
     estimate += sum(sizes)
     batch = ("commit_batch", {"commits": [commit]})
-    assert command_bytes(batch) <= estimate + coordinator_module._BATCH_ENVELOPE_BYTES_MAX
-    reset_entries, reset_sizes = coordinator_module._offset_entries(
-        group, [e[:3] for e in checked], 3, config
+    assert command_bytes(batch) <= estimate + group_requests.BATCH_ENVELOPE_BYTES_MAX
+    reset_entries, reset_sizes = group_requests.offset_entries(
+        group, [e[:3] for e in checked], 3, config.offset_metadata_bytes_max
     )
     reset = ("reset_offsets", {"group_id": group, "offsets": reset_entries, "now_ms": now_ms})
-    reset_estimate = coordinator_module._RESET_BYTES + coordinator_module._str_bytes(group)
+    reset_estimate = group_requests.RESET_BYTES + group_requests.str_bytes(group)
     assert command_bytes(reset) <= reset_estimate + sum(reset_sizes)
     leave = ("leave_group", {"group_id": group, "member_ids": [member, group]})
-    leave_estimate = coordinator_module._LEAVE_BYTES + coordinator_module._str_bytes(group)
-    leave_estimate += sum(coordinator_module._str_bytes(m) + 10 for m in (member, group))
+    leave_estimate = group_requests.LEAVE_BYTES + group_requests.str_bytes(group)
+    leave_estimate += sum(group_requests.str_bytes(m) + 10 for m in (member, group))
     assert command_bytes(leave) <= leave_estimate

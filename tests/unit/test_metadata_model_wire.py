@@ -6,17 +6,21 @@ import dataclasses
 
 from raftlog.metadata.cluster import _topic_info
 from raftlog.metadata.model import PartitionInfo, TopicInfo
+from raftlog.metadata.partition_state import PartitionState
 
 
 def _state(isr_of_0: list[int], partition_epoch_of_0: int) -> dict[str, object]:
     parts = [
-        {
-            "leader": 1,
-            "leader_epoch": 0,
-            "replicas": [1, 2, 3],
-            "isr": isr_of_0 if i == 0 else [1, 2, 3],
-            "partition_epoch": partition_epoch_of_0 if i == 0 else 0,
-        }
+        PartitionState(
+            topic="big",
+            partition=i,
+            replicas=[1, 2, 3],
+            leader=1,
+            leader_epoch=0,
+            isr=isr_of_0 if i == 0 else [1, 2, 3],
+            elr=[],
+            partition_epoch=partition_epoch_of_0 if i == 0 else 0,
+        )
         for i in range(1000)
     ]
     return {"name": "big", "topic_id": "id-big", "partitions": parts, "config": {}}

@@ -13,6 +13,7 @@ from raftlog.errors import (
     InvalidRequestError,
     StaleBrokerEpochError,
 )
+from raftlog.metadata.partition_state import PartitionState
 from raftlog.metadata.state import NO_LEADER, MetadataState
 from tests.unit.test_metadata_state import err, ok
 
@@ -37,8 +38,8 @@ class Cluster:
         )
 
     @property
-    def p(self) -> dict[str, Any]:
-        p: dict[str, Any] = self.s.topics["t"]["partitions"][0]
+    def p(self) -> PartitionState:
+        p: PartitionState = self.s.topics["t"]["partitions"][0]
         return p
 
     def register(self, n: int, clean: bool = False) -> None:
@@ -68,15 +69,15 @@ class Cluster:
             "alter_isr",
             topic="t",
             partition=0,
-            leader_id=p["leader"],
-            leader_epoch=p["leader_epoch"],
-            partition_epoch=p["partition_epoch"],
+            leader_id=p.leader,
+            leader_epoch=p.leader_epoch,
+            partition_epoch=p.partition_epoch,
             isr=isr,
             **extra,
         )
 
     def view(self) -> tuple[int, list[int], list[int]]:
-        return self.p["leader"], self.p["isr"], self.p["elr"]
+        return self.p.leader, self.p.isr, self.p.elr
 
 
 def test_min_isr_above_replication_factor_is_refused() -> None:
@@ -110,11 +111,11 @@ def test_leader_fenced_with_isr_alone_elects_a_live_elr_member() -> None:
     c = Cluster(min_isr=2)
     c.alter([1, 2])
     c.alter([1])
-    epoch = c.p["leader_epoch"]
+    epoch = c.p.leader_epoch
     c.fence(1)
     leader, isr, elr = c.view()
     assert leader == 2 and isr == [2] and elr == [1]
-    assert c.p["leader_epoch"] == epoch + 1
+    assert c.p.leader_epoch == epoch + 1
 
 
 def test_last_replica_standing_that_lost_its_disk_cannot_erase_committed_records() -> None:
@@ -142,10 +143,10 @@ def test_last_replica_standing_after_a_clean_restart_leads_again_at_a_new_epoch(
     c.alter([1, 2])
     c.alter([1])
     c.fence(2)
-    epoch = c.p["leader_epoch"]
+    epoch = c.p.leader_epoch
     c.register(1, clean=True)
     assert c.view()[0] == 1
-    assert c.p["leader_epoch"] == epoch + 1
+    assert c.p.leader_epoch == epoch + 1
 
 
 def test_fsync_policy_keeps_an_unclean_restart_eligible() -> None:
@@ -159,11 +160,11 @@ def test_fsync_policy_keeps_an_unclean_restart_eligible() -> None:
 
 def test_restart_of_a_leader_moves_leadership_and_leaves_the_isr() -> None:
     c = Cluster(min_isr=2)
-    epoch = c.p["leader_epoch"]
+    epoch = c.p.leader_epoch
     c.register(1, clean=True)
     leader, isr, elr = c.view()
     assert leader == 2 and isr == [2, 3] and elr == []
-    assert c.p["leader_epoch"] == epoch + 1
+    assert c.p.leader_epoch == epoch + 1
 
 
 def test_restart_with_no_other_live_isr_member_leaves_the_partition_to_the_elr_or_offline() -> None:
@@ -185,8 +186,8 @@ def test_isr_expansion_needs_a_live_broker_of_the_stated_incarnation() -> None:
         topic="t",
         partition=0,
         leader_id=1,
-        leader_epoch=c.p["leader_epoch"],
-        partition_epoch=c.p["partition_epoch"],
+        leader_epoch=c.p.leader_epoch,
+        partition_epoch=c.p.partition_epoch,
         isr=[1, 3],
     )
     old = c.epochs[2]
@@ -198,8 +199,8 @@ def test_isr_expansion_needs_a_live_broker_of_the_stated_incarnation() -> None:
         topic="t",
         partition=0,
         leader_id=1,
-        leader_epoch=c.p["leader_epoch"],
-        partition_epoch=c.p["partition_epoch"],
+        leader_epoch=c.p.leader_epoch,
+        partition_epoch=c.p.partition_epoch,
         isr=[1, 2],
         broker_epochs=[[2, old]],
     )
@@ -218,7 +219,7 @@ def test_isr_change_from_a_deposed_leader_is_fenced() -> None:
         partition=0,
         leader_id=1,
         leader_epoch=0,
-        partition_epoch=c.p["partition_epoch"],
+        partition_epoch=c.p.partition_epoch,
         isr=[1],
     )
 

@@ -15,10 +15,10 @@ def shrink(s: MetadataState, partition: int, epoch: int = 0) -> dict[str, object
     return {
         "topic": "t",
         "partition": partition,
-        "leader_id": p["leader"],
+        "leader_id": p.leader,
         "leader_epoch": epoch,
-        "partition_epoch": p["partition_epoch"],
-        "isr": [p["leader"]],
+        "partition_epoch": p.partition_epoch,
+        "isr": [p.leader],
         "broker_epochs": [],
     }
 
@@ -46,7 +46,7 @@ def test_a_replica_reported_offline_cannot_rejoin_the_isr() -> None:
     s, epochs = cluster(3)
     ok(s, "create_topic", name="t", topic_id="id", partitions=1, replication_factor=3, config={})
     p = s.topics["t"]["partitions"][0]
-    leader, follower = p["leader"], p["replicas"][1]
+    leader, follower = p.leader, p.replicas[1]
     ok(s, "alter_isr", **shrink(s, 0))
     ok(
         s,
@@ -62,8 +62,8 @@ def test_a_replica_reported_offline_cannot_rejoin_the_isr() -> None:
         topic="t",
         partition=0,
         leader_id=leader,
-        leader_epoch=p["leader_epoch"],
-        partition_epoch=p["partition_epoch"],
+        leader_epoch=p.leader_epoch,
+        partition_epoch=p.partition_epoch,
         isr=[leader, follower],
     )
     assert "reported its replica's log offline" in message
@@ -79,7 +79,7 @@ def test_a_view_keeps_the_objects_of_what_did_not_change() -> None:
     assert second is not first
     assert second.partitions[0] is first.partitions[0]
     assert second.partitions[2] is first.partitions[2]
-    assert second.partitions[1].isr == (s.topics["t"]["partitions"][1]["leader"],)
+    assert second.partitions[1].isr == (s.topics["t"]["partitions"][1].leader,)
     # A topic deleted and created again under the name is new throughout.
     ok(s, "delete_topic", name="t")
     ok(s, "create_topic", name="t", topic_id="id2", partitions=3, replication_factor=3, config={})

@@ -64,12 +64,12 @@ def test_topic_assignment_spreads_leaders_and_respects_racks() -> None:
     s, _ = cluster(6, racks=["a", "a", "b", "b", "c", "c"])
     ok(s, "create_topic", name="t", topic_id="id", partitions=6, replication_factor=3, config={})
     parts = s.topics["t"]["partitions"]
-    leaders = [p["leader"] for p in parts]
+    leaders = [p.leader for p in parts]
     assert sorted(leaders) == [1, 2, 3, 4, 5, 6]  # one leadership per broker
     for p in parts:
-        racks = {s.brokers[r]["rack"] for r in p["replicas"]}
+        racks = {s.brokers[r]["rack"] for r in p.replicas}
         assert len(racks) == 3, p  # three replicas in three racks
-        assert p["isr"] == p["replicas"] and p["leader"] == p["replicas"][0]
+        assert p.isr == p.replicas and p.leader == p.replicas[0]
     err(
         s,
         "create_topic",
@@ -96,16 +96,16 @@ def test_topic_assignment_spreads_leaders_and_respects_racks() -> None:
 def test_fencing_moves_leadership_within_the_isr_and_bumps_epochs() -> None:
     s, epochs = cluster(3)
     ok(s, "create_topic", name="t", topic_id="id", partitions=3, replication_factor=2, config={})
-    led_by_1 = [i for i, p in enumerate(s.topics["t"]["partitions"]) if p["leader"] == 1]
+    led_by_1 = [i for i, p in enumerate(s.topics["t"]["partitions"]) if p.leader == 1]
     assert led_by_1
-    before = [dict(p) for p in s.topics["t"]["partitions"]]
+    before = copy.deepcopy(s.topics["t"]["partitions"])
     assert ok(s, "fence_broker", node_id=1, broker_epoch=epochs[1]) == len(led_by_1)
     for i, p in enumerate(s.topics["t"]["partitions"]):
-        assert p["leader"] != 1
-        assert 1 not in p["isr"] or p["leader"] == NO_LEADER
+        assert p.leader != 1
+        assert 1 not in p.isr or p.leader == NO_LEADER
         if i in led_by_1:
-            assert p["leader"] in before[i]["isr"]  # never outside the ISR
-            assert p["leader_epoch"] == before[i]["leader_epoch"] + 1
+            assert p.leader in before[i].isr  # never outside the ISR
+            assert p.leader_epoch == before[i].leader_epoch + 1
     # A zombie with an old epoch cannot unfence itself.
     err(s, "unfence_broker", StaleBrokerEpochError, node_id=1, broker_epoch=epochs[1] - 1)
 
@@ -115,9 +115,9 @@ def test_last_isr_member_fenced_means_offline_until_it_returns() -> None:
     ok(s, "create_topic", name="t", topic_id="id", partitions=1, replication_factor=1, config={})
     ok(s, "fence_broker", node_id=1, broker_epoch=epochs[1])
     p = s.topics["t"]["partitions"][0]
-    assert p["leader"] == NO_LEADER and p["isr"] == [1] and p["leader_epoch"] == 1
+    assert p.leader == NO_LEADER and p.isr == [1] and p.leader_epoch == 1
     ok(s, "unfence_broker", node_id=1, broker_epoch=epochs[1])
-    assert p["leader"] == 1 and p["leader_epoch"] == 2
+    assert p.leader == 1 and p.leader_epoch == 2
 
 
 def test_unclean_election_only_when_enabled() -> None:
@@ -133,7 +133,7 @@ def test_unclean_election_only_when_enabled() -> None:
             config={"unclean.leader.election.enable": str(unclean).lower()},
         )
         p = s.topics["t"]["partitions"][0]
-        leader, other = p["replicas"]
+        leader, other = p.replicas
         ok(
             s,
             "alter_isr",
@@ -145,14 +145,14 @@ def test_unclean_election_only_when_enabled() -> None:
             isr=[leader],
         )
         ok(s, "fence_broker", node_id=leader, broker_epoch=epochs[leader])
-        assert p["leader"] == (other if unclean else NO_LEADER)
+        assert p.leader == (other if unclean else NO_LEADER)
 
 
 def test_alter_isr_needs_current_epochs() -> None:
     s, _ = cluster(3)
     ok(s, "create_topic", name="t", topic_id="id", partitions=1, replication_factor=3, config={})
     p = s.topics["t"]["partitions"][0]
-    leader = p["leader"]
+    leader = p.leader
     assert (
         ok(
             s,
@@ -175,7 +175,7 @@ def test_alter_isr_needs_current_epochs() -> None:
         leader_id=leader,
         leader_epoch=0,
         partition_epoch=0,
-        isr=p["replicas"],
+        isr=p.replicas,
     )
     err(
         s,
@@ -186,7 +186,7 @@ def test_alter_isr_needs_current_epochs() -> None:
         leader_id=leader,
         leader_epoch=5,
         partition_epoch=1,
-        isr=p["replicas"],
+        isr=p.replicas,
     )
 
 
@@ -227,9 +227,9 @@ def test_group_generations_and_commit_rules() -> None:
     b = join(s)
     assert b["state"] == "PreparingRebalance"  # generation 2 waits for a to rejoin
     join(s, member=a["member_id"])
-    gen = s.groups["g"]["generation"]
+    gen = s.groups["g"].generation
     assert gen == 2
-    owned_a = s.groups["g"]["assignment"][a["member_id"]]
+    owned_a = s.groups["g"].assignment[a["member_id"]]
     assert len(owned_a) == 2
     # Stale generation, non-member and non-owner commits are refused, with reasons.
     assert "stale" in err(
@@ -252,7 +252,7 @@ def test_group_generations_and_commit_rules() -> None:
         offsets=[],
         now_ms=1,
     )
-    owned_b = s.groups["g"]["assignment"][b["member_id"]]
+    owned_b = s.groups["g"].assignment[b["member_id"]]
     assert "does not own" in err(
         s,
         "commit_offsets",
@@ -302,9 +302,9 @@ def test_topic_creation_rebalances_subscribed_groups() -> None:
         config={},
     )
     # The members learn of it from their heartbeats and rejoin (test_groups.py has the rest).
-    assert s.groups["g"]["state"] == "PreparingRebalance"
+    assert s.groups["g"].phase.value == "PreparingRebalance"
     join(s, member=m["member_id"], topics=("later",))
-    assert len(s.groups["g"]["assignment"][m["member_id"]]) == 2
+    assert len(s.groups["g"].assignment[m["member_id"]]) == 2
 
 
 def random_command(rng: random.Random, i: int) -> tuple[str, dict[str, Any]]:
@@ -447,28 +447,28 @@ def random_commands(seed: int, n: int) -> list[tuple[str, dict[str, Any]]]:
 def check_invariants(s: MetadataState) -> None:
     for t in s.topics.values():
         for p in t["partitions"]:
-            assert p["leader"] == NO_LEADER or p["leader"] in p["isr"], p
-            assert set(p["isr"]) <= set(p["replicas"]), p
-            assert len(set(p["replicas"])) == len(p["replicas"]), p
+            assert p.leader == NO_LEADER or p.leader in p.isr, p
+            assert set(p.isr) <= set(p.replicas), p
+            assert len(set(p.replicas)) == len(p.replicas), p
     for g in s.groups.values():
-        assert (g["state"] == "Empty") == (not g["members"]), g
-        assert g["state"] in ("Empty", "PreparingRebalance", "Stable"), g
+        assert (g.phase.value == "Empty") == (not g.members), g
+        assert g.phase.value in ("Empty", "PreparingRebalance", "Stable"), g
         owners: dict[tuple[str, int], str] = {}
-        for mid, tps in g["assignment"].items():
-            assert mid in g["members"]
+        for mid, tps in g.assignment.items():
+            assert mid in g.members
             for t, p in tps:
                 assert (t, p) not in owners, (t, p, owners)  # exactly one owner per generation
                 owners[(t, p)] = mid
-                assert t in g["members"][mid]["topics"]
+                assert t in g.members[mid]["topics"]
                 assert t in s.topics and p < len(s.topics[t]["partitions"])
         wanted = {
             (t, p)
-            for m in g["members"].values()
+            for m in g.members.values()
             for t in m["topics"]
             if t in s.topics
             for p in range(len(s.topics[t]["partitions"]))
         }
-        if g["state"] == "Stable":
+        if g.phase.value == "Stable":
             assert set(owners) == wanted  # every subscribed partition has an owner
         else:
             assert set(owners) <= wanted  # while preparing, moving partitions have none
@@ -695,9 +695,9 @@ def test_a_leave_naming_a_member_twice_removes_it_once() -> None:
     ok(s, "create_topic", name="t", topic_id="id", partitions=2, replication_factor=1, config={})
     a, b = join(s)["member_id"], join(s)["member_id"]
     assert ok(s, "leave_group", group_id="g", member_ids=[a, a, "ghost", a]) == 1
-    assert sorted(s.groups["g"]["members"]) == [b]
+    assert sorted(s.groups["g"].members) == [b]
     # b had rejoined (its join started the rebalance): a's leave completed it.
-    assert s.groups["g"]["assignment"][b] == [["t", 0], ["t", 1]]
+    assert s.groups["g"].assignment[b] == [["t", 0], ["t", 1]]
 
 
 FUZZ_INTS = [-2, -1, 0, 1, 2, 3, 4, 2**31, 2**63, -(2**63), 10**30]

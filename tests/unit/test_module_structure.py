@@ -78,4 +78,3 @@ def test_no_import_cycle_in_raftlog() -> None:
     graph = import_graph()
     assert graph.get("raftlog.broker.server")
     assert cycles(graph) == []
-

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import pickle
 import threading
 from collections.abc import Callable
@@ -11,6 +12,7 @@ from typing import Any
 from raftlog.cli.cluster_cmd import format_status
 from raftlog.errors import StaleBrokerEpochError
 from raftlog.metadata.cluster import ClusterMetadata
+from raftlog.metadata.partition_state import PartitionState
 from raftlog.metadata.quorum import QuorumStatus
 from raftlog.metadata.state import MetadataState
 from tests.unit.test_metadata_state import cluster as two_brokers
@@ -70,7 +72,7 @@ def test_entries_for_unknown_or_foreign_partitions_are_dropped() -> None:
         replication_factor=1,
         config={},
     )
-    owner = s.topics["one"]["partitions"][0]["replicas"][0]
+    owner = s.topics["one"]["partitions"][0].replicas[0]
     other = 2 if owner == 1 else 1
     n = ok(
         s,
@@ -97,9 +99,12 @@ def test_the_state_with_reports_pickles_and_replays_identically() -> None:
 
 
 def test_a_state_from_before_the_field_accepts_reports() -> None:
-    """A snapshot taken by an older version has no `offline_replicas` attribute."""
+    """A snapshot taken by an older version (format 1) has no `offline_replicas` field."""
     s, epochs = cluster()
-    del s.__dict__["offline_replicas"]
+    fields = s.__getstate__()
+    del fields["snapshot_format"], fields["offline_replicas"]
+    s = MetadataState.__new__(MetadataState)
+    s.__setstate__(fields)  # what unpickling does
     ok(s, "report_offline_replicas", node_id=1, broker_epoch=epochs[1], replicas=[["t", 0, "r"]])
     assert s.offline_replicas[1]["replicas"] == [["t", 0, "r"]]
 
@@ -177,13 +182,14 @@ def test_describe_cluster_shows_current_reports_only() -> None:
     assert "OFFLINE REPLICAS" not in format_status(d)
 
 
-def partition(s: MetadataState, index: int) -> dict[str, Any]:
-    return dict(s.topics["t"]["partitions"][index])
+def partition(s: MetadataState, index: int) -> PartitionState:
+    """A copy of partition `index` (later commands do not change it)."""
+    return copy.deepcopy(s.topics["t"]["partitions"][index])
 
 
 def test_an_offline_replica_leaves_the_isr_and_its_leadership_moves() -> None:
     s, epochs = cluster()
-    led = [i for i in range(2) if partition(s, i)["leader"] == 1]
+    led = [i for i in range(2) if partition(s, i).leader == 1]
     other = [i for i in range(2) if i not in led]
     assert led and other
     before = {i: partition(s, i) for i in range(2)}
@@ -195,9 +201,9 @@ def test_an_offline_replica_leaves_the_isr_and_its_leadership_moves() -> None:
         replicas=[["t", led[0], "r"]],
     )
     now = partition(s, led[0])
-    assert (now["leader"], now["isr"]) == (2, [2])
-    assert now["leader_epoch"] == before[led[0]]["leader_epoch"] + 1
-    assert now["partition_epoch"] > before[led[0]]["partition_epoch"]
+    assert (now.leader, now.isr) == (2, [2])
+    assert now.leader_epoch == before[led[0]].leader_epoch + 1
+    assert now.partition_epoch > before[led[0]].partition_epoch
     assert partition(s, other[0]) == before[other[0]]  # not reported: untouched
     # A second report of the same replica changes nothing more.
     ok(
@@ -213,7 +219,7 @@ def test_an_offline_replica_leaves_the_isr_and_its_leadership_moves() -> None:
 def test_an_offline_last_isr_member_keeps_its_place_and_its_leadership() -> None:
     s, epochs = cluster()
     p0 = partition(s, 0)
-    follower = next(r for r in p0["replicas"] if r != p0["leader"])
+    follower = next(r for r in p0.replicas if r != p0.leader)
     ok(
         s,
         "report_offline_replicas",
@@ -221,19 +227,19 @@ def test_an_offline_last_isr_member_keeps_its_place_and_its_leadership() -> None
         broker_epoch=epochs[follower],
         replicas=[["t", 0, "r"]],
     )
-    assert partition(s, 0)["isr"] == [p0["leader"]]
+    assert partition(s, 0).isr == [p0.leader]
     # Now the leader's log goes offline too: nobody else has the data, so it keeps the
     # leadership (its clients learn why from LogOfflineError); never the offline follower.
     ok(
         s,
         "report_offline_replicas",
-        node_id=p0["leader"],
-        broker_epoch=epochs[p0["leader"]],
+        node_id=p0.leader,
+        broker_epoch=epochs[p0.leader],
         replicas=[["t", 0, "r"]],
     )
     now = partition(s, 0)
-    assert (now["leader"], now["isr"]) == (p0["leader"], [p0["leader"]])
-    assert now["leader_epoch"] == p0["leader_epoch"]
+    assert (now.leader, now.isr) == (p0.leader, [p0.leader])
+    assert now.leader_epoch == p0.leader_epoch
 
 
 def test_describe_cluster_leaves_out_reports_of_deleted_topics() -> None:
