@@ -104,6 +104,23 @@ class LogView(Protocol):
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]: ...
 
 
+class ReplicaLog(LogView, Protocol):
+    """What performing the core's log actions changes (`perform_on_log`): PartitionLog
+    satisfies it, and so does the replication simulation's log (tests/sim/model.py)."""
+
+    def assign_epoch(self, epoch: int) -> None:
+        """Record that `epoch` starts at the log end."""
+        ...
+
+    def truncate_to(self, offset: int) -> object: ...
+
+    def truncate_fully(self, offset: int) -> None: ...
+
+    def delete_records_before(self, offset: int) -> object: ...
+
+    def append_as_follower(self, data: Any) -> object: ...
+
+
 class Role(enum.Enum):
     OFFLINE = "offline"  # hosted here, but neither leading nor following (no leader)
     LEADER = "leader"
@@ -833,3 +850,32 @@ class PartitionCore:
             max(self.high_watermark, log.log_start_offset), log.log_end_offset
         )
         self._check()
+
+
+LOG_ACTIONS = (AssignEpoch, Truncate, TruncateFully, AdvanceLogStart, Append)
+
+
+def perform_on_log(core: PartitionCore, log: ReplicaLog, action: Action, now_ms: int) -> None:
+    """Perform one of the core's actions on its log (`isinstance(action, LOG_ACTIONS)`); the
+    driver performs the rest (CompleteProduce, HighWatermarkChanged, ProposeIsr), which reach
+    outside the partition. The broker's ReplicaManager and the replication simulation both
+    call this: what the simulation checks is what the broker does to its logs."""
+    if isinstance(action, AssignEpoch):
+        require(
+            action.start_offset == log.log_end_offset,
+            f"{core.name}: epoch {action.epoch} assigned at {action.start_offset}, but the log "
+            f"ends at {log.log_end_offset}",
+        )
+        log.assign_epoch(action.epoch)
+    elif isinstance(action, Truncate):
+        log.truncate_to(action.offset)
+        core.after_truncation(now_ms)
+    elif isinstance(action, TruncateFully):
+        log.truncate_fully(action.offset)
+        core.after_truncation(now_ms)
+    elif isinstance(action, AdvanceLogStart):
+        log.delete_records_before(action.offset)
+    elif isinstance(action, Append):
+        log.append_as_follower(action.data)
+    else:
+        raise ReplicationInvariantError(f"{core.name}: {action!r} is not a log action")

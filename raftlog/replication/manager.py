@@ -51,11 +51,11 @@ from raftlog.errors import (
     StaleBrokerEpochError,
     StorageError,
 )
+from raftlog.invariants import InvariantError
 from raftlog.metadata.model import PartitionInfo, TopicInfo
 from raftlog.replication.core import (
-    AdvanceLogStart,
+    LOG_ACTIONS,
     Append,
-    AssignEpoch,
     CompleteProduce,
     FetchAnswer,
     FollowerFetch,
@@ -64,6 +64,7 @@ from raftlog.replication.core import (
     Role,
     Truncate,
     TruncateFully,
+    perform_on_log,
 )
 from raftlog.replication.fetch_session import (
     LeaderSession,
@@ -525,39 +526,33 @@ class ReplicaManager:
 
     def _perform(self, p: Partition, actions: list[Any], now: int) -> None:
         for a in actions:
-            if isinstance(a, CompleteProduce):
+            if isinstance(a, LOG_ACTIONS):
+                before = p.log.log_end_offset
+                perform_on_log(p.core, p.log, a, now)
+                if isinstance(a, Truncate):
+                    log.info(
+                        "%s: follower truncated to %d (log end was %d, high watermark %d)",
+                        p.tp,
+                        p.log.log_end_offset,
+                        before,
+                        p.core.high_watermark,
+                    )
+                elif isinstance(a, TruncateFully):
+                    log.info(
+                        "%s: follower restarted its log at the leader's start %d", p.tp, a.offset
+                    )
+                elif isinstance(a, Append) and p.fsync_policy:
+                    self.schedule_flush(p)
+            elif isinstance(a, CompleteProduce):
                 a.token(a.error)
             elif isinstance(a, HighWatermarkChanged):
                 p.wake(p.consumer_waiters)
                 self._touch_sessions(p)  # the followers learn it in their next answer
-            elif isinstance(a, AssignEpoch):
-                p.log.assign_epoch(a.epoch)
             elif isinstance(a, ProposeIsr):
                 self._spawn(self._propose(p, a), f"ISR proposal for {p.tp}")
                 self._hot.add(p.tp)  # ticked until the metadata resolves it
-            elif isinstance(a, Truncate):
-                before = p.log.log_end_offset
-                p.log.truncate_to(a.offset)
-                log.info(
-                    "%s: follower truncated to %d (log end was %d, high watermark %d)",
-                    p.tp,
-                    p.log.log_end_offset,
-                    before,
-                    p.core.high_watermark,
-                )
-                p.core.after_truncation(now)
-            elif isinstance(a, TruncateFully):
-                p.log.truncate_fully(a.offset)
-                log.info("%s: follower restarted its log at the leader's start %d", p.tp, a.offset)
-                p.core.after_truncation(now)
-            elif isinstance(a, AdvanceLogStart):
-                p.log.delete_records_before(a.offset)
-            elif isinstance(a, Append):
-                p.log.append_as_follower(a.data)
-                if p.fsync_policy:
-                    self.schedule_flush(p)
             else:
-                raise AssertionError(f"unknown replication action {a!r}")
+                raise InvariantError(f"unknown replication action {a!r}")
 
     def _spawn(self, coro: Coroutine[Any, Any, Any], what: str) -> None:
         self._tasks.spawn(coro, what)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import copy
 import itertools
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,9 +34,8 @@ from raftlog.errors import FencedLeaderEpochError, RaftlogError, error_from_code
 from raftlog.metadata.partition_state import PartitionState
 from raftlog.metadata.state import NO_LEADER, MetadataState
 from raftlog.replication.core import (
-    AdvanceLogStart,
+    LOG_ACTIONS,
     Append,
-    AssignEpoch,
     CompleteProduce,
     FollowerFetch,
     HighWatermarkChanged,
@@ -46,6 +45,7 @@ from raftlog.replication.core import (
     Role,
     Truncate,
     TruncateFully,
+    perform_on_log,
 )
 from raftlog.storage.epoch_cache import LeaderEpochCache
 
@@ -142,10 +142,13 @@ class SimLog:
         self._index(b)
         return b
 
-    def assign_epoch(self, epoch: int, start: int) -> None:
-        self.epochs.assign(epoch, start)
+    def assign_epoch(self, epoch: int) -> None:
+        """A new leader's epoch starts at the log end (PartitionLog.assign_epoch)."""
+        self.epochs.assign(epoch, self.log_end_offset)
 
-    def append_follower(self, batches: list[Batch]) -> None:
+    def append_as_follower(self, data: Iterable[Batch]) -> None:
+        """Fetched batches, as they are (PartitionLog.append_as_follower)."""
+        batches = list(data)
         expected = self.log_end_offset
         for b in batches:
             if b.base_offset != expected:
@@ -496,23 +499,17 @@ class Broker:
         log = self.logs[tp]
         core = self.cores[tp]
         for a in actions:
-            if isinstance(a, AssignEpoch):
-                log.assign_epoch(a.epoch, a.start_offset)
-            elif isinstance(a, Truncate | TruncateFully):
-                sim.check_truncation(self, tp, a)
-                if isinstance(a, Truncate):
-                    log.truncate_to(a.offset)
-                else:
-                    log.truncate_fully(a.offset)
-                core.after_truncation(now)
-                if tp in self.pending_flush:
+            if isinstance(a, LOG_ACTIONS):
+                # The broker's own code performs it (ReplicaManager._perform calls the same
+                # function); around it, what the simulation checks and tracks.
+                if isinstance(a, Truncate | TruncateFully):
+                    sim.check_truncation(self, tp, a)
+                perform_on_log(core, log, a, now)
+                if isinstance(a, Truncate | TruncateFully) and tp in self.pending_flush:
                     due, offset = self.pending_flush[tp]
                     self.pending_flush[tp] = (due, min(offset, log.log_end_offset))
-            elif isinstance(a, Append):
-                log.append_follower(list(a.data))
-                self.schedule_flush(tp, now)
-            elif isinstance(a, AdvanceLogStart):
-                log.delete_records_before(a.offset)
+                elif isinstance(a, Append):
+                    self.schedule_flush(tp, now)
             elif isinstance(a, ProposeIsr):
                 rid = next(sim.ids)
                 self.proposals[rid] = (tp, a)

@@ -27,6 +27,7 @@ from raftlog.replication.core import (
     Role,
     Truncate,
     TruncateFully,
+    perform_on_log,
 )
 from tests.sim.model import SimLog
 
@@ -44,7 +45,7 @@ def leader(
     actions = core.become_leader(5, 0, (1, 2, 3), isr, {2: 10, 3: 11}, config, now_ms=0)
     for a in actions:
         if isinstance(a, AssignEpoch):
-            log.assign_epoch(a.epoch, a.start_offset)
+            perform_on_log(core, log, a, 0)
     for _ in range(records):
         log.append_leader((0,), 5)
     return core, log, actions
@@ -196,7 +197,7 @@ def test_divergence_is_answered_with_the_epoch_end() -> None:
     config = PartitionConfig(min_insync_replicas=1, replica_lag_time_max_ms=LAG_MS)
     for a in core.become_leader(5, 0, (1, 2), (1, 2), {}, config, 0):
         if isinstance(a, AssignEpoch):
-            log.assign_epoch(a.epoch, a.start_offset)
+            perform_on_log(core, log, a, 0)
     # The follower wrote offsets 3..5 in epoch 4, which never reached this leader.
     answer, actions = core.on_follower_fetch(2, 0, FollowerFetch(6, 4, 5, 6), 1)
     assert answer.diverging == (3, 3) and actions == []
@@ -247,7 +248,7 @@ def test_follower_appends_and_adopts_the_leaders_high_watermark_clamped() -> Non
     spec = core.fetch_spec()
     data = [object()]
     assert core.on_fetch_response(spec, None, None, 50, 0, data) == [Append(data)]
-    log.append_follower([])  # nothing really appended: the HW stays within the log
+    log.append_as_follower([])  # nothing really appended: the HW stays within the log
     core.after_follower_write(1)
     assert core.high_watermark == 0
     log.append_leader((1, 2, 3), 5)
@@ -350,3 +351,19 @@ def test_an_idle_follower_in_a_fetch_session_stays_caught_up_when_the_leader_app
     # Its next fetch, at the new end, is caught up as always.
     fetch(core, 2, 2, now=quiet + 5)
     assert core.out_of_sync_replicas(quiet + LAG_MS) == [3]
+
+
+def test_perform_on_log_applies_the_log_actions_and_refuses_the_rest() -> None:
+    """The one function the broker's ReplicaManager and the simulation both perform log
+    actions with."""
+    from raftlog.replication.core import ReplicationInvariantError
+
+    core, log, _ = leader(records=3)
+    with pytest.raises(ReplicationInvariantError, match="assigned at 1, but the log ends at 3"):
+        perform_on_log(core, log, AssignEpoch(6, 1), 0)
+    perform_on_log(core, log, AssignEpoch(6, 3), 0)
+    assert log.latest_epoch == 6
+    perform_on_log(core, log, Truncate(1), 0)
+    assert log.log_end_offset == 1 and core.high_watermark <= 1
+    with pytest.raises(ReplicationInvariantError, match="not a log action"):
+        perform_on_log(core, log, HighWatermarkChanged(0), 0)
