@@ -17,6 +17,8 @@ How it works:
 Where each part lives: this class keeps the log's state and its public operations (appends,
 rolls, flushes, reads, truncation, retention, close); procedures that need only what they are
 given live beside it:
+- append_checks.py: the leader's and the follower's checks of an append's batches, and the
+  buffers to write (pure: the log writes them and publishes the producer state after);
 - recovery.py: opening a directory after a crash or a clean shutdown (what is trusted, checked,
   cut; the clean-shutdown marker; LogCorruptedError for damage below the recovery point);
 - producer_snapshots.py: the producer state's snapshot files and its rebuild (the rules of
@@ -62,28 +64,22 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import NamedTuple, NoReturn
 
 from raftlog.errors import (
-    CorruptRecordError,
     FencedLeaderEpochError,
-    InvalidOffsetError,
-    InvalidRequestError,
     LogCorruptedError,
     LogOfflineError,
     OffsetOutOfRangeError,
     RaftlogError,
-    RecordTooLargeError,
     StorageError,
 )
 from raftlog.records import (
     HEADER,
     HEADER_SIZE,
     LOG_OVERHEAD,
-    NO_PRODUCER_ID,
-    STAMP,
-    STAMP_SIZE,
     Record,
     decode_records,
     validate_batch,
 )
+from raftlog.storage.append_checks import check_follower_batches, check_leader_chunks
 from raftlog.storage.checkpoint import OffsetCheckpoint, atomic_write, fsync_dir
 from raftlog.storage.config import INT32_MAX, LogConfig
 from raftlog.storage.epoch_cache import LeaderEpochCache
@@ -101,7 +97,7 @@ from raftlog.storage.producer_snapshots import (
     rebuild_producer_state,
     write_producer_snapshot,
 )
-from raftlog.storage.producer_state import ProducerAppend, ProducerState
+from raftlog.storage.producer_state import ProducerState
 from raftlog.storage.recovery import LogCheckpoints, corrupted_error, recover
 from raftlog.storage.scrub import Scrubber
 from raftlog.storage.segment import LOG_SUFFIX, LogSegment, SegmentDamage, segment_name
@@ -347,94 +343,15 @@ class PartitionLog:
             raise FencedLeaderEpochError(
                 f"{self.name}: append with leader epoch {leader_epoch}, log is at epoch {latest}"
             )
-        first_offset = offset = self._next_offset
-        max_bytes = self.config.max_message_bytes
-        iov: list[bytes | memoryview] = []
-        batches: list[tuple[int, int, int]] = []
-        # Per chunk: (base offset, last offset, records, batches, bytes, max timestamp) or
-        # the chunk's error; AppendInfo is made once the write has succeeded.
-        outcomes: list[tuple[int, int, int, int, int, int] | RaftlogError] = []
-        records = 0
-        nbytes = 0
-        max_ts = -1
-        stamp = STAMP.pack
-        # Idempotent batches' checks and records, published once the write succeeded.
-        producers: ProducerAppend | None = None
-        for mv in chunks:
-            n = len(mv)
-            if n == 0:
-                outcomes.append(CorruptRecordError(f"{self.name}: empty append"))
-                continue
-            chunk_offset, chunk_ts = offset, -1
-            mark = len(batches)
-            pos = 0
-            duplicate = None
-            try:
-                while pos < n:
-                    try:
-                        h = validate_batch(mv, pos, n)
-                    except CorruptRecordError as e:
-                        raise CorruptRecordError(f"{self.name}: {e}; nothing appended") from None
-                    size = h.batch_length + LOG_OVERHEAD
-                    if size > max_bytes:
-                        raise RecordTooLargeError(
-                            f"{self.name}: batch of {size} bytes at byte {pos} exceeds "
-                            f"max_message_bytes={max_bytes}; nothing appended"
-                        )
-                    if h.producer_id != NO_PRODUCER_ID:
-                        if size != n:
-                            raise InvalidRequestError(
-                                f"{self.name}: the batch of idempotent producer {h.producer_id} "
-                                f"must be the only batch of its partition in a request (it is "
-                                f"{size} of {n} bytes); nothing appended"
-                            )
-                        if producers is None:
-                            producers = self.producer_state.begin()
-                        duplicate = producers.check(
-                            h.producer_id, h.producer_epoch, h.base_sequence, h.record_count
-                        )
-                        if duplicate is not None:
-                            break  # appended before: answered with its offsets, not appended
-                        producers.record(
-                            h.producer_id,
-                            h.producer_epoch,
-                            h.base_sequence,
-                            h.record_count,
-                            offset,
-                            h.max_timestamp,
-                        )
-                    iov.append(stamp(offset, h.batch_length, leader_epoch))
-                    iov.append(mv[pos + STAMP_SIZE : pos + size])
-                    batches.append((offset, size, h.max_timestamp))
-                    offset += h.record_count
-                    if h.max_timestamp > chunk_ts:
-                        chunk_ts = h.max_timestamp
-                    pos += size
-            except RaftlogError as e:
-                del iov[2 * mark :], batches[mark:]
-                offset = chunk_offset
-                outcomes.append(e)
-                continue
-            if duplicate is not None:
-                count = duplicate.last_offset - duplicate.first_offset + 1
-                outcomes.append(
-                    (
-                        duplicate.first_offset,
-                        duplicate.last_offset,
-                        count,
-                        0,
-                        0,
-                        duplicate.max_timestamp,
-                    )
-                )
-                continue
-            outcomes.append(
-                (chunk_offset, offset - 1, offset - chunk_offset, len(batches) - mark, n, chunk_ts)
-            )
-            records += offset - chunk_offset
-            nbytes += n
-            if chunk_ts > max_ts:
-                max_ts = chunk_ts
+        first_offset = self._next_offset
+        iov, nbytes, batches, offset, records, max_ts, outcomes, producers = check_leader_chunks(
+            self.name,
+            chunks,
+            first_offset,
+            leader_epoch,
+            self.config.max_message_bytes,
+            self.producer_state,
+        )
         if batches:
             if leader_epoch > latest:
                 self._assign_epoch(leader_epoch, first_offset)
@@ -448,53 +365,12 @@ class PartitionLog:
         """Follower path: append batches that already carry the leader's offsets and epochs."""
         self._check_writable()
         mv = memoryview(batch_bytes)
-        n = len(mv)
-        if n == 0:
-            raise CorruptRecordError(f"{self.name}: empty append")
-        expected = self._next_offset
-        batches: list[tuple[int, int, int]] = []
-        epochs: list[tuple[int, int]] = []
-        records = 0
-        max_ts = -1
-        pos = 0
-        latest = self.epoch_cache.latest_epoch
-        # Idempotent batches, recorded in the producer state once written.
-        idempotent: list[tuple[int, int, int, int, int, int]] = []
-        while pos < n:
-            try:
-                h = validate_batch(mv, pos, n)
-            except CorruptRecordError as e:
-                raise CorruptRecordError(f"{self.name}: {e}; nothing appended") from None
-            if h.base_offset != expected:
-                raise InvalidOffsetError(
-                    f"{self.name}: follower batch at byte {pos} has base offset "
-                    f"{h.base_offset}, the log continues at {expected}; nothing appended"
-                )
-            epoch = h.partition_leader_epoch
-            if epoch > latest:
-                epochs.append((epoch, h.base_offset))
-                latest = epoch
-            size = h.batch_length + LOG_OVERHEAD
-            batches.append((h.base_offset, size, h.max_timestamp))
-            if h.producer_id != NO_PRODUCER_ID:
-                idempotent.append(
-                    (
-                        h.producer_id,
-                        h.producer_epoch,
-                        h.base_sequence,
-                        h.record_count,
-                        h.base_offset,
-                        h.max_timestamp,
-                    )
-                )
-            expected = h.next_offset
-            records += h.record_count
-            if h.max_timestamp > max_ts:
-                max_ts = h.max_timestamp
-            pos += size
+        batches, epochs, next_offset, records, max_ts, idempotent = check_follower_batches(
+            self.name, mv, self._next_offset, self.epoch_cache.latest_epoch
+        )
         for epoch, start in epochs:
             self._assign_epoch(epoch, start)
-        info = self._write([mv], n, batches, expected, records, max_ts)
+        info = self._write([mv], len(mv), batches, next_offset, records, max_ts)
         for b in idempotent:
             self.producer_state.record(*b)
         return info
