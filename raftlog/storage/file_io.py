@@ -1,4 +1,4 @@
-"""File helpers of the partition log: vectored writes, read slices, OS error text.
+"""File helpers of the partition log: vectored writes, read slices, side files, OS error text.
 
 Rules this module keeps:
 - No state and no log of its own: every function takes the file descriptors and segments it
@@ -6,17 +6,21 @@ Rules this module keeps:
   failure means (a rollback, going offline).
 - A short `pwritev` is continued rather than taken as the error: the kernel writes what fits
   and then reports why the rest does not (ENOSPC, EFBIG, EIO) as an OSError on the next call.
+- A side file (a small file of the log owner's) is written atomically, except into a new,
+  empty log, where a torn one can only describe an empty log (see `write_side_file`).
 - A `FileSlice` is whole batches of an open segment file; its fd belongs to the log (see the
   class).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 from dataclasses import dataclass
 
 from raftlog.errors import StorageError
+from raftlog.storage.checkpoint import atomic_write, fsync_dir
 from raftlog.storage.segment import LogSegment
 
 IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
@@ -111,3 +115,29 @@ def pwritev_all(fd: int, iov: list[bytes | memoryview], position: int) -> int:
         if n:
             views[0] = views[0][n:]
     return written
+
+
+def write_side_file(log_dir: str, name: str, data: bytes, sync: bool, in_place: bool) -> str:
+    """Write the file `name` of `log_dir`; returns its path. `in_place` (only for a new, empty
+    log: torn, the file can only describe an empty log, and the owner then drops the
+    directory) writes it directly, two calls instead of a temporary file and a rename; else
+    it is written atomically. `sync=False` leaves the fsync to the caller. Raises OSError."""
+    path = os.path.join(log_dir, name)
+    if not in_place:
+        atomic_write(path, data, sync)
+        return path
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        if os.write(fd, data) != len(data):
+            raise OSError(errno.ENOSPC, f"short write to {path}")
+        if sync:
+            os.fsync(fd)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(path)  # no half-written file left behind
+        raise
+    finally:
+        os.close(fd)
+    if sync:
+        fsync_dir(log_dir)
+    return path

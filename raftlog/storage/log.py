@@ -4,11 +4,10 @@ How it works:
 - Segments are kept in a list ordered by base offset, with a parallel list of base offsets that
   `bisect` searches to find the segment holding an offset (the paper's "in-memory sorted
   table"). Appends go to the last segment, the active one.
-- The leader path (`append`) validates each batch without decoding its records (records.py),
-  then writes 16 stamped header bytes (base offset, length, leader epoch) plus the untouched
-  rest of each batch with one `pwritev`: no copy of the batch, no re-hash.
-- The follower path (`append_as_follower`) writes batches with the offsets and epochs the leader
-  gave them, after the same validation and a check that they continue the log.
+- The leader path (`append_chunks`) stamps offsets and its epoch into the batches' headers; the
+  follower path (`append_as_follower`) keeps the leader's, which must continue the log. Both
+  check batches without decoding their records (append_checks.py) and write each append with
+  one `pwritev`: no copy of the batch, no re-hash.
 - Reads return whole batches: the batch holding the wanted offset, then as many whole batches as
   fit `max_bytes` (at least one, so a consumer always progresses), never past `max_offset`,
   within one segment. `read_slice` gives (fd, position, size) for `sendfile`; `read` the bytes.
@@ -24,7 +23,8 @@ given live beside it:
 - producer_snapshots.py: the producer state's snapshot files and its rebuild (the rules of
   producer state living with the log);
 - scrub.py: the background check of closed segments' checksums;
-- file_io.py: vectored writes, `FileSlice`, OS error text.
+- retention.py: which closed segments retention deletes;
+- file_io.py: vectored writes, `FileSlice`, small side files, OS error text.
 
 Durability rules:
 - Data is fsynced on `flush()` (by `flush_messages` / `flush_ms`), on every roll and on close.
@@ -71,16 +71,9 @@ from raftlog.errors import (
     RaftlogError,
     StorageError,
 )
-from raftlog.records import (
-    HEADER,
-    HEADER_SIZE,
-    LOG_OVERHEAD,
-    Record,
-    decode_records,
-    validate_batch,
-)
+from raftlog.records import HEADER, HEADER_SIZE, LOG_OVERHEAD, Record, decode_records, iter_records
 from raftlog.storage.append_checks import check_follower_batches, check_leader_chunks
-from raftlog.storage.checkpoint import OffsetCheckpoint, atomic_write, fsync_dir
+from raftlog.storage.checkpoint import OffsetCheckpoint, fsync_dir
 from raftlog.storage.config import INT32_MAX, LogConfig
 from raftlog.storage.epoch_cache import LeaderEpochCache
 from raftlog.storage.file_io import (
@@ -91,6 +84,7 @@ from raftlog.storage.file_io import (
     os_error_text,
     pwritev_all,
     slice_of,
+    write_side_file,
 )
 from raftlog.storage.producer_snapshots import (
     delete_producer_snapshots,
@@ -99,6 +93,7 @@ from raftlog.storage.producer_snapshots import (
 )
 from raftlog.storage.producer_state import ProducerState
 from raftlog.storage.recovery import LogCheckpoints, corrupted_error, recover
+from raftlog.storage.retention import expired_segments
 from raftlog.storage.scrub import Scrubber
 from raftlog.storage.segment import LOG_SUFFIX, LogSegment, SegmentDamage, segment_name
 
@@ -181,12 +176,12 @@ class PartitionLog:
         self._scrubber = Scrubber()
         # Set when the log goes offline (or is closed): every later call raises a copy.
         self._offline: LogOfflineError | None = None
+        # Called when the log goes offline while serving (its owner moves it out, soon).
+        self.on_offline: Callable[[], None] | None = None
         # The clean-shutdown marker is still on disk: the log was opened from a clean
         # shutdown and nothing has changed since. It is removed before the first change
         # (`_begin_change`), not at open, so that opening and closing an idle log writes and
         # fsyncs nothing (a broker with 10,000 partitions restarts in seconds, not minutes).
-        # Called when the log goes offline while serving (its owner moves it out, soon).
-        self.on_offline: Callable[[], None] | None = None
         self._clean_marker = False
         # Nothing has changed on disk since open, and the files recover to this very state
         # (the clean marker is there, or the log is new and empty): close just closes them.
@@ -661,28 +656,11 @@ class PartitionLog:
     def write_side_file(self, name: str, data: bytes, sync: bool = True) -> str:
         """Write a small file of the owner's into the log's directory (the broker's topic
         id); returns its path. Into a new, empty log it is written in place (torn, it can only
-        describe an empty log, and the owner then drops the directory), else atomically.
-        `sync=False` leaves the fsync to the caller (`fsync_paths`, for many logs at once).
-        Raises OSError."""
-        path = os.path.join(self.path, name)
-        if not self._unchanged or self._next_offset:
-            atomic_write(path, data, sync)
-            return path
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            if os.write(fd, data) != len(data):
-                raise OSError(errno.ENOSPC, f"short write to {path}")
-            if sync:
-                os.fsync(fd)
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.unlink(path)  # no half-written file left behind
-            raise
-        finally:
-            os.close(fd)
-        if sync:
-            fsync_dir(self.path)
-        return path
+        describe an empty log, and the owner then drops the directory), else atomically
+        (file_io.write_side_file). `sync=False` leaves the fsync to the caller
+        (`fsync_paths`, for many logs at once). Raises OSError."""
+        in_place = self._unchanged and not self._next_offset
+        return write_side_file(self.path, name, data, sync, in_place)
 
     # -- flushing ------------------------------------------------------------------------------
 
@@ -810,13 +788,7 @@ class PartitionLog:
     ) -> list[Record]:
         """Decoded records from `offset` on (a convenience for tools and tests)."""
         data = self.read(offset, max_bytes, max_offset)
-        out: list[Record] = []
-        pos = 0
-        while pos < len(data):
-            h = validate_batch(data, pos)
-            out.extend(r for r in decode_records(data, pos, h) if r.offset >= offset)
-            pos += h.size
-        return out
+        return [r for r in iter_records(data) if r.offset >= offset]
 
     def iter_batches(self) -> Iterator[tuple[LogSegment, int, tuple[int, ...]]]:
         """(segment, position, raw header) for every batch, headers only."""
@@ -985,20 +957,14 @@ class PartitionLog:
         Returns how many went.
         """
         self._check_writable()
-        now = self._clock_ms() if now_ms is None else now_ms
-        retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
-        total = self.size_bytes
-        count = 0
-        for seg in self._segments[:-1]:
-            if max_offset is not None and seg.next_offset > max_offset:
-                break
-            below_start = seg.next_offset <= self._log_start
-            expired = retention_ms >= 0 and now - seg.max_timestamp > retention_ms
-            oversize = retention_bytes >= 0 and total - seg.size >= retention_bytes
-            if not (below_start or expired or oversize):
-                break
-            total -= seg.size
-            count += 1
+        count = expired_segments(
+            self._segments,
+            self._log_start,
+            self._clock_ms() if now_ms is None else now_ms,
+            self.config.retention_ms,
+            self.config.retention_bytes,
+            max_offset,
+        )
         if count:
             new_start = self._segments[count].base_offset
             log.info(
