@@ -81,6 +81,8 @@ class Scrubber:
                 checked += done
                 if deadline is not None and time.monotonic() >= deadline:
                     break
+        except SegmentDamage as e:  # a short read: the file is shorter than the log knows
+            damaged(e)
         except OSError as e:
             read_failed(seg, e)
         self.at = (seg.base_offset, pos)

@@ -359,3 +359,22 @@ def test_the_scrubber_finds_a_flipped_byte_that_reads_would_serve(tmp_path: str)
     with pytest.raises(LogOfflineError):
         log.read(0, 1)
     log.close()
+
+
+def test_the_scrubber_takes_a_log_whose_segment_was_cut_short_offline(tmp_path: str) -> None:
+    """A closed segment file shorter than the log knows (cut by something else): the
+    scrubber's read comes back short. That is damage, the log goes offline with
+    LogCorruptedError; the read's SegmentDamage escaped before and ended the broker's
+    scrubbing of every log."""
+    path = str(tmp_path / "t-0")
+    log = build(path, segments=4)
+    bases = log.segment_base_offsets
+    cut = seg_path(path, bases[1])
+    pos, _, _ = batches_of(cut)[1]
+    os.truncate(cut, pos + 10)
+    with pytest.raises(LogCorruptedError) as raised:
+        for _ in range(1000):
+            log.scrub(8192)
+    assert cut in str(raised.value) and "shorter than the log knows" in str(raised.value)
+    assert isinstance(log.offline_error, LogCorruptedError)
+    log.close()
