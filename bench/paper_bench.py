@@ -822,11 +822,12 @@ def e2e_consumer(
         f.write(lat.tobytes())
 
 
-# The child process of the latency phase: a fresh interpreter that imports this module from the
-# repository (whatever started the benchmark: `python -m`, `raftlog bench`, a test).
+# The child process of the latency phase: a fresh interpreter that imports this module (the
+# installed `bench` package, or the repository's: the child runs in it, and `-c` puts the
+# current directory first on the path), whatever started the benchmark.
 _E2E_CHILD = (
-    "import sys; sys.path.insert(0, sys.argv[1]); from bench.paper_bench import e2e_consumer; "
-    "e2e_consumer(sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]), sys.argv[6])"
+    "import sys; from bench.paper_bench import e2e_consumer; "
+    "e2e_consumer(sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5])"
 )
 
 
@@ -892,7 +893,6 @@ def run_e2e(
             sys.executable,
             "-c",
             _E2E_CHILD,
-            str(REPO),
             bootstrap,
             topic,
             str(total),
