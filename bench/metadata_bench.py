@@ -83,11 +83,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import REPO, default_base_dir, machine_facts
-from raftlog.cli.dev_cmd import free_ports, write_node_config
 from raftlog.client.admin import AsyncAdmin
 from raftlog.client.cluster import ClusterClient
 from raftlog.client.group import GroupMembership
 from raftlog.errors import RaftlogError
+from raftlog.launcher import free_ports, write_node_config
 from raftlog.topics import TopicPartition
 
 HOST = "127.0.0.1"

@@ -28,9 +28,9 @@ from typing import Any, TypeVar
 
 from chaos.faults import FaultError
 from chaos.netns import NetnsNetwork
-from raftlog.cli.dev_cmd import free_ports, write_node_config
 from raftlog.client import Admin, Consumer
 from raftlog.errors import RaftlogError
+from raftlog.launcher import free_ports, write_node_config
 from raftlog.topics import TopicPartition
 
 T = TypeVar("T")

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from raftlog.cli.dev_cmd import free_ports, write_node_config
 from raftlog.client import Admin
 from raftlog.errors import RaftlogError
+from raftlog.launcher import free_ports, write_node_config
 from raftlog.node import NodeConfig
 from tests.integration._support import (
     HOST,
