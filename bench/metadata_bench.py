@@ -10,9 +10,9 @@ Run from the repository root::
 The bench starts its own local cluster: three combined controller+broker nodes on 127.0.0.1,
 each its own process (`python -m raftlog.cli node --config DIR/node-<id>/node.toml`, the configs
 written as `raftlog dev --nodes 3 --port 0` writes them, with free ports), in a fresh data
-directory on the real disk. It waits for every node's "raftlog broker N ready" line (with a
-deadline) and stops every node at the end (SIGTERM, then SIGKILL), also after an error or
-Ctrl-C. The clients run in this process, on one asyncio loop per phase.
+directory on the real disk, by the launcher (raftlog/launcher.py). It waits for every node's
+ready file (with a deadline) and stops every node at the end (SIGTERM, then SIGKILL), also
+after an error or Ctrl-C. The clients run in this process, on one asyncio loop per phase.
 
 Phases, in the order they run (`--only` picks some):
 
@@ -66,7 +66,6 @@ import datetime
 import json
 import math
 import os
-import re
 import shlex
 import shutil
 import signal
@@ -74,7 +73,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import traceback
 from collections.abc import Callable, Coroutine, Sequence
@@ -83,17 +81,17 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import REPO, default_base_dir, machine_facts
-from raftlog.cli.dev_cmd import free_ports, write_node_config
+from raftlog import launcher
 from raftlog.client.admin import AsyncAdmin
 from raftlog.client.cluster import ClusterClient
 from raftlog.client.group import GroupMembership
 from raftlog.errors import RaftlogError
+from raftlog.launcher import LaunchError, PortPlan, process_cpu_seconds, stop_all
 from raftlog.topics import TopicPartition
 
 HOST = "127.0.0.1"
 NODES = 3
 PHASES = ("topics", "commits", "rebalance", "failover")
-READY_RE = re.compile(r"raftlog broker (\d+) ready on (\S+)")
 
 COMMITS_TARGET = 5_000.0
 FAILOVER_TARGET_S = 1.5
@@ -157,180 +155,68 @@ def progress(message: str) -> None:
 # -- the local cluster --------------------------------------------------------------------------
 
 
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU time of a live process, from /proc (None if unreadable)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks
-
-
-class NodeProcess:
-    """One node: `python -m raftlog.cli node --config ...`, its stdout watched for "ready"."""
-
-    def __init__(self, node_id: int, config_path: str, client_address: str, log_path: str):
-        self.node_id = node_id
-        self.config_path = config_path
-        self.address = client_address
-        self.log_path = log_path
-        self.proc: subprocess.Popen[str] | None = None
-        self.ready = threading.Event()
-        self.starts = 0
-
-    def start(self, log_level: str) -> None:
-        assert self.proc is None or self.proc.poll() is not None
-        self.ready.clear()
-        self.starts += 1
-        with open(self.log_path, "a") as log_file:
-            log_file.write(f"--- start {self.starts} at {time.strftime('%H:%M:%S')}\n")
-            log_file.flush()
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "raftlog.cli",
-                    "node",
-                    "--config",
-                    self.config_path,
-                    "--log-level",
-                    log_level,
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=log_file,
-                text=True,
-                cwd=REPO,
-                # Its own session: a Ctrl-C at the terminal reaches only the bench, which then
-                # stops the nodes itself.
-                start_new_session=True,
-            )
-        threading.Thread(
-            target=self._watch, args=(self.proc,), name=f"node-{self.node_id}-stdout", daemon=True
-        ).start()
-
-    def _watch(self, proc: subprocess.Popen[str]) -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            with contextlib.suppress(OSError), open(self.log_path, "a") as f:
-                f.write(line)
-            m = READY_RE.search(line)
-            if m and int(m.group(1)) == self.node_id and proc is self.proc:
-                self.address = m.group(2)
-                self.ready.set()
-
-    @property
-    def pid(self) -> int | None:
-        return None if self.proc is None else self.proc.pid
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def kill9(self) -> None:
-        if self.alive():
-            assert self.proc is not None
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait()
-
-    def log_tail(self, lines: int = 15) -> str:
-        try:
-            with open(self.log_path) as f:
-                return "".join(f.readlines()[-lines:])
-        except OSError:
-            return ""
-
-
-class LocalCluster:
+class LocalCluster(launcher.LocalCluster):
     """Three combined controller+broker nodes on 127.0.0.1, configured as `raftlog dev
-    --nodes 3 --port 0` would configure them (free client, Raft and replication ports)."""
+    --nodes 3 --port 0` would configure them (free client, Raft and replication ports), each
+    started by the launcher in its own session (a Ctrl-C at the terminal reaches only the
+    bench, which then stops the nodes itself); each start logs to DIR/logs/node-<id>-<k>.err.
+    Errors are RuntimeErrors naming the node, with its log's tail."""
 
     def __init__(self, data_dir: str, session_timeout_ms: int, log_level: str):
-        self.data_dir = data_dir
         self.log_level = log_level
         self.session_timeout_ms = session_timeout_ms
-        ports = free_ports(3 * NODES, HOST)
-        client, raft, replication = ports[:NODES], ports[NODES : 2 * NODES], ports[2 * NODES :]
-        voters = [f"{i + 1}@{HOST}:{raft[i]}" for i in range(NODES)]
-        self.nodes: dict[int, NodeProcess] = {}
-        for i in range(NODES):
-            node_id = i + 1
-            node_dir = os.path.join(data_dir, f"node-{node_id}")
-            os.makedirs(node_dir, exist_ok=True)
-            path = os.path.join(node_dir, "node.toml")
-            write_node_config(
-                path,
-                {
-                    "node_id": node_id,
-                    "roles": ["controller", "broker"],
-                    "data_dir": os.path.abspath(node_dir),
-                    "client_listener": f"{HOST}:{client[i]}",
-                    "replication_listener": f"{HOST}:{replication[i]}",
-                    "controller_voters": voters,
-                    "auto_create_topics": False,
-                    "fetch_zero_copy": False,
-                    "broker_session_timeout_ms": session_timeout_ms,
-                },
-            )
-            self.nodes[node_id] = NodeProcess(
-                node_id, path, f"{HOST}:{client[i]}", os.path.join(node_dir, "node.log")
-            )
+        ports = PortPlan.picked(NODES, HOST)
+        paths = launcher.write_cluster_configs(
+            data_dir,
+            ports,
+            settings={
+                "auto_create_topics": False,
+                "fetch_zero_copy": False,
+                "broker_session_timeout_ms": session_timeout_ms,
+            },
+        )
+        super().__init__(
+            paths,
+            [f"{HOST}:{p}" for p in ports.client],
+            log_dir=os.path.join(data_dir, "logs"),
+            log_level=log_level,
+            cwd=REPO,
+            new_session=True,
+        )
 
-    def start(self, timeout_s: float) -> None:
-        for node in self.nodes.values():
-            node.start(self.log_level)
-        self.wait_ready(list(self.nodes), timeout_s)
+    def start(self, *node_ids: int, timeout_s: float = launcher.START_TIMEOUT_S) -> None:
+        for i in node_ids or self.node_ids():
+            self.nodes[i].launch()
+        self.wait_ready(list(node_ids or self.node_ids()), timeout_s)
 
     def wait_ready(self, ids: Sequence[int], timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         for i in ids:
             node = self.nodes[i]
-            while not node.ready.wait(0.05):
-                if not node.alive():
-                    raise RuntimeError(
-                        f"node {i} exited with status {node.proc and node.proc.returncode} "
-                        f"before it was ready; its log ends with:\n{node.log_tail()}"
-                    )
-                if time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"node {i} not ready after {timeout_s:.0f} s; its log ends with:\n"
-                        f"{node.log_tail()}"
-                    )
+            try:
+                node.wait_ready(max(deadline - time.monotonic(), 0.05))
+            except LaunchError as e:
+                raise RuntimeError(f"{e}; its log ends with:\n{node.log_tail()}") from None
 
     def restart(self, node_id: int) -> None:
-        self.nodes[node_id].start(self.log_level)
+        self.nodes[node_id].launch()
 
     def kill9(self, node_id: int) -> None:
-        self.nodes[node_id].kill9()
+        self.nodes[node_id].kill()
 
     def address(self, node_id: int) -> str:
-        return self.nodes[node_id].address
-
-    def bootstrap(self) -> str:
-        return ",".join(n.address for n in self.nodes.values())
+        return self.nodes[node_id].client_address
 
     def cpu(self) -> dict[int, float | None]:
         return {
-            i: (cpu_seconds(n.pid) if n.alive() and n.pid else None) for i, n in self.nodes.items()
+            i: (process_cpu_seconds(n.pid) if n.pid is not None else None)
+            for i, n in self.nodes.items()
         }
 
-    def stop(self, timeout_s: float = 15.0) -> None:
+    def stop(self, timeout_s: float = 15.0) -> None:  # type: ignore[override]
         """SIGTERM every live node, wait, then SIGKILL the ones still running."""
-        live = [n for n in self.nodes.values() if n.alive()]
-        for n in live:
-            assert n.proc is not None
-            with contextlib.suppress(ProcessLookupError):
-                n.proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        for n in live:
-            assert n.proc is not None
-            try:
-                n.proc.wait(max(deadline - time.monotonic(), 0.1))
-            except subprocess.TimeoutExpired:
-                progress(f"node {n.node_id} did not stop on SIGTERM; SIGKILL")
-                n.proc.kill()
-                n.proc.wait()
+        for problem in stop_all(list(self.nodes.values()), timeout_s):
+            progress(problem)
 
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -589,7 +475,7 @@ class Profiler:
             progress("profile: py-spy not found; not profiling")
             return
         for i, node in self.cluster.nodes.items():
-            if not node.alive() or node.pid is None:
+            if node.pid is None:
                 continue
             role = "controller" if i == self.controller else "follower"
             path = f"{self.prefix}-node{i}-{role}.txt"
@@ -685,7 +571,7 @@ async def phase_commits(
     partitions = members_n * per_member
     async with AsyncAdmin(cluster.address(controller), client_id="bench-commits") as admin:
         await admin.create_topic(topic, partitions, 1)
-    bootstrap = cluster.bootstrap()
+    bootstrap = cluster.bootstrap
     members = [
         new_member(bootstrap, "bench-commits", f"committer-{i}", 30_000) for i in range(members_n)
     ]
@@ -825,7 +711,7 @@ async def phase_rebalance(
     out = []
     for r in range(1, rounds + 1):
         res = await rebalance_round(
-            cluster.bootstrap(), topic, partitions, size, heartbeat_ms / 1000, r
+            cluster.bootstrap, topic, partitions, size, heartbeat_ms / 1000, r
         )
         progress(
             f"rebalance {r}/{rounds}: {res.total_ms:.0f} ms (leave {res.leave_ms:.0f} ms, "
@@ -1415,11 +1301,11 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     cluster = LocalCluster(work, s["session_timeout_ms"], s["log_level"])
     try:
         t = time.monotonic()
-        cluster.start(60)
+        cluster.start(timeout_s=60)
         pids = ", ".join(str(n.pid) for n in cluster.nodes.values())
         progress(
             f"cluster: {NODES} nodes ready in {time.monotonic() - t:.1f} s on "
-            f"{cluster.bootstrap()} (pids {pids})"
+            f"{cluster.bootstrap} (pids {pids})"
         )
         steps: dict[str, Callable[[], Coroutine[Any, Any, Any]]] = {
             "topics": lambda: phase_topics(
@@ -1452,14 +1338,14 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                 traceback.print_exc(file=sys.stderr)
                 # The next phase needs every node up again.
                 for n in cluster.nodes.values():
-                    if not n.alive():
-                        n.start(cluster.log_level)
+                    if not n.running():
+                        n.launch()
                 with contextlib.suppress(RuntimeError):
                     cluster.wait_ready(list(cluster.nodes), 60)
     finally:
         progress("stopping the nodes")
         cluster.stop()
-        stopped = [n.pid for n in cluster.nodes.values() if n.pid is not None]
+        stopped = [n.proc.pid for n in cluster.nodes.values() if n.proc is not None]
         progress(f"nodes stopped (pids {', '.join(map(str, stopped))})")
         facts["load_average_at_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
         if args.keep_data:

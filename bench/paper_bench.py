@@ -82,12 +82,9 @@ import datetime
 import json
 import math
 import os
-import queue
-import re
 import select
 import shlex
 import shutil
-import signal
 import struct
 import subprocess
 import sys
@@ -101,6 +98,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import REPO, default_base_dir, machine_facts
+from raftlog.launcher import (
+    LaunchError,
+    NodeProcess,
+    bootstrap_of,
+    dev_process,
+    process_cpu_seconds,
+)
 from raftlog.records import HEADER_SIZE, RECORD_MIN_SIZE
 
 DEFAULT_RESULTS_DIR = REPO / "bench" / "results"
@@ -482,75 +486,41 @@ class Progress:
 
 # -- the broker process -------------------------------------------------------------------------
 
-_READY = re.compile(r"raftlog broker \d+ ready on (\S+):(\d+)")
-
 
 def _cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process, from /proc (0.0 where there is no /proc)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    # Fields after the command: state is [0]; utime and stime are the 14th and 15th overall.
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return process_cpu_seconds(pid) or 0.0
 
 
 class BrokerProcess:
-    """`raftlog dev` in a child process on a free port; `stop()` sends SIGTERM."""
+    """`raftlog dev` in a child process on a free port, started by the launcher
+    (raftlog/launcher.py): ready once its ready file names it; `stop()` sends SIGTERM."""
 
     def __init__(self, data_dir: str, log_path: str, zero_copy: bool):
         self.data_dir, self.log_path, self.zero_copy = data_dir, log_path, zero_copy
-        self.proc: subprocess.Popen[str] | None = None
+        self.dev: NodeProcess | None = None
         self.bootstrap = ""
 
     def start(self, timeout_s: float = 60.0) -> None:
-        cmd = [
-            sys.executable,
-            "-c",
-            "import sys; from raftlog.cli import main; sys.exit(main())",
-            "dev",
-            "--data-dir",
-            self.data_dir,
-            "--port",
-            "0",  # the kernel picks a free port; the ready line names it
-            "--log-level",
-            "WARNING",
-        ]
-        cmd.append("--fetch-zero-copy" if self.zero_copy else "--no-fetch-zero-copy")
-        with open(self.log_path, "a") as log:
-            self.proc = subprocess.Popen(
-                cmd, stdout=subprocess.PIPE, stderr=log, text=True, cwd=REPO
+        args = ["--port", "0", "--log-level", "WARNING"]
+        args.append("--fetch-zero-copy" if self.zero_copy else "--no-fetch-zero-copy")
+        with open(self.log_path, "ab") as log:
+            self.dev = dev_process(
+                self.data_dir, args, stdout=subprocess.DEVNULL, stderr=log, cwd=REPO
             )
-        assert self.proc.stdout is not None
-        lines: queue.Queue[str | None] = queue.Queue()
-        stdout = self.proc.stdout
-
-        def reader() -> None:
-            for line in stdout:
-                lines.put(line)
-            lines.put(None)
-
-        threading.Thread(target=reader, name="broker-stdout", daemon=True).start()
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                line = lines.get(timeout=max(deadline - time.monotonic(), 0.01))
-            except queue.Empty:
-                self.stop()
-                raise RuntimeError(f"broker did not start within {timeout_s:g} s") from None
-            if line is None:
-                code = self.proc.wait()
-                raise RuntimeError(f"broker exited with {code}: {self.log_tail()}")
-            m = _READY.search(line)
-            if m:
-                self.bootstrap = f"{m.group(1)}:{m.group(2)}"
-                return
+            self.dev.launch()
+        try:
+            self.bootstrap = bootstrap_of(self.dev.wait_ready(timeout_s))
+        except LaunchError as e:
+            self.stop()
+            raise RuntimeError(f"{e}: {self.log_tail()}") from None
 
     @property
     def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
+        pid = self.dev.pid if self.dev is not None else None
+        if pid is None:
+            raise RuntimeError("the broker is not running")
+        return pid
 
     def cpu_seconds(self) -> float:
         return _cpu_seconds(self.pid)
@@ -563,15 +533,8 @@ class BrokerProcess:
             return "(no log)"
 
     def stop(self, timeout_s: float = 60.0) -> None:
-        proc = self.proc
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        if self.dev is not None:
+            self.dev.stop(timeout_s)
 
 
 # -- measurements -------------------------------------------------------------------------------
@@ -822,11 +785,12 @@ def e2e_consumer(
         f.write(lat.tobytes())
 
 
-# The child process of the latency phase: a fresh interpreter that imports this module from the
-# repository (whatever started the benchmark: `python -m`, `raftlog bench`, a test).
+# The child process of the latency phase: a fresh interpreter that imports this module (the
+# installed `bench` package, or the repository's: the child runs in it, and `-c` puts the
+# current directory first on the path), whatever started the benchmark.
 _E2E_CHILD = (
-    "import sys; sys.path.insert(0, sys.argv[1]); from bench.paper_bench import e2e_consumer; "
-    "e2e_consumer(sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]), sys.argv[6])"
+    "import sys; from bench.paper_bench import e2e_consumer; "
+    "e2e_consumer(sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5])"
 )
 
 
@@ -892,7 +856,6 @@ def run_e2e(
             sys.executable,
             "-c",
             _E2E_CHILD,
-            str(REPO),
             bootstrap,
             topic,
             str(total),

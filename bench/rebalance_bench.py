@@ -195,7 +195,7 @@ async def run_rounds(
         for kind in KINDS:
             for r in range(1, rounds + 1):
                 res = await one_round(
-                    cluster.bootstrap(), topic, partitions, size, kind, heartbeat_ms / 1000, r
+                    cluster.bootstrap, topic, partitions, size, kind, heartbeat_ms / 1000, r
                 )
                 what = "joins" if kind == "join" else "leaves"
                 progress(
@@ -291,8 +291,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     facts = machine_facts(work)
     cluster = LocalCluster(work, SESSION_TIMEOUT_MS, args.log_level)
     try:
-        cluster.start(60)
-        progress(f"cluster ready on {cluster.bootstrap()}; sizes {sizes}, {rounds} rounds")
+        cluster.start(timeout_s=60)
+        progress(f"cluster ready on {cluster.bootstrap}; sizes {sizes}, {rounds} rounds")
         results = asyncio.run(
             run_rounds(cluster, sizes, rounds, args.partitions, args.heartbeat_ms)
         )

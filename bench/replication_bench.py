@@ -98,6 +98,14 @@ from bench.paper_bench import (
     write_report,
 )
 from bench.paper_bench import Settings as PaperSettings
+from raftlog.launcher import (
+    ClusterNode,
+    LaunchError,
+    NodeProcess,
+    dev_process,
+    node_dir,
+    stop_all,
+)
 
 DEFAULT_RESULTS_DIR = REPO / "bench" / "results"
 MB = 1e6
@@ -333,7 +341,8 @@ def _machine_jiffies() -> tuple[int, int]:
 
 class LocalCluster:
     """`raftlog dev --nodes 3 --port 0` in its own process group; a node killed with -9 is
-    restarted as `raftlog node --config <its config>`, a child of this process.
+    restarted as `raftlog node --config <its config>`, a child of this process. Both are
+    started by the launcher (raftlog/launcher.py).
 
     Node pids come from the nodes' ready files (raftlog/readiness.py). CPU seconds are summed
     over every incarnation of a node: `kill9` reads the victim's counter just before the kill.
@@ -346,8 +355,8 @@ class LocalCluster:
         self.data_dir = os.path.join(work, "data")
         self.session_timeout_ms = session_timeout_ms
         self.log_path = os.path.join(work, "nodes.log")
-        self.dev: subprocess.Popen[bytes] | None = None
-        self.restarted: dict[int, subprocess.Popen[bytes]] = {}
+        self.dev: NodeProcess | None = None
+        self.restarted: dict[int, ClusterNode] = {}
         self.addresses: dict[int, str] = {}
         self.pids: dict[int, int] = {}
         self.dead_cpu_s: dict[int, float] = dict.fromkeys(range(1, NODES + 1), 0.0)
@@ -355,26 +364,30 @@ class LocalCluster:
         self._log: IO[Any] | None = None
 
     def node_dir(self, node_id: int) -> str:
-        return os.path.join(self.data_dir, f"node-{node_id}")
+        return str(node_dir(self.data_dir, node_id))
 
     def start(self) -> None:
-        from raftlog.cli.demo_cmd import start_node
-        from raftlog.readiness import read_ready_file
-
         os.makedirs(self.data_dir, exist_ok=True)
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
-        self.dev, _ = start_node(
+        self.dev = dev_process(
             self.data_dir,
-            ["--session-timeout-ms", str(self.session_timeout_ms), *self.extra],
-            nodes=NODES,
+            [
+                "--port",
+                "0",
+                "--log-level",
+                "WARNING",
+                "--session-timeout-ms",
+                str(self.session_timeout_ms),
+                *self.extra,
+            ],
+            NODES,
+            stdout=subprocess.DEVNULL,
             stderr=self._log,
+            new_session=True,
         )
-        for i in range(1, NODES + 1):
-            info = read_ready_file(self.node_dir(i))
-            if info is None:
-                raise RuntimeError(f"node {i} is not ready: no live {self.node_dir(i)}/node.ready")
-            self.addresses[i] = str(info["client_address"])
-            self.pids[i] = int(info["pid"])
+        for info in self.dev.start():
+            self.addresses[int(info["node_id"])] = str(info["client_address"])
+            self.pids[int(info["node_id"])] = int(info["pid"])
 
     @property
     def bootstrap(self) -> str:
@@ -396,54 +409,32 @@ class LocalCluster:
         self.down.add(node_id)
         old = self.restarted.pop(node_id, None)
         if old is not None:
-            old.wait()
+            old.kill()  # reaps it
         return killed
 
     def restart(self, node_id: int) -> None:
         """Start the node again on its config; returns once its ready file names the new pid."""
-        from raftlog.readiness import read_ready_file
-
-        cmd = [
-            sys.executable,
-            "-m",
-            "raftlog.cli",
-            "node",
-            "--config",
+        node = ClusterNode(
+            node_id,
             os.path.join(self.node_dir(node_id), "node.toml"),
-            "--log-level",
-            "WARNING",
-        ]
-        proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._log, cwd=REPO
+            self.addresses[node_id],
+            log_level="WARNING",
+            stdout=subprocess.DEVNULL,
+            stderr=self._log,
+            cwd=REPO,
         )
-        self.restarted[node_id] = proc
-        deadline = time.monotonic() + CLUSTER_CHANGE_S_MAX
-        while True:
-            info = read_ready_file(self.node_dir(node_id))
-            if info is not None and int(info["pid"]) == proc.pid:
-                break
-            if proc.poll() is not None:
-                raise RuntimeError(f"restarted node {node_id} exited with {proc.returncode}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"restarted node {node_id} not ready after {deadline:g} s")
-            time.sleep(POLL_INTERVAL_S)
-        self.pids[node_id] = proc.pid
+        self.restarted[node_id] = node
+        try:
+            node.start(CLUSTER_CHANGE_S_MAX)
+        except LaunchError as e:
+            raise RuntimeError(f"restarted {e}") from None
+        self.pids[node_id] = int(node.proc.pid if node.proc is not None else 0)
         self.down.discard(node_id)
 
     def stop(self) -> None:
-        from raftlog.cli.demo_cmd import stop_node
-
-        for proc in self.restarted.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.restarted.values():
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        if self.dev is not None and self.dev.poll() is None:
-            stop_node(self.dev)
+        if self.dev is not None:
+            # The restarted nodes and `raftlog dev` (which stops its own) at once.
+            stop_all([*self.restarted.values(), self.dev])
         if self._log is not None:
             self._log.close()
 
@@ -1275,7 +1266,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
     cluster = LocalCluster(work, s.session_timeout_ms)
     profile_dir = os.path.join(work, "profiles")
     if s.profile:
-        from raftlog.cli.dev_cmd import PROFILE_DIR_ENV
+        from raftlog.launcher import PROFILE_DIR_ENV
 
         os.makedirs(profile_dir, exist_ok=True)
         os.environ[PROFILE_DIR_ENV] = profile_dir  # the nodes (and restarted ones) inherit it

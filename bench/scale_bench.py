@@ -59,11 +59,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import REPO, default_base_dir, machine_facts
-from bench.replication_bench import LocalCluster
+from bench.replication_bench import DEFAULT_SESSION_TIMEOUT_MS, NODES, LocalCluster
 
 DEFAULT_RESULTS_DIR = REPO / "bench" / "results"
-NODES = 3
-SESSION_TIMEOUT_MS = 3000
 # The targets.
 TARGET_PAUSE_S = 1.0
 TARGET_IDLE_CPU_PERCENT = 10.0
@@ -255,7 +253,7 @@ def run_one(n: int, args: argparse.Namespace, base: str, work: str) -> ScaleResu
     from raftlog.errors import RaftlogError
 
     r = ScaleResult(n)
-    cluster = LocalCluster(work, SESSION_TIMEOUT_MS, extra=["--log-level", "INFO"])
+    cluster = LocalCluster(work, DEFAULT_SESSION_TIMEOUT_MS, extra=["--log-level", "INFO"])
     pinger: Pinger | None = None
     try:
         # Each N starts with nothing left to write back from the one before: creating 10,000

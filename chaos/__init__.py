@@ -6,7 +6,7 @@ network namespaces and iptables), local_cluster (the LOCAL backend's nodes as pr
 docker_cluster (the DOCKER backend: docker/compose.yaml's containers, iptables inside them),
 disk_faults (full disk, torn tail, flipped byte), toxiproxy_server (Toxiproxy's HTTP API).
 
-Rules: chaos/ imports raftlog, never the reverse (the `raftlog chaos` command imports it lazily
-from a checkout); the checker reads no clock and no file; every injector heals on exit; every
+Rules: chaos/ imports raftlog, never the reverse (the `raftlog chaos` command imports it when it
+runs); the checker reads no clock and no file; every injector heals on exit; every
 wait has a deadline; everything a run did is written down as data (specs, damages, history).
 """

@@ -71,7 +71,7 @@ from chaos.faults import (
     grudge_for,
 )
 from chaos.local_cluster import ClientViews, wait_until
-from raftlog.cli.dev_cmd import free_ports
+from raftlog.launcher import free_ports
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER_SCRIPT = ROOT / "docker" / "cluster"

@@ -3,11 +3,9 @@
 `raftlog bench [options]` runs the Kafka-paper benchmark (bench/paper_bench.py);
 `raftlog bench replication [options]` runs the replication benchmark on a three-node local
 cluster (bench/replication_bench.py), `raftlog bench scale --partitions N` the scale benchmark
-(bench/scale_bench.py). The benchmarks live in the source tree, not in the
-installed package: this command finds them when `bench` is importable, or when the `raftlog`
-package in use sits in a checkout next to `bench/` (an editable install run from anywhere).
-Elsewhere it says so and exits 1. The options are each benchmark's own (`raftlog bench --help`,
-`raftlog bench replication --help` list them).
+(bench/scale_bench.py). The benchmarks are the `bench` package, installed beside `raftlog`
+(pyproject.toml); where it is missing this command says so and exits 1. The options are each
+benchmark's own (`raftlog bench --help`, `raftlog bench replication --help` list them).
 """
 
 from __future__ import annotations
@@ -16,27 +14,19 @@ import argparse
 import importlib
 import shlex
 import sys
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import raftlog
-
 
 def _load(name: str) -> ModuleType | None:
+    """`bench.<name>`, imported when the parser is built (each benchmark adds its own options),
+    never when raftlog is imported; None where the benchmarks are not installed."""
     try:
         return importlib.import_module(f"bench.{name}")
-    except ImportError:
-        pass
-    root = Path(raftlog.__file__).resolve().parents[1]
-    if not (root / "bench" / f"{name}.py").is_file():
-        return None
-    sys.path.insert(0, str(root))
-    try:
-        return importlib.import_module(f"bench.{name}")
-    except ImportError:
-        sys.path.remove(str(root))
-        return None
+    except ModuleNotFoundError as e:
+        if e.name in ("bench", f"bench.{name}"):
+            return None
+        raise
 
 
 def register(sub: Any) -> None:
@@ -89,8 +79,8 @@ def _run(module: ModuleType, parser: argparse.ArgumentParser, args: argparse.Nam
 
 def _unavailable(args: argparse.Namespace) -> int:
     print(
-        "raftlog: error: the benchmark is not installed with the package: run `raftlog bench` "
-        "from a source checkout (it needs bench/paper_bench.py)",
+        "raftlog: error: the benchmark is not installed with the package: install raftlog "
+        "from its source checkout (pip install -e .; it needs bench/paper_bench.py)",
         file=sys.stderr,
     )
     return 1

@@ -1,12 +1,12 @@
 """`raftlog chaos run ...`: a chaos run (chaos/runner.py); `raftlog chaos check HISTORY`: re-run
 the chaos suite's checker on a saved history.
 
-The chaos suite (chaos/) lives in the source tree, not in the installed package: the command
-imports it when `chaos` is importable or when the `raftlog` package in use sits in a checkout
-next to `chaos/checker.py`; elsewhere it says so and exits 1. Exit status: 0 when the history
-is valid, 1 when it is not (the summary names every anomaly) or cannot be read; `run` the
-same for the history it records, and 2 for bad arguments or a run that could not start (the
-backend refused a fault kind, e.g. a disk kind on docker, or the cluster did not come up).
+The chaos suite is the `chaos` package, installed beside `raftlog` (pyproject.toml); the
+command imports it when it runs, and says so and exits 1 where it is missing. Exit status: 0
+when the history is valid, 1 when it is not (the summary names every anomaly) or cannot be
+read; `run` the same for the history it records, and 2 for bad arguments or a run that could
+not start (the backend refused a fault kind, e.g. a disk kind on docker, or the cluster did
+not come up).
 `run --backend docker` needs the docker engine and Compose v2 (docker/cluster sets them up).
 """
 
@@ -19,8 +19,6 @@ import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
-
-import raftlog
 
 
 def register(sub: Any) -> None:
@@ -105,14 +103,8 @@ def register(sub: Any) -> None:
 
 
 def _import_chaos(name: str) -> ModuleType:
-    """`chaos.<name>`, from the path or from the checkout the raftlog package sits in."""
-    root = Path(raftlog.__file__).resolve().parents[1]
-    try:
-        return importlib.import_module(f"chaos.{name}")
-    except ImportError:
-        if not (root / "chaos" / f"{name}.py").is_file():
-            raise
-    sys.path.insert(0, str(root))
+    """`chaos.<name>`, imported when a chaos command runs, never when raftlog is imported (the
+    chaos suite imports raftlog, not the reverse)."""
     return importlib.import_module(f"chaos.{name}")
 
 
@@ -154,8 +146,8 @@ def _run(args: argparse.Namespace) -> int:
         runner = _import_chaos("runner")
     except ImportError as e:
         print(
-            f"raftlog: error: the chaos suite is not installed ({e}); run this command from a "
-            "raftlog source checkout",
+            f"raftlog: error: the chaos suite is not installed ({e}); install raftlog from its "
+            "source checkout (pip install -e .)",
             file=sys.stderr,
         )
         return 1
@@ -192,8 +184,8 @@ def _check(args: argparse.Namespace) -> int:
         checker = _import_chaos("checker")
     except ImportError as e:
         print(
-            f"raftlog: error: the chaos suite is not installed ({e}); run this command from a "
-            "raftlog source checkout",
+            f"raftlog: error: the chaos suite is not installed ({e}); install raftlog from its "
+            "source checkout (pip install -e .)",
             file=sys.stderr,
         )
         return 1

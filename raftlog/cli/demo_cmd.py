@@ -21,18 +21,25 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import IO, Any
+from typing import Any
 
 from raftlog.cli.client_cmd import positive_int
 from raftlog.client import Admin, Consumer, Producer
 from raftlog.errors import RaftlogError
-from raftlog.readiness import READY_FILE, read_ready_file
+from raftlog.launcher import (
+    ExitedBeforeReadyError,
+    LaunchError,
+    NodeProcess,
+    bootstrap_of,
+    dev_process,
+)
 from raftlog.topics import TopicPartition
 
 PAGES = ["/", "/pricing", "/docs", "/blog", "/signup", "/login", "/docs/install", "/careers"]
 # A node is ready 1-3 s after it starts here; a loaded 2-core CI machine has taken 10 s.
 READY_TIMEOUT_S = 60
-READY_POLL_S = 0.05
+# `raftlog dev` stops its nodes within its own 30 s; past this the demo kills the group.
+STOP_TIMEOUT_S = 30
 
 
 def register(sub: Any) -> None:
@@ -58,92 +65,35 @@ def _progress(label: str, done: int, total: int, started: float) -> None:
     sys.stderr.flush()
 
 
-def node_data_dirs(data_dir: str, nodes: int) -> list[str]:
-    """Where `raftlog dev --nodes N --data-dir DIR` keeps each node's data."""
-    if nodes == 1:
-        return [data_dir]
-    return [os.path.join(data_dir, f"node-{i}") for i in range(1, nodes + 1)]
-
-
-def start_node(
-    data_dir: str, extra: list[str] | None = None, nodes: int = 1, stderr: IO[Any] | None = None
-) -> tuple[subprocess.Popen[bytes], str]:
+def start_cluster(data_dir: str, nodes: int) -> tuple[NodeProcess, str]:
     """Start `raftlog dev` on free ports; returns (process, "host:port,...") once every node
-    is ready. The cluster runs in its own process group, so stop_node (or a failure here)
-    takes every node down with it. The nodes' stderr goes to `stderr` (default: ours).
+    is ready. The cluster runs in its own process group, so stop_cluster (or a failure here)
+    takes every node down with it. The nodes' stderr goes to ours.
 
-    Readiness comes from each node's ready file (raftlog/node.py), never from parsing the
+    Readiness comes from each node's ready file (raftlog/readiness.py), never from parsing the
     nodes' output: they share one stdout, where lines from different processes can merge.
     """
-    cmd = [
-        sys.executable,
-        "-m",
-        "raftlog.cli",
-        "dev",
-        "--data-dir",
+    dev = dev_process(
         data_dir,
-        "--port",
-        "0",
-        "--nodes",
-        str(nodes),
-        "--log-level",
-        "WARNING",
-        *(extra or []),
-    ]
-    dirs = node_data_dirs(data_dir, nodes)
-    for d in dirs:
-        # A file left by a node killed with -9 must not pass for this start's.
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(d, READY_FILE))
-    proc = subprocess.Popen(
-        cmd,
-        stdin=subprocess.DEVNULL,
+        ["--port", "0", "--log-level", "WARNING"],
+        nodes,
         stdout=subprocess.DEVNULL,
-        stderr=stderr,
-        start_new_session=True,
+        new_session=True,
     )
-    deadline = time.monotonic() + READY_TIMEOUT_S
     try:
-        while True:
-            infos = [read_ready_file(d) for d in dirs]
-            if all(infos):
-                return proc, ",".join(str(i["client_address"]) for i in infos if i)
-            code = proc.poll()
-            if code is not None:
-                raise ClusterExitedError(
-                    f"the cluster exited with status {code} before it was ready"
-                )
-            if time.monotonic() > deadline:
-                waiting = [d for d, i in zip(dirs, infos, strict=True) if i is None]
-                raise RaftlogError(
-                    f"{nodes - len(waiting)} of {nodes} nodes were ready after "
-                    f"{READY_TIMEOUT_S} s (no {READY_FILE} in {', '.join(waiting)})"
-                )
-            time.sleep(READY_POLL_S)
-    except BaseException:
-        _kill_group(proc)
-        raise
+        return dev, bootstrap_of(dev.start(READY_TIMEOUT_S))
+    except ExitedBeforeReadyError:
+        raise  # `_demo` decides whether to retry on new ports or to report it
+    except LaunchError as e:
+        raise RaftlogError(str(e)) from None
 
 
-class ClusterExitedError(Exception):
-    """`raftlog dev` stopped before its nodes were ready (a node could not start: its stderr
-    says why). Not a RaftlogError: `_demo` decides whether to retry or report it as one."""
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-
-
-def stop_node(proc: subprocess.Popen[bytes]) -> int:
-    """SIGTERM the cluster (a clean stop); SIGKILL its whole group if it hangs."""
-    proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.wait(30)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        return proc.returncode
+def stop_cluster(dev: NodeProcess) -> int:
+    """SIGTERM the cluster (a clean stop); SIGKILL its whole group if it hangs. Its status."""
+    rc = dev.stop(STOP_TIMEOUT_S)
+    if rc is None:
+        return dev.proc.returncode if dev.proc is not None else -signal.SIGKILL
+    return rc
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -195,8 +145,8 @@ def _demo_with(args: argparse.Namespace, data_dir: str, spark: _SparkStarter) ->
     t0 = time.monotonic()
     try:
         try:
-            proc, bootstrap = start_node(data_dir, nodes=args.nodes)
-        except ClusterExitedError as e:
+            dev, bootstrap = start_cluster(data_dir, args.nodes)
+        except ExitedBeforeReadyError as e:
             if args.data_dir is not None:
                 # Its configs fix the ports: the user must free them.
                 raise RaftlogError(str(e)) from None
@@ -207,8 +157,8 @@ def _demo_with(args: argparse.Namespace, data_dir: str, spark: _SparkStarter) ->
             shutil.rmtree(data_dir, ignore_errors=True)
             data_dir = tempfile.mkdtemp(prefix="raftlog-demo-")
             try:
-                proc, bootstrap = start_node(data_dir, nodes=args.nodes)
-            except ClusterExitedError as again:
+                dev, bootstrap = start_cluster(data_dir, args.nodes)
+            except ExitedBeforeReadyError as again:
                 raise RaftlogError(str(again)) from None
     except BaseException:
         if args.data_dir is None:
@@ -218,7 +168,7 @@ def _demo_with(args: argparse.Namespace, data_dir: str, spark: _SparkStarter) ->
     try:
         return _pipeline(bootstrap, args.events, args.partitions, spark)
     finally:
-        status = stop_node(proc)
+        status = stop_cluster(dev)
         print(f"7. stopped the cluster cleanly (exit status {status})")
         if args.data_dir is None:
             shutil.rmtree(data_dir, ignore_errors=True)

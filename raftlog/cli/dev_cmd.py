@@ -13,7 +13,8 @@ thread) stops the whole cluster with status 1; one killed by a signal leaves the
 running. Every line a process writes to the shared stdout/stderr is one write, so lines from
 the nodes never merge.
 
-Ports for `--port 0` come from below the kernel's ephemeral port range (`free_ports`), checked
+The configs, the ports and the node processes come from the launcher (raftlog/launcher.py):
+ports for `--port 0` come from below the kernel's ephemeral port range (`free_ports`), checked
 free for TCP and UDP: a port chosen by binding 0 comes from that range, where any process's
 next outgoing connection can take it before the node binds it.
 """
@@ -24,10 +25,7 @@ import argparse
 import asyncio
 import logging
 import os
-import random
 import signal
-import socket
-import subprocess
 import sys
 import time
 from typing import Any
@@ -35,23 +33,22 @@ from typing import Any
 from raftlog.cli.client_cmd import non_negative_int
 from raftlog.client import Admin
 from raftlog.errors import InvalidConfigError, RaftlogError
+from raftlog.launcher import (
+    PROFILE_DIR_ENV,
+    NodeProcess,
+    PortPlan,
+    free_ports,
+    node_command,
+    node_dir,
+    stop_all,
+    write_cluster_configs,
+)
 from raftlog.node import NodeConfig, run_node
 from raftlog.readiness import read_ready_file, write_line
 
-RAFT_PORT_OFFSET = 100
-# Node i's replication listener (followers fetch there): PORT + REPLICATION_PORT_OFFSET + i - 1.
-REPLICATION_PORT_OFFSET = 200
 # `raftlog node --health`: a healthy node answers a DescribeCluster in milliseconds; a container
 # health check's own timeout (docker/compose.yaml) must be longer than this.
 HEALTH_TIMEOUT_MS = 3000
-# `raftlog node` under this environment variable runs under cProfile and writes
-# <dir>/node-<id>-<pid>.prof when it stops (a node killed with -9 writes nothing).
-PROFILE_DIR_ENV = "RAFTLOG_PROFILE_DIR"
-# Ports `free_ports` picks from: below the ephemeral range, above the ports services usually
-# claim. If the kernel's ephemeral range leaves no room there, free_ports binds port 0.
-PICKED_PORT_MIN = 20000
-# How many random candidates free_ports tries per port before giving up on the range.
-PORT_PICK_ATTEMPTS = 200
 
 
 def register(sub: Any) -> None:
@@ -117,89 +114,6 @@ def register(sub: Any) -> None:
         help="log level (INFO)",
     )
     n.set_defaults(func=_node)
-
-
-def _ephemeral_port_min() -> int:
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            return int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768  # Linux's default range starts here
-
-
-def _port_free(host: str, port: int) -> bool:
-    """Free for TCP and UDP (a controller's Raft port number also takes heartbeats by UDP)."""
-    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
-        with socket.socket(socket.AF_INET, kind) as s:
-            try:
-                s.bind((host, port))
-            except OSError:
-                return False
-    return True
-
-
-def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
-    """n distinct ports free right now, picked at random below the kernel's ephemeral range.
-
-    Not from binding port 0: that port comes from the ephemeral range, from which the kernel
-    also takes the local port of every outgoing connection, so between this check and the
-    node's own bind any process's connect() may take it (measured here: a cause of failed
-    starts). A port below the range is only taken by an explicit bind.
-    """
-    top = _ephemeral_port_min()
-    if top - PICKED_PORT_MIN < 10 * n:
-        return _bound_ports(n, host)
-    rng = random.Random()
-    ports: list[int] = []
-    for _ in range(PORT_PICK_ATTEMPTS * n):
-        port = rng.randrange(PICKED_PORT_MIN, top)
-        if port not in ports and _port_free(host, port):
-            ports.append(port)
-            if len(ports) == n:
-                return ports
-    raise RaftlogError(
-        f"no {n} free ports found in {PICKED_PORT_MIN}..{top - 1} on {host} after "
-        f"{PORT_PICK_ATTEMPTS * n} tries"
-    )
-
-
-def _bound_ports(n: int, host: str) -> list[int]:
-    """n ports the kernel hands out for port 0 (may be taken again before they are used)."""
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind((host, 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, list):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def write_node_config(path: str, settings: dict[str, Any]) -> None:
-    """A node's TOML: plain settings first, then a [table] per dict setting (e.g. [log])."""
-    lines = [
-        f"{k} = {_toml_value(v)}"
-        for k, v in settings.items()
-        if v is not None and not isinstance(v, dict)
-    ]
-    for table, values in settings.items():
-        if isinstance(values, dict):
-            lines.append(f"\n[{table}]")
-            lines.extend(f"{_toml_value(k)} = {_toml_value(v)}" for k, v in values.items())
-    with open(path, "w") as f:
-        f.write("# written by `raftlog dev`; edit or delete to change the cluster\n")
-        f.write("\n".join(lines) + "\n")
 
 
 def _run_in_process(config: NodeConfig) -> int:
@@ -304,6 +218,8 @@ def _dev(args: argparse.Namespace) -> int:
 # A local cluster reacts in seconds: a follower that has not caught up for this long leaves the
 # ISR (Kafka's replica.lag.time.max.ms, 30 s by default, as NodeConfig's).
 DEV_REPLICA_LAG_TIME_MAX_MS = 5000
+# How long `raftlog dev` waits for its nodes to stop cleanly before it kills them.
+DEV_STOP_TIMEOUT_S = 30.0
 
 
 def replication_defaults(nodes: int) -> dict[str, Any]:
@@ -317,85 +233,65 @@ def replication_defaults(nodes: int) -> dict[str, Any]:
     }
 
 
-def _announce_when_ready(procs: list[subprocess.Popen[bytes]], data_dirs: list[str]) -> bool:
+def _announce_when_ready(nodes: list[NodeProcess]) -> bool:
     """Print the bootstrap servers once every node has written its ready file; True if so."""
     addresses = []
-    for proc, data_dir in zip(procs, data_dirs, strict=True):
-        info = read_ready_file(data_dir)
-        if info is None or info.get("pid") != proc.pid:
+    for node in nodes:
+        infos = node.ready_infos()
+        if infos is None:
             return False  # not ready yet, or a file from an earlier start
-        addresses.append(str(info["client_address"]))
+        addresses.append(str(infos[0]["client_address"]))
     write_line(
         sys.stdout,
-        f"raftlog dev: {len(procs)} nodes ready; bootstrap servers {','.join(addresses)}",
+        f"raftlog dev: {len(nodes)} nodes ready; bootstrap servers {','.join(addresses)}",
     )
     return True
 
 
 def _run_cluster(args: argparse.Namespace) -> int:
     n = args.nodes
-    paths = [os.path.join(args.data_dir, f"node-{i}", "node.toml") for i in range(1, n + 1)]
-    if not all(os.path.exists(p) for p in paths):
-        if args.port == 0:
-            ports = free_ports(3 * n, args.host)
-            client, raft, replication = ports[:n], ports[n : 2 * n], ports[2 * n :]
-        else:
-            client = [args.port + i for i in range(n)]
-            raft = [args.port + RAFT_PORT_OFFSET + i for i in range(n)]
-            replication = [args.port + REPLICATION_PORT_OFFSET + i for i in range(n)]
-        voters = [f"{i + 1}@{args.host}:{raft[i]}" for i in range(n)]
-        for i, path in enumerate(paths):
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            write_node_config(
-                path,
-                {
-                    "node_id": i + 1,
-                    "roles": ["controller", "broker"],
-                    "data_dir": os.path.abspath(os.path.dirname(path)),
-                    "client_listener": f"{args.host}:{client[i]}",
-                    "replication_listener": f"{args.host}:{replication[i]}",
-                    "controller_voters": voters,
-                    "auto_create_topics": args.auto_create_topics,
-                    "fetch_zero_copy": args.fetch_zero_copy,
-                    "fetch_zero_copy_min_bytes": args.fetch_zero_copy_min_bytes,
-                    "broker_session_timeout_ms": args.session_timeout_ms,
-                    **replication_defaults(n),
-                },
-            )
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "raftlog.cli",
-                "node",
-                "--config",
-                p,
-                "--log-level",
-                args.log_level,
-            ]
+    paths = [node_dir(args.data_dir, i) / "node.toml" for i in range(1, n + 1)]
+    if not all(p.exists() for p in paths):
+        ports = PortPlan.picked(n, args.host) if args.port == 0 else PortPlan.based(args.port, n)
+        write_cluster_configs(
+            args.data_dir,
+            ports,
+            [args.host] * n,
+            {
+                "auto_create_topics": args.auto_create_topics,
+                "fetch_zero_copy": args.fetch_zero_copy,
+                "fetch_zero_copy_min_bytes": args.fetch_zero_copy_min_bytes,
+                "broker_session_timeout_ms": args.session_timeout_ms,
+                **replication_defaults(n),
+            },
         )
-        for p in paths
+    # The nodes share our stdout and stderr; each writes its lines whole (write_line).
+    nodes = [
+        NodeProcess(f"node {i}", node_command(p, args.log_level), [p.parent])
+        for i, p in enumerate(paths, start=1)
     ]
+    # Started by us, not by the launcher's wait: the ready line is printed by the loop below,
+    # which also watches for nodes that fail.
+    for node in nodes:
+        node.launch()
     stopping = False
 
     def stop(signum: int, frame: Any) -> None:
         nonlocal stopping
         stopping = True
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
+        for node in nodes:
+            if node.running():
+                node.begin_stop()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     status = 0
     reported: set[int] = set()
     announced = False
-    data_dirs = [os.path.dirname(p) for p in paths]
     try:
-        while any(p.poll() is None for p in procs):
-            for i, p in enumerate(procs):
-                code = p.poll()
+        while any(node.running() for node in nodes):
+            for i, node in enumerate(nodes):
+                code = node.proc.poll() if node.proc is not None else None
                 if code is not None and not stopping and i not in reported:
                     reported.add(i)
                     status = 1
@@ -416,14 +312,8 @@ def _run_cluster(args: argparse.Namespace) -> int:
                             "keep running",
                         )
             if not announced and not stopping:
-                announced = _announce_when_ready(procs, data_dirs)
+                announced = _announce_when_ready(nodes)
             time.sleep(0.2)
     finally:
-        stop(signal.SIGTERM, None)
-        deadline = time.monotonic() + 30
-        for p in procs:
-            try:
-                p.wait(max(deadline - time.monotonic(), 0.1))
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_all(nodes, DEV_STOP_TIMEOUT_S)
     return status

@@ -20,9 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from raftlog.cli.dev_cmd import free_ports
 from raftlog.client import Admin, Consumer, Producer
 from raftlog.errors import RaftlogError
+from raftlog.launcher import free_ports
 from tests.integration._support import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

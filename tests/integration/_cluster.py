@@ -1,36 +1,32 @@
 """A three-node raftlog cluster of real processes, each node started and killed on its own.
 
 Each node is a combined controller+broker run as `raftlog node --config DIR/node-<id>/node.toml`,
-the same configs `raftlog dev --nodes 3` writes (by the same function), so a test can kill -9 or
-restart one node while the others keep running. Every wait polls observable state
-(`Admin.describe_cluster()` asked of a live node, a node's ready file, a process status) with a
-deadline. Teardown stops every node (SIGTERM, SIGKILL after a deadline) and reports a node that
-died unexpectedly, did not exit 0 on SIGTERM, or logged a Python traceback.
+the same configs `raftlog dev --nodes 3` writes (by the same function, raftlog/launcher.py), so
+a test can kill -9 or restart one node while the others keep running. Every wait polls
+observable state (`Admin.describe_cluster()` asked of a live node, a node's ready file, a
+process status) with a deadline. Teardown stops every node (SIGTERM, SIGKILL after a
+deadline) and reports a node that died unexpectedly, did not exit 0 on SIGTERM, or logged a
+Python traceback.
 """
 
 from __future__ import annotations
 
 import contextlib
-import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from raftlog.cli.dev_cmd import free_ports, write_node_config
+from raftlog import launcher
 from raftlog.client import Admin
 from raftlog.errors import RaftlogError
+from raftlog.launcher import PortPlan, close_all, node_command
 from raftlog.node import NodeConfig
 from tests.integration._support import (
     HOST,
-    START_TIMEOUT_S,
     BrokerProcess,
-    _child_env,
-    cli_command,
     wait_for,
-    wait_node_ready,
 )
 
 # Describe requests go to one node at a time; a killed node must not hold a poll for long.
@@ -38,6 +34,8 @@ DESCRIBE_TIMEOUT_MS = 3000
 # describe_cluster polls cost each node a request; 50 ms keeps them cheap on 2 cores and still
 # resolves a failover time to well under a tenth of a second.
 POLL_INTERVAL_S = 0.05
+# Every node stops within this of the SIGTERM sent to all at once.
+STOP_ALL_TIMEOUT_S = 20.0
 
 Describe = dict[str, Any]
 
@@ -47,28 +45,12 @@ def write_cluster_configs(
 ) -> list[Path]:
     """`raftlog dev --nodes n --port 0`'s configs: DIR/node-<id>/node.toml on free ports,
     plus any other node settings (e.g. connection_idle_ms_max=1000)."""
-    ports = free_ports(3 * n, HOST)
-    client, raft, replication = ports[:n], ports[n : 2 * n], ports[2 * n :]
-    voters = [f"{i + 1}@{HOST}:{raft[i]}" for i in range(n)]
-    paths = []
-    for i in range(n):
-        path = root / f"node-{i + 1}" / "node.toml"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_node_config(
-            str(path),
-            {
-                "node_id": i + 1,
-                "roles": ["controller", "broker"],
-                "data_dir": str(path.parent),
-                "client_listener": f"{HOST}:{client[i]}",
-                "replication_listener": f"{HOST}:{replication[i]}",
-                "controller_voters": voters,
-                "broker_session_timeout_ms": session_timeout_ms,
-                **settings,
-            },
-        )
-        paths.append(path)
-    return paths
+    return launcher.write_cluster_configs(
+        root,
+        PortPlan.picked(n, HOST),
+        [HOST] * n,
+        {"broker_session_timeout_ms": session_timeout_ms, **settings},
+    )
 
 
 class NodeProcess(BrokerProcess):
@@ -82,48 +64,29 @@ class NodeProcess(BrokerProcess):
     def __init__(self, config_path: Path, log_dir: Path):
         self.config_path = config_path
         self.config = NodeConfig.load(str(config_path))
-        super().__init__(Path(self.config.data_dir), log_dir)
+        self.node_id = self.config.node_id
+        super().__init__(Path(self.config.data_dir), log_dir, name=f"node {self.node_id}")
+        self.log_stem = f"node-{self.node_id}"
         host, _, port = self.config.client_listener.rpartition(":")
         self.host, self.port = host, int(port)
-        self.node_id = self.config.node_id
 
     @property
     def raft_address(self) -> str:
         return self.config.voters[self.node_id]
 
-    def launch(self) -> None:
-        """Start the process; `wait_ready` waits for its ready file."""
-        assert self.proc is None or self.proc.poll() is not None, "node already running"
-        self.incarnation += 1
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        out_path = self.log_dir / f"node-{self.node_id}-{self.incarnation}.out"
-        err_path = self.log_dir / f"node-{self.node_id}-{self.incarnation}.err"
-        self.log_files.append(err_path)
-        cmd = cli_command("node", "--config", str(self.config_path))
-        with open(out_path, "ab") as out, open(err_path, "ab") as err:
-            self.proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=_child_env()
-            )
+    def command_line(self) -> list[str]:
+        return node_command(self.config_path)
 
-    def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
-        proc = self.proc
-        assert proc is not None
-        try:
-            info = wait_node_ready(proc, self.data_dir, timeout_s, f"node {self.node_id}")
-        except AssertionError as e:
-            raise AssertionError(f"{e}:\n{self.log_tail()}") from None
+    def check_ready(self, info: dict[str, Any]) -> None:
         got = (info["node_id"], info["client_address"])
         assert got == (self.node_id, self.bootstrap), (
             f"ready file says {info}, expected node {self.node_id} on {self.bootstrap}"
         )
         # The node writes its pid where `raftlog dev` users (and scripts) look for it.
         pid = int((self.data_dir / "node.pid").read_text())
-        assert pid == proc.pid, f"node.pid says {pid}, the process is {proc.pid}"
-        self.expect_exit = False
-
-    def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
-        self.launch()
-        self.wait_ready(timeout_s)
+        assert self.proc is not None and pid == self.proc.pid, (
+            f"node.pid says {pid}, the process is {self.proc and self.proc.pid}"
+        )
 
 
 class Cluster:
@@ -149,7 +112,7 @@ class Cluster:
         for i in ids:
             self.nodes[i].launch()
         for i in ids:
-            self.nodes[i].wait_ready()
+            self.nodes[i].wait_started()
 
     def live(self) -> list[NodeProcess]:
         return [n for n in self.nodes.values() if n.running()]
@@ -281,39 +244,7 @@ class Cluster:
 
     def shutdown_and_check(self) -> list[str]:
         """Stop every running node (SIGTERM, all at once, then wait) and list the problems."""
-        problems: list[str] = []
-        for node in self.nodes.values():
-            problems.extend(node.unexpected_exits)
-            if node.proc is not None and not node.expect_exit and node.proc.poll() is not None:
-                problems.append(
-                    f"node {node.node_id} died unexpectedly with status {node.proc.returncode}"
-                )
-                node.expect_exit = True
-        running = [n for n in self.nodes.values() if n.running()]
-        # Signal all first: a node waiting for its peers to stop must not serialise the others.
-        for node in running:
-            node.expect_exit = True
-            assert node.proc is not None
-            node.proc.terminate()
-        deadline = time.monotonic() + 20
-        for node in running:
-            assert node.proc is not None
-            try:
-                rc = node.proc.wait(max(deadline - time.monotonic(), 0.1))
-            except subprocess.TimeoutExpired:
-                node.proc.kill()
-                node.proc.wait()
-                problems.append(f"node {node.node_id} did not exit within 20 s of SIGTERM")
-                continue
-            if rc != 0:
-                problems.append(f"node {node.node_id} exited with status {rc} on SIGTERM")
-        for node in self.nodes.values():
-            problems.extend(
-                f"node {node.node_id} logged a traceback in {tb}" for tb in node.tracebacks()
-            )
-        if problems:
-            problems.extend(node.log_tail() for node in self.nodes.values())
-        return problems
+        return close_all(list(self.nodes.values()), STOP_ALL_TIMEOUT_S)
 
 
 @contextlib.contextmanager

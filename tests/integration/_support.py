@@ -1,11 +1,12 @@
 """Shared pieces of the integration tests: a real broker process, waits, a raw wire client.
 
-Rules these helpers keep (STYLE.md, Tests): brokers are real `raftlog dev` processes on
-127.0.0.1 with their data in a temporary directory; every wait is a poll of observable state
-(a node's ready file, a socket, a process status) with a deadline, never a bare sleep; a broker
-that dies unexpectedly, exits non-zero after SIGTERM, or logs a Python traceback fails the test.
-A node is ready when its data directory has a `node.ready` file naming this process
-(raftlog/node.py), never by parsing its output.
+Rules these helpers keep (STYLE.md, Tests): brokers are real `raftlog dev` processes, started
+by the one launcher (raftlog/launcher.py), on 127.0.0.1 with their data in a temporary
+directory; every wait is a poll of observable state (a node's ready file, a socket, a process
+status) with a deadline, never a bare sleep; a broker that dies unexpectedly, exits non-zero
+after SIGTERM, or logs a Python traceback fails the test. A node is ready when its data
+directory has a `node.ready` file naming this process (raftlog/readiness.py), never by
+parsing its output.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import select
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -23,6 +23,8 @@ from typing import Any, TypeVar
 
 from raftlog import protocol
 from raftlog.client import Consumer, ConsumerRecord
+from raftlog.launcher import LaunchError, NodeProcess, close_all
+from raftlog.launcher import cli_command as launcher_cli
 from raftlog.messages.fetch import FetchPartition, FetchRequest
 from raftlog.readiness import READY_FILE, read_ready_file
 from raftlog.topics import TopicPartition
@@ -55,7 +57,7 @@ def wait_for(
 
 def cli_command(*args: str) -> list[str]:
     """The `raftlog` command line, run with this interpreter (the test venv's)."""
-    return [sys.executable, "-m", "raftlog.cli", *args]
+    return launcher_cli(*args)
 
 
 def run_cli(
@@ -98,45 +100,42 @@ def _child_env() -> dict[str, str]:
     return env
 
 
-class BrokerProcess:
+class BrokerProcess(NodeProcess):
     """One `raftlog dev` node as a child process; restartable on the same data dir and port.
 
-    `host`, `port`, `data_dir` and `proc` are the fixture's contract. Each incarnation writes
-    its stdout and stderr to its own files under `log_dir`, so a restart keeps the earlier logs
-    for the traceback check and for failure messages.
+    The launcher's NodeProcess (raftlog/launcher.py) with the tests' contract: `host`, `port`,
+    `data_dir` and `proc` are the fixture's; failures are AssertionErrors carrying the log's
+    tail. Each incarnation writes its stdout and stderr to its own files under `log_dir`, so a
+    restart keeps the earlier logs for the traceback check and for failure messages.
     """
 
-    def __init__(self, data_dir: Path, log_dir: Path, extra_args: Sequence[str] = ()):
+    def __init__(
+        self, data_dir: Path, log_dir: Path, extra_args: Sequence[str] = (), name: str = "broker"
+    ):
+        super().__init__(name, [], [data_dir], log_dir=log_dir, log_stem="broker", env=_child_env())
         self.host = HOST
         self.port = 0  # the first start asks for any free port; restarts reuse the bound one
         self.data_dir = data_dir
-        self.log_dir = log_dir
         self.extra_args = list(extra_args)
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.incarnation = 0
-        self.log_files: list[Path] = []
-        # False while the broker should be running: a process exit then is a failure.
-        self.expect_exit = True
-        self.unexpected_exits: list[str] = []
 
     @property
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
 
     @property
+    def log_files(self) -> list[Path]:
+        """Each incarnation's stderr file."""
+        return self.err_paths
+
+    @property
     def stderr_path(self) -> Path:
-        return self.log_files[-1]
+        return self.err_paths[-1]
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
-        assert self.proc is None or self.proc.poll() is not None, "broker already running"
-        self.incarnation += 1
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        out_path = self.log_dir / f"broker-{self.incarnation}.out"
-        err_path = self.log_dir / f"broker-{self.incarnation}.err"
-        self.log_files.append(err_path)
-        cmd = cli_command(
+    def command_line(self) -> list[str]:
+        """What the next incarnation runs: `raftlog dev` on this data dir, host and port."""
+        return launcher_cli(
             "dev",
             "--data-dir",
             str(self.data_dir),
@@ -146,55 +145,56 @@ class BrokerProcess:
             str(self.port),
             *self.extra_args,
         )
-        # Append mode: every writer (the broker, a test adding a line) writes at the end.
-        with open(out_path, "ab") as out, open(err_path, "ab") as err:
-            self.proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=_child_env()
-            )
+
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> list[dict[str, Any]]:
+        assert not self.running(), f"{self.name} already running"
+        self.launch()
+        return [self.wait_started(timeout_s)]
+
+    def launch(self) -> None:
+        self.command = self.command_line()
+        super().launch()
+
+    def wait_started(self, timeout_s: float = START_TIMEOUT_S) -> dict[str, Any]:
+        """Wait for the launched incarnation's ready file and check it (`check_ready`); a
+        start that fails kills what it started and fails with the log's tail."""
         try:
-            info = wait_node_ready(self.proc, self.data_dir, timeout_s, "broker")
-        except AssertionError as e:
+            (info,) = self.wait_ready(timeout_s)
+        except LaunchError as e:
+            self.kill()
             raise AssertionError(f"{e}:\n{self.log_tail()}") from None
+        self.check_ready(info)
+        return info
+
+    def check_ready(self, info: dict[str, Any]) -> None:
         host, _, port = str(info["client_address"]).rpartition(":")
         assert host == self.host, f"broker listens on {info['client_address']}, not {self.host}"
         self.port = int(port)
-        self.expect_exit = False
 
-    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S, sig: signal.Signals = signal.SIGTERM) -> int:
         """SIGTERM, wait for a graceful exit; SIGKILL and fail if it does not come in time."""
-        return self._signal_and_wait(signal.SIGTERM, timeout_s)
+        assert self.proc is not None
+        self.check_alive()
+        rc = super().stop(timeout_s, sig)
+        if rc is None:
+            raise AssertionError(
+                f"{self.name} did not exit within {timeout_s} s of {sig.name}:\n" + self.log_tail()
+            )
+        return rc
 
     def interrupt(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
-        return self._signal_and_wait(signal.SIGINT, timeout_s)
-
-    def _signal_and_wait(self, sig: signal.Signals, timeout_s: float) -> int:
-        proc = self.proc
-        assert proc is not None
-        self.check_alive()
-        self.expect_exit = True
-        proc.send_signal(sig)
-        try:
-            return proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            raise AssertionError(
-                f"broker did not exit within {timeout_s} s of {sig.name}:\n" + self.log_tail()
-            ) from None
+        return self.stop(timeout_s, signal.SIGINT)
 
     def kill9(self) -> None:
         """SIGKILL: no flush, no close; the next start runs storage recovery."""
-        proc = self.proc
-        assert proc is not None
+        assert self.proc is not None
         self.check_alive()
-        self.expect_exit = True
-        proc.kill()
-        proc.wait(STOP_TIMEOUT_S)
+        super().kill9()
 
     def restart(self) -> None:
         """Graceful stop (which must exit 0), then start on the same data dir and port."""
         rc = self.stop()
-        assert rc == 0, f"broker exited with status {rc} on SIGTERM:\n{self.log_tail()}"
+        assert rc == 0, f"{self.name} exited with status {rc} on SIGTERM:\n{self.log_tail()}"
         self.start()
 
     def crash_restart(self) -> None:
@@ -203,53 +203,16 @@ class BrokerProcess:
 
     # -- health --------------------------------------------------------------------------------
 
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def check_alive(self) -> None:
-        if self.proc is None or self.expect_exit:
-            return
-        rc = self.proc.poll()
-        if rc is not None:
-            self.expect_exit = True
-            self.unexpected_exits.append(f"incarnation {self.incarnation} exited with {rc}")
-            raise AssertionError(f"broker died unexpectedly with status {rc}:\n" + self.log_tail())
-
-    def tracebacks(self) -> list[str]:
-        """Every log file that contains a Python traceback, with the traceback's first lines."""
-        found = []
-        for path in self.log_files:
-            text = path.read_text(errors="replace") if path.exists() else ""
-            at = text.find("Traceback")
-            if at >= 0:
-                found.append(f"{path.name}:\n{text[max(at - 300, 0) : at + 3000]}")
-        return found
-
-    def log_tail(self, nbytes: int = 4000) -> str:
-        if not self.log_files or not self.stderr_path.exists():
-            return "(no broker log)"
-        data = self.stderr_path.read_bytes()[-nbytes:]
-        return f"--- {self.stderr_path} (tail) ---\n" + data.decode(errors="replace")
+    def check_alive(self) -> str | None:
+        """Fail (with the log's tail) if the broker died without being asked to."""
+        problem = self.note_exit()
+        if problem is not None:
+            raise AssertionError(f"{problem}:\n" + self.log_tail())
+        return None
 
     def shutdown_and_check(self) -> list[str]:
         """Fixture teardown: stop the broker however it is, and list what went wrong."""
-        problems = list(self.unexpected_exits)
-        proc = self.proc
-        if proc is not None:
-            if not self.expect_exit and proc.poll() is not None:
-                problems.append(f"broker died unexpectedly with status {proc.returncode}")
-            elif proc.poll() is None:
-                try:
-                    rc = self.stop()
-                except AssertionError as e:
-                    problems.append(str(e))
-                else:
-                    if rc != 0:
-                        problems.append(f"broker exited with status {rc} on SIGTERM")
-        problems.extend(f"broker logged a traceback in {tb}" for tb in self.tracebacks())
-        if problems:
-            problems.append(self.log_tail())
-        return problems
+        return close_all([self], STOP_TIMEOUT_S)
 
 
 # -- a raw wire client ------------------------------------------------------------------------

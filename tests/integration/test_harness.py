@@ -20,7 +20,7 @@ def test_an_unexpected_death_is_reported(tmp_path: Path) -> None:
     b.proc.wait()
     with pytest.raises(AssertionError, match="died unexpectedly"):
         b.check_alive()
-    assert any("exited with -9" in p for p in b.shutdown_and_check())
+    assert any("died unexpectedly with status -9" in p for p in b.shutdown_and_check())
 
 
 def test_a_traceback_in_the_log_is_reported(tmp_path: Path) -> None:

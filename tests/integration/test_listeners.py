@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from raftlog import protocol
-from raftlog.cli.dev_cmd import free_ports, write_node_config
+from raftlog.launcher import free_ports, write_node_config
 from tests.integration._cluster import NodeProcess
 from tests.integration._support import HOST, RawClient
 

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from raftlog.cli.dev_cmd import free_ports
 from raftlog.client import Admin, Consumer, Producer
 from raftlog.errors import StorageError
+from raftlog.launcher import free_ports
 from raftlog.metadata import quorum as quorum_module
 from raftlog.metadata.quorum import MetadataQuorum
 from raftlog.protocol import ApiKey

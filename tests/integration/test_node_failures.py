@@ -25,14 +25,14 @@ from pathlib import Path
 
 import pytest
 
-from raftlog.cli.dev_cmd import (
+from raftlog.client import Admin
+from raftlog.errors import RaftlogError
+from raftlog.launcher import (
     RAFT_PORT_OFFSET,
     REPLICATION_PORT_OFFSET,
     free_ports,
     write_node_config,
 )
-from raftlog.client import Admin
-from raftlog.errors import RaftlogError
 from tests.integration._support import (
     CLI_TIMEOUT_S,
     HOST,
