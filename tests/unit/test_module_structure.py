@@ -1,6 +1,6 @@
 """The shape of the `raftlog` package: no import cycle among its modules (imports under
 TYPE_CHECKING and inside functions count: a cycle there is still two modules that cannot be
-understood apart)."""
+understood apart), and no `sys.path` edits (the CLI imports `chaos` and `bench` as packages)."""
 
 from __future__ import annotations
 
@@ -78,3 +78,26 @@ def test_no_import_cycle_in_raftlog() -> None:
     graph = import_graph()
     assert graph.get("raftlog.broker.server")
     assert cycles(graph) == []
+
+
+def test_no_sys_path_edits_in_raftlog() -> None:
+    found = [
+        f"{path.relative_to(RAFTLOG.parent)}:{n}"
+        for path in sorted(RAFTLOG.rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if "sys.path" in line and not line.lstrip().startswith("#")
+    ]
+    assert not found, f"sys.path edited at {found}"
+
+
+# "About 1,000 lines" (issue #22): a module past this has more than one job to split out.
+MODULE_LINES_MAX = 1100
+
+
+def test_no_module_in_raftlog_is_over_about_a_thousand_lines() -> None:
+    sizes = {
+        str(p.relative_to(RAFTLOG.parent)): len(p.read_text().splitlines())
+        for p in sorted(RAFTLOG.rglob("*.py"))
+    }
+    over = {name: n for name, n in sizes.items() if n > MODULE_LINES_MAX}
+    assert not over, f"modules over {MODULE_LINES_MAX} lines: {over}"
