@@ -36,6 +36,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Hashable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +70,8 @@ OFFLINE_REASON_CHARS_MAX = 300
 OFFLINE_REPORT_ENTRIES_MAX = 1000
 # The scrubber lists the logs it has to check at most this often (a pass over every log).
 SCRUB_LIST_INTERVAL_S = 1.0
+# Logs closed at a time when the broker stops (LogManager.close).
+CLOSE_THREADS = 8
 
 
 def partition_dir_name(tp: TopicPartition) -> str:
@@ -568,7 +571,20 @@ class LogManager:
 
     def close(self) -> None:
         """Close every log (each flushes and writes its clean-shutdown marker); a failing one
-        is logged and the others still close."""
-        for tp, plog in list(self._logs.items()):
-            self._close_quietly(tp, plog)
+        is logged and the others still close.
+
+        CLOSE_THREADS logs at a time: a written log's close is a handful of fsyncs (segments,
+        index, checkpoints, producer snapshot), and one log after another a broker of 2,000
+        partitions took 12.5 s to stop on a busy machine (over 20 s at a load of 5: the
+        cluster tests' bound). fsyncs of different files overlap in the disk's queue and the
+        filesystem's journal. Each log is closed by one thread; nothing else uses the logs by
+        then (the broker stops serving first)."""
+        logs = list(self._logs.items())
         self._logs.clear()
+        if len(logs) <= 1:
+            for tp, plog in logs:
+                self._close_quietly(tp, plog)
+            return
+        with ThreadPoolExecutor(CLOSE_THREADS, thread_name_prefix="raftlog-log-close") as pool:
+            for _ in pool.map(lambda item: self._close_quietly(*item), logs):
+                pass
