@@ -1,4 +1,4 @@
-"""The fault matrix: long chaos runs, one row per fault kind, for the README (not run in CI).
+"""The fault matrix: long chaos runs, one row per fault kind, for docs/CHAOS.md (not run in CI).
 
     python -m chaos.matrix --out runs/matrix                     # the full matrix (hours)
     python -m chaos.matrix --out runs/m --duration 120 --runs 1  # a shorter one
