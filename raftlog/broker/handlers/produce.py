@@ -255,7 +255,7 @@ class ProduceGroup:
                 r = out[i]
                 base_offset, log_start = outcome.base_offset, outcome.log_start_offset
                 if r is _UNSET:
-                    out[i] = ProducePartitionResult(number, 0, base_offset, log_start)
+                    out[i] = ProducePartitionResult.appended(number, base_offset, log_start)
                 else:
                     # An acks=all wait that failed during the append keeps its error, with
                     # the append's offsets (as the answer always had it).

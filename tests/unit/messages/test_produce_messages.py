@@ -74,6 +74,7 @@ def test_a_response_is_the_documented_layout_and_round_trips() -> None:
     # The broker's per-request body holds the results themselves: the same bytes.
     fast = ProduceResponse.body_of([("t", list(resp.topics[0][1]))])
     assert msgpack.packb(fast) == msgpack.packb(body)
+    assert ProducePartitionResult.appended(0, 10, 0) == ProducePartitionResult(0, 0, 10, 0)
     one = {"topics": [["t", [[0, 0, 10, 0, None]]]]}
     assert ProduceResponse.only_result(one) == ("t", ProducePartitionResult(0, 0, 10, 0))
     with pytest.raises(ValueError):
