@@ -80,11 +80,13 @@ from raftlog.errors import (
     UnsupportedVersionError,
 )
 from raftlog.invariants import InvariantError
+from raftlog.messages.produce import ProduceRequest, ProduceResponse
 from raftlog.tasks import TaskSet
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    from raftlog.broker.handlers import produce
     from raftlog.broker.handlers.produce import CommitWait, ProduceGroup
 
 log = logging.getLogger(__name__)
@@ -318,7 +320,7 @@ class Connection(asyncio.Protocol):
         # While data_received dispatches a read's frames, responses gather here.
         self._out: list[Any] | None = None
         # Slots of the current produce group's requests, and their response topic lists.
-        self._grouped: list[tuple[_Slot, list[Any], CommitWait | None]] = []
+        self._grouped: list[tuple[_Slot, produce.Results, CommitWait | None]] = []
         # Idle detection: when bytes last arrived (loop time), and the timer that checks.
         self._received_at = 0.0
         self._idle_timer: asyncio.TimerHandle | None = None
@@ -623,13 +625,13 @@ class Connection(asyncio.Protocol):
         broker = self.broker
         try:
             _check_produce_body(body)
-            acks = group.acks_of(body)
-            topics = body["topics"]
+            request = ProduceRequest.from_body(body)
+            acks = group.acks_of(request)
             if broker.config.auto_create_topics and broker.topics_to_auto_create(
-                t for t, _ in topics
+                request.topic_names()
             ):
                 return False
-            results, wait = group.add(acks, topics, payload, None, group.timeout_of(body))
+            results, wait = group.add(acks, request, payload, None, group.timeout_of(request))
         except Exception as e:
             self._request_failed(correlation_id, _PRODUCE, e)
             return True
@@ -644,14 +646,14 @@ class Connection(asyncio.Protocol):
         grouped, self._grouped = self._grouped, []
         for slot, results, wait in grouped:
             if wait is None or wait.remaining == 0:
-                slot.response = Response({"topics": results})
+                slot.response = Response(ProduceResponse.body_of(results))
             else:
                 # acks=all: answered when its last partition commits (or fails), in order.
                 wait.on_done = functools.partial(self._answer_later, slot, results)
         self._flush()
 
-    def _answer_later(self, slot: _Slot, results: list[Any]) -> None:
-        slot.response = Response({"topics": results})
+    def _answer_later(self, slot: _Slot, results: produce.Results) -> None:
+        slot.response = Response(ProduceResponse.body_of(results))
         if not self._closing:
             self._flush()
 

@@ -16,6 +16,26 @@ from raftlog import protocol
 from raftlog.client.cluster import ClusterClient
 from raftlog.client.group import coordinator_request
 from raftlog.errors import RaftlogError, error_from_code
+from raftlog.messages.groups import (
+    DeleteGroupsRequest,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+    ResetOffsetsRequest,
+    ResetOffsetsResponse,
+)
+from raftlog.messages.metadata import DescribeClusterRequest
+from raftlog.messages.topics import (
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    NewTopic,
+    PartitionFigures,
+)
 from raftlog.metadata.model import BrokerInfo, TopicInfo
 from raftlog.topics import TopicPartition
 
@@ -74,25 +94,21 @@ class AsyncAdmin:
         config: dict[str, Any] | None = None,
     ) -> None:
         """`replication_factor` None: the brokers' default_replication_factor (KIP-464)."""
-        spec: dict[str, Any] = {
-            "name": name,
-            "partitions": partitions,
-            "config": {k: str(v) for k, v in (config or {}).items()},
-        }
-        if replication_factor is not None:
-            spec["replication_factor"] = replication_factor
-        body, _ = await self.client.request(None, protocol.ApiKey.CREATE_TOPICS, {"topics": [spec]})
-        for _name, error, message in body["topics"]:
-            if error:
-                raise error_from_code(error, message or "")
+        spec = NewTopic(
+            name, partitions, {k: str(v) for k, v in (config or {}).items()}, replication_factor
+        )
+        request = CreateTopicsRequest((spec,))
+        body, _ = await self.client.request(None, protocol.ApiKey.CREATE_TOPICS, request.to_body())
+        for r in CreateTopicsResponse.from_body(body).topics:
+            if r.error:
+                raise error_from_code(r.error, r.message or "")
 
     async def delete_topics(self, names: Iterable[str]) -> None:
-        body, _ = await self.client.request(
-            None, protocol.ApiKey.DELETE_TOPICS, {"topics": list(names)}
-        )
-        for _name, error, message in body["topics"]:
-            if error:
-                raise error_from_code(error, message or "")
+        request = DeleteTopicsRequest(tuple(names))
+        body, _ = await self.client.request(None, protocol.ApiKey.DELETE_TOPICS, request.to_body())
+        for r in DeleteTopicsResponse.from_body(body).topics:
+            if r.error:
+                raise error_from_code(r.error, r.message or "")
 
     async def list_topics(self) -> dict[str, TopicInfo]:
         await self.client.refresh_metadata(None)
@@ -105,42 +121,33 @@ class AsyncAdmin:
     async def describe_topics(self, names: Iterable[str] | None = None) -> list[TopicDescription]:
         """Topics with their configs and, per partition, offsets and size as its leader
         reports them (every broker is asked about the partitions it hosts)."""
-        wanted = None if names is None else list(names)
+        wanted = None if names is None else tuple(names)
         await self.client.refresh_metadata(wanted)
-        body, _ = await self.client.request(
-            None, protocol.ApiKey.DESCRIBE_CONFIGS, {"topics": wanted}
+        request = DescribeConfigsRequest(wanted).to_body()
+        answer = DescribeConfigsResponse.from_body(
+            (await self.client.request(None, protocol.ApiKey.DESCRIBE_CONFIGS, request))[0]
         )
         # Partition figures come from each partition's leader.
-        stats: dict[tuple[str, int], list[Any]] = {}
+        stats: dict[tuple[str, int], PartitionFigures] = {}
         for node in sorted(self.client.brokers):
             try:
-                nb, _ = await self.client.request(
-                    node, protocol.ApiKey.DESCRIBE_CONFIGS, {"topics": wanted}
-                )
+                nb, _ = await self.client.request(node, protocol.ApiKey.DESCRIBE_CONFIGS, request)
             except RaftlogError:
                 continue  # an unreachable broker: the partitions it leads show None
-            for t in nb["topics"]:
-                info = self.client.topics.get(t["name"])
-                for row in t.get("partitions") or []:
-                    if info is not None and info.partitions[row[0]].leader == node:
-                        stats[(t["name"], row[0])] = row
+            for t in DescribeConfigsResponse.from_body(nb).topics:
+                info = self.client.topics.get(t.name)
+                for row in t.partitions:
+                    if info is not None and info.partitions[row.partition].leader == node:
+                        stats[(t.name, row.partition)] = row
         out = []
-        for t in body["topics"]:
-            if t["error"]:
-                raise error_from_code(t["error"], t["message"] or "")
-            info = self.client.topics.get(t["name"])
+        for t in answer.topics:
+            if t.error:
+                raise error_from_code(t.error, t.message or "")
+            info = self.client.topics.get(t.name)
             parts = []
-            for row in t["partitions"]:
-                p = row[0]
-                figures = stats.get((t["name"], p))
-                start, end, hw, size, segments = (
-                    figures[1:6] if figures is not None else (None,) * 5
-                )
-                leos = (
-                    {int(n): int(o) for n, o in figures[6].items()}
-                    if figures is not None and len(figures) > 6
-                    else None
-                )
+            for row in t.partitions:
+                p = row.partition
+                figures = stats.get((t.name, p))
                 meta = info.partitions[p] if info is not None else None
                 parts.append(
                     PartitionDescription(
@@ -149,20 +156,17 @@ class AsyncAdmin:
                         meta.leader_epoch if meta else -1,
                         meta.replicas if meta else (),
                         meta.isr if meta else (),
-                        start,
-                        end,
-                        hw,
-                        size,
-                        segments,
+                        figures.log_start_offset if figures else None,
+                        figures.log_end_offset if figures else None,
+                        figures.high_watermark if figures else None,
+                        figures.size_bytes if figures else None,
+                        figures.segments if figures else None,
                         meta.elr if meta else (),
-                        leos,
+                        figures.replica_log_end_offsets if figures else None,
                     )
                 )
-            out.append(
-                TopicDescription(
-                    t["name"], t["topic_id"], tuple(parts), t["config"], t["overrides"]
-                )
-            )
+            topic_id = t.topic_id or ""  # a topic without an error has one
+            out.append(TopicDescription(t.name, topic_id, tuple(parts), t.config, t.overrides))
         return out
 
     async def list_offsets(
@@ -192,58 +196,57 @@ class AsyncAdmin:
         )
 
     async def list_groups(self) -> list[dict[str, Any]]:
-        body = await self._group_call("", protocol.ApiKey.LIST_GROUPS, {})
-        groups: list[dict[str, Any]] = body["groups"]
-        return groups
+        body = await self._group_call(
+            "", protocol.ApiKey.LIST_GROUPS, ListGroupsRequest().to_body()
+        )
+        return list(ListGroupsResponse.from_body(body).groups)
 
     async def describe_group(self, group_id: str) -> dict[str, Any]:
-        """Members, assignment, generation, committed offsets, and lag per partition."""
-        desc = await self._group_call(
-            group_id, protocol.ApiKey.DESCRIBE_GROUPS, {"group_id": group_id}
+        """Members, assignment, generation, committed offsets, and lag per partition: the
+        DescribeGroups answer's map, plus "partitions"."""
+        request = DescribeGroupsRequest(group_id)
+        answer = DescribeGroupsResponse.from_body(
+            await self._group_call(group_id, protocol.ApiKey.DESCRIBE_GROUPS, request.to_body())
         )
-        committed = {(t, p): o for t, p, o, *_ in desc["offsets"]}
-        owners = {(t, p): m["member_id"] for m in desc["members"] for t, p in m["assignment"]}
+        committed = {o.tp: o.offset for o in answer.offsets}
+        owners = {tp: m.member_id for m in answer.members for tp in m.assignment}
         tps = sorted(set(committed) | set(owners))
-        ends = (
-            await self.list_offsets_known({TopicPartition(t, p): -1 for t, p in tps}) if tps else {}
-        )
+        ends = await self.list_offsets_known({tp: -1 for tp in tps}) if tps else {}
+        desc = answer.to_body()
         desc["partitions"] = []
-        for t, p in tps:
-            end = ends[TopicPartition(t, p)]
+        for tp in tps:
+            end = ends[tp]
             log_end = None if end is None else end[0]  # None: offline, no leader to ask
             desc["partitions"].append(
                 {
-                    "topic": t,
-                    "partition": p,
-                    "committed": committed.get((t, p)),
+                    "topic": tp.topic,
+                    "partition": tp.partition,
+                    "committed": committed.get(tp),
                     "log_end_offset": log_end,
                     "lag": None
-                    if (t, p) not in committed or log_end is None
-                    else max(log_end - committed[(t, p)], 0),
-                    "owner": owners.get((t, p)),
+                    if tp not in committed or log_end is None
+                    else max(log_end - committed[tp], 0),
+                    "owner": owners.get(tp),
                 }
             )
         return desc
 
     async def reset_offsets(self, group_id: str, offsets: dict[TopicPartition, int]) -> int:
         """Set committed offsets by hand (the replay primitive); the group must be empty."""
-        body = await self._group_call(
-            group_id,
-            protocol.ApiKey.RESET_OFFSETS,
-            {
-                "group_id": group_id,
-                "offsets": [[tp.topic, tp.partition, o] for tp, o in sorted(offsets.items())],
-            },
-        )
-        return int(body["reset"])
+        request = ResetOffsetsRequest.of(group_id, offsets)
+        body = await self._group_call(group_id, protocol.ApiKey.RESET_OFFSETS, request.to_body())
+        return ResetOffsetsResponse.from_body(body).reset
 
     async def delete_group(self, group_id: str) -> None:
-        await self._group_call(group_id, protocol.ApiKey.DELETE_GROUPS, {"group_id": group_id})
+        request = DeleteGroupsRequest(group_id)
+        await self._group_call(group_id, protocol.ApiKey.DELETE_GROUPS, request.to_body())
 
     async def describe_cluster(self) -> dict[str, Any]:
         """Controllers, who leads, Raft term and commit index, brokers, partitions."""
-        body, _ = await self.client.request(None, protocol.ApiKey.DESCRIBE_CLUSTER, {})
-        return body
+        body, _ = await self.client.request(
+            None, protocol.ApiKey.DESCRIBE_CLUSTER, DescribeClusterRequest().to_body()
+        )
+        return body  # the documented map (DescribeClusterResponse), whole: the CLI prints it
 
     async def close(self) -> None:
         await self.client.close()

@@ -33,6 +33,8 @@ from raftlog.errors import (
     UnknownTopicOrPartitionError,
     error_from_code,
 )
+from raftlog.messages.metadata import MetadataRequest, MetadataResponse
+from raftlog.messages.offsets import ListOffsetsRequest, ListOffsetsResponse
 from raftlog.metadata.model import BrokerInfo, PartitionInfo, TopicInfo
 from raftlog.topics import TopicPartition
 
@@ -180,13 +182,12 @@ class ClusterClient:
 
     async def refresh_metadata(
         self, topics: Iterable[str] | None = None, allow_auto_create: bool = False
-    ) -> dict[str, Any]:
+    ) -> MetadataResponse:
         if self._metadata_lock is None:
             self._metadata_lock = asyncio.Lock()
-        request = {
-            "topics": None if topics is None else list(topics),
-            "allow_auto_create": allow_auto_create,
-        }
+        request = MetadataRequest(
+            None if topics is None else tuple(topics), allow_auto_create
+        ).to_body()
         async with self._metadata_lock:
             # Metadata may come from any broker: one that died or froze under the request is
             # dropped (its connection closed) and the next one asked, as Kafka's
@@ -203,16 +204,17 @@ class ClusterClient:
                     conn.close()
                     if attempt == METADATA_ATTEMPTS - 1:
                         raise
-        self.brokers = {b.node_id: b for b in (BrokerInfo.from_wire(w) for w in body["brokers"])}
-        self.controller_id = body["controller_id"]
+        answer = MetadataResponse.from_body(body)
+        self.brokers = {b.node_id: b for b in answer.brokers}
+        self.controller_id = answer.controller_id
         if topics is None:
             self.topics.clear()  # in place: producers hold a reference to this dict
-        for t in body["topics"]:
-            if t["error"]:
-                self.topics.pop(t["name"], None)
+        for t in answer.topics:
+            if t.info is None:
+                self.topics.pop(t.name, None)
             else:
-                self.topics[t["name"]] = self._newest(TopicInfo.from_wire(t))
-        return body
+                self.topics[t.name] = self._newest(t.info)
+        return answer
 
     def _newest(self, info: TopicInfo) -> TopicInfo:
         """Keep, per partition, the state with the highest leader epoch seen so far: a broker
@@ -242,14 +244,14 @@ class ClusterClient:
             return info
         deadline = time.monotonic() + wait_s
         while True:
-            body = await self.refresh_metadata([name], allow_auto_create)
+            answer = await self.refresh_metadata([name], allow_auto_create)
             info = self.topics.get(name)
             if info is not None:
                 return info
             error: RaftlogError = UnknownTopicOrPartitionError(f"unknown topic {name!r}")
-            for t in body["topics"]:
-                if t["name"] == name and t["error"]:
-                    error = error_from_code(t["error"], t["message"] or str(error))
+            for t in answer.topics:
+                if t.name == name and t.error:
+                    error = error_from_code(t.error, t.message or str(error))
             if not isinstance(error, UnknownTopicOrPartitionError) or time.monotonic() >= deadline:
                 raise error
             await asyncio.sleep(0.05)
@@ -315,7 +317,7 @@ class ClusterClient:
                 if not e.retriable:
                     raise
                 topic_errors[topic] = e
-        by_node: dict[int, dict[str, list[list[int]]]] = {}
+        by_node: dict[int, dict[TopicPartition, int]] = {}
         for tp, ts in specs.items():
             error = topic_errors.get(tp.topic)
             if error is None:
@@ -328,31 +330,25 @@ class ClusterClient:
             if error is not None:
                 failed[tp] = error
                 continue
-            by_node.setdefault(node, {}).setdefault(tp.topic, []).append([tp.partition, ts])
-        for node, topics in by_node.items():
+            by_node.setdefault(node, {})[tp] = ts
+        for node, timestamps in by_node.items():
+            request = ListOffsetsRequest.of(timestamps)
             try:
-                body, _ = await self.request(
-                    node,
-                    protocol.ApiKey.LIST_OFFSETS,
-                    {"topics": [[t, ps] for t, ps in topics.items()]},
-                )
+                body, _ = await self.request(node, protocol.ApiKey.LIST_OFFSETS, request.to_body())
             except RaftlogError as e:
                 if not e.retriable:
                     raise
-                for topic, parts in topics.items():
-                    for partition, _ts in parts:
-                        failed[TopicPartition(topic, partition)] = e
+                for tp, _ in request.partitions():
+                    failed[tp] = e
                 continue
-            for topic, parts in body["topics"]:
-                for partition, error_code, timestamp, offset, message in parts:
-                    tp = TopicPartition(topic, partition)
-                    if error_code:
-                        error = error_from_code(error_code, message or "")
-                        if not error.retriable:
-                            raise error
-                        failed[tp] = error
-                    else:
-                        out[tp] = (offset, timestamp)
+            for tp, r in ListOffsetsResponse.from_body(body).results():
+                if r.error:
+                    error = error_from_code(r.error, r.message or "")
+                    if not error.retriable:
+                        raise error
+                    failed[tp] = error
+                else:
+                    out[tp] = (r.offset, r.timestamp)
         for topic in {tp.topic for tp in failed}:
             self.invalidate(topic)  # the next round asks for fresh metadata
         return out, failed

@@ -50,6 +50,7 @@ from raftlog.errors import (
     error_from_code,
 )
 from raftlog.invariants import InvariantError
+from raftlog.messages.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 log = logging.getLogger(__name__)
 
@@ -233,13 +234,14 @@ class BrokerConnection(asyncio.Protocol):
         """Ask the broker (ApiVersions) for its frame limit; from then on, requests over it are
         refused before they are sent. A broker that does not state one leaves it unknown."""
         try:
-            body, _ = await self.request(protocol.ApiKey.API_VERSIONS, {}, (), timeout_s)
+            body, _ = await self.request(
+                protocol.ApiKey.API_VERSIONS, ApiVersionsRequest().to_body(), (), timeout_s
+            )
         except RaftlogError as e:
             if e.retriable:
                 raise  # no answer: the caller tries this broker again later
             body = {}  # a broker that refuses the question: its limit stays unknown
-        limit = body.get("request_bytes_max")
-        self.request_bytes_max = limit if type(limit) is int and limit > 0 else None
+        self.request_bytes_max = ApiVersionsResponse.from_body(body).request_bytes_max
         self.limits_learned = True
 
     def check_size(self, api_key: int, frame_length: int, what: str = "") -> None:

@@ -42,6 +42,18 @@ from raftlog.errors import (
     RequestTimedOutError,
     UnknownMemberIdError,
 )
+from raftlog.messages.groups import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
 from raftlog.topics import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -64,12 +76,13 @@ async def coordinator_request(
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            found, _ = await client.request(
-                None, protocol.ApiKey.FIND_COORDINATOR, {"group_id": group_id}
+            body_found, _ = await client.request(
+                None, protocol.ApiKey.FIND_COORDINATOR, FindCoordinatorRequest(group_id).to_body()
             )
-            if int(found["node_id"]) not in client.brokers:
+            found = FindCoordinatorResponse.from_body(body_found)
+            if found.node_id not in client.brokers:
                 await client.refresh_metadata([])
-            resp, _ = await client.request(int(found["node_id"]), api, body)
+            resp, _ = await client.request(found.node_id, api, body)
             return resp
         except COORDINATOR_UNAVAILABLE as e:
             if time.monotonic() >= deadline:
@@ -113,16 +126,15 @@ class GroupMembership:
 
     async def _coordinator_connection(self) -> BrokerConnection:
         if self._conn is None or self._conn.closed:
+            request = FindCoordinatorRequest(self.group_id)
             body, _ = await self.client.request(
-                None, protocol.ApiKey.FIND_COORDINATOR, {"group_id": self.group_id}
+                None, protocol.ApiKey.FIND_COORDINATOR, request.to_body()
             )
+            found = FindCoordinatorResponse.from_body(body)
             self._conn = await BrokerConnection.connect(
-                str(body["host"]),
-                int(body["port"]),
-                self.client_id,
-                self.client.connect_timeout_s,
+                found.host, found.port, self.client_id, self.client.connect_timeout_s
             )
-            self._coordinator = int(body["node_id"])
+            self._coordinator = found.node_id
         return self._conn
 
     def _drop_connection(self) -> None:
@@ -158,18 +170,19 @@ class GroupMembership:
         rebalance timeout). A coordinator that no longer knows the id (it expired) gets an
         empty one next time, as Kafka's client does."""
         try:
+            request = JoinGroupRequest(
+                self.group_id,
+                self.session_timeout_ms,
+                self.rebalance_timeout_ms,
+                tuple(topics),
+                tuple(self.assignors),
+                self.member_id,
+                self.client_id,
+                self.instance_id,
+            )
             body = await self._call(
                 protocol.ApiKey.JOIN_GROUP,
-                {
-                    "group_id": self.group_id,
-                    "member_id": self.member_id,
-                    "client_id": self.client_id,
-                    "instance_id": self.instance_id,
-                    "session_timeout_ms": self.session_timeout_ms,
-                    "rebalance_timeout_ms": self.rebalance_timeout_ms,
-                    "topics": list(topics),
-                    "protocols": self.assignors,
-                },
+                request.to_body(),
                 # The coordinator answers at the group's rebalance deadline at the latest.
                 self.rebalance_timeout_ms / 1000 + self.request_timeout_s,
             )
@@ -177,10 +190,11 @@ class GroupMembership:
             if self.instance_id is None:
                 self.member_id = ""
             raise
-        self.member_id = body["member_id"]
-        self.generation = body["generation"]
-        self.protocol = body["protocol"]
-        self.assignment = sorted(TopicPartition(t, p) for t, p in body["assignment"])
+        joined = JoinGroupResponse.from_body(body)
+        self.member_id = joined.member_id
+        self.generation = joined.generation
+        self.protocol = joined.protocol
+        self.assignment = sorted(joined.assignment)
         log.info(
             "group %s: member %s joined generation %d with %d partitions (%s)",
             self.group_id,
@@ -197,14 +211,8 @@ class GroupMembership:
         if not self.member_id:
             return False
         try:
-            body = await self._call(
-                protocol.ApiKey.HEARTBEAT,
-                {
-                    "group_id": self.group_id,
-                    "member_id": self.member_id,
-                    "generation": self.generation,
-                },
-            )
+            request = HeartbeatRequest(self.group_id, self.member_id, self.generation)
+            body = await self._call(protocol.ApiKey.HEARTBEAT, request.to_body())
         except RebalanceInProgressError:
             log.info(
                 "group %s: rebalancing; member %s (generation %d) joins again",
@@ -220,42 +228,25 @@ class GroupMembership:
             if self.instance_id is None:
                 self.member_id = ""
             return False
-        return bool(body["generation"] == self.generation)
+        return HeartbeatResponse.from_body(body).generation == self.generation
 
     async def commit(self, offsets: dict[TopicPartition, int]) -> None:
         if not offsets:
             return
-        await self._call(
-            protocol.ApiKey.OFFSET_COMMIT,
-            {
-                "group_id": self.group_id,
-                "member_id": self.member_id,
-                "generation": self.generation,
-                "offsets": [[tp.topic, tp.partition, o, ""] for tp, o in sorted(offsets.items())],
-            },
-        )
+        request = OffsetCommitRequest.of(self.group_id, offsets, self.member_id, self.generation)
+        await self._call(protocol.ApiKey.OFFSET_COMMIT, request.to_body())
 
     async def committed(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        body = await self._call(
-            protocol.ApiKey.OFFSET_FETCH,
-            {
-                "group_id": self.group_id,
-                "partitions": [[t, p] for t, p in tps],
-            },
-        )
-        return {TopicPartition(t, p): o for t, p, o, _ in body["offsets"]}
+        request = OffsetFetchRequest(self.group_id, tuple(tps))
+        body = await self._call(protocol.ApiKey.OFFSET_FETCH, request.to_body())
+        return OffsetFetchResponse.from_body(body).committed()
 
     async def leave(self) -> None:
         if not self.member_id:
             return
         try:
-            await self._call(
-                protocol.ApiKey.LEAVE_GROUP,
-                {
-                    "group_id": self.group_id,
-                    "member_ids": [self.member_id],
-                },
-            )
+            request = LeaveGroupRequest(self.group_id, (self.member_id,))
+            await self._call(protocol.ApiKey.LEAVE_GROUP, request.to_body())
         finally:
             self.member_id = ""
             self.generation = -1

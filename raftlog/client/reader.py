@@ -43,6 +43,7 @@ from raftlog.errors import (
     error_from_code,
 )
 from raftlog.messages.fetch import FetchPartition, FetchRequest, FetchResponse
+from raftlog.messages.groups import OffsetCommitRequest, OffsetFetchRequest, OffsetFetchResponse
 from raftlog.records import BatchHeader, Record, decode_records, validate_batch
 from raftlog.topics import TopicPartition
 
@@ -342,10 +343,10 @@ async def committed_offsets(
         client,
         group_id,
         protocol.ApiKey.OFFSET_FETCH,
-        {"group_id": group_id, "partitions": [[tp.topic, tp.partition] for tp in tps]},
+        OffsetFetchRequest(group_id, tuple(tps)).to_body(),
         client.request_timeout_s,
     )
-    return {TopicPartition(t, p): o for t, p, o, _ in body["offsets"] if o >= 0}
+    return {tp: o for tp, o in OffsetFetchResponse.from_body(body).committed().items() if o >= 0}
 
 
 async def commit_offsets(
@@ -359,11 +360,6 @@ async def commit_offsets(
         client,
         group_id,
         protocol.ApiKey.OFFSET_COMMIT,
-        {
-            "group_id": group_id,
-            "member_id": "",
-            "generation": -1,
-            "offsets": [[tp.topic, tp.partition, o, ""] for tp, o in sorted(offsets.items())],
-        },
+        OffsetCommitRequest.of(group_id, offsets).to_body(),  # standalone: no member
         client.request_timeout_s,
     )

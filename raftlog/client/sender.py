@@ -61,6 +61,13 @@ from raftlog.errors import (
     error_from_code,
 )
 from raftlog.invariants import InvariantError
+from raftlog.messages.produce import (
+    ProducePartition,
+    ProducePartitionResult,
+    ProduceRequest,
+    ProduceResponse,
+)
+from raftlog.messages.producer_ids import InitProducerIdRequest, InitProducerIdResponse
 from raftlog.metadata.model import TopicInfo
 from raftlog.records import with_producer
 from raftlog.tasks import TaskSet
@@ -361,10 +368,13 @@ class Sender:
         if idem is None:
             raise InvariantError("InitProducerId without idempotence")
         try:
-            body, _ = await self.client.request(None, protocol.ApiKey.INIT_PRODUCER_ID, {})
+            body, _ = await self.client.request(
+                None, protocol.ApiKey.INIT_PRODUCER_ID, InitProducerIdRequest().to_body()
+            )
             if body.get("error"):
                 raise error_from_code(body["error"], body.get("message") or "")
-            idem.start(int(body["producer_id"]), int(body["producer_epoch"]))
+            answer = InitProducerIdResponse.from_body(body)
+            idem.start(answer.producer_id, answer.producer_epoch)
             log.info(
                 "idempotent producer %s has producer id %d, epoch %d",
                 self.config.client_id,
@@ -530,19 +540,16 @@ class Sender:
         if not count:
             return
         payload: list[bytes] = []
-        by_topic: dict[str, list[list[int]]] = {}
+        by_topic: dict[str, list[ProducePartition]] = {}
         nbytes = 0
         for tp, tp_pieces in pieces.items():
             size = sum(map(len, tp_pieces))
             payload += tp_pieces
-            parts = by_topic.get(tp.topic)
-            if parts is None:
-                by_topic[tp.topic] = [[tp.partition, size]]
-            else:
-                parts.append([tp.partition, size])
+            by_topic.setdefault(tp.topic, []).append(ProducePartition(tp.partition, size))
             nbytes += size
-        topics = [[t, ps] for t, ps in by_topic.items()]
-        body = {"acks": self._acks, "timeout_ms": self._timeout_ms, "topics": topics}
+        body = ProduceRequest(
+            tuple((t, tuple(ps)) for t, ps in by_topic.items()), self._acks, self._timeout_ms
+        ).to_body()
         self._in_flight[node] += 1
         self._inflight_batches += count
         done = functools.partial(self._on_response, node, merged, count, nbytes)
@@ -702,17 +709,18 @@ class Sender:
             elif body is None:
                 b.complete(-1)
             else:
+                r: ProducePartitionResult | None
                 try:
-                    ((topic, (r,)),) = body["topics"]
-                    if topic != b.tp.topic or r[0] != b.tp.partition:
+                    topic, r = ProduceResponse.only_result(body)
+                    if topic != b.tp.topic or r.partition != b.tp.partition:
                         r = None
                 except (KeyError, TypeError, IndexError, ValueError) as e:
                     log.warning("malformed Produce response %r: %s", body, e)
                     r = None
-                if r is not None and not r[1]:
+                if r is not None and not r.error:
                     if idem is not None:
                         idem.acked(b)  # before complete(), which drops the batch's records
-                    b.complete(r[2])
+                    b.complete(r.base_offset)
                 else:
                     self._complete_partition(node, b.tp, (b,), r)
         finally:
@@ -722,22 +730,26 @@ class Sender:
         self, node: int, merged: dict[TopicPartition, list[ProducerBatch]], body: dict[str, Any]
     ) -> None:
         try:
-            results = {(t, p[0]): p for t, ps in body["topics"] for p in ps}
+            results = {tp: r for tp, r in ProduceResponse.from_body(body).results()}
         except (KeyError, TypeError, IndexError, ValueError) as e:
             results = {}
             log.warning("malformed Produce response %r: %s", body, e)
         for tp, group in merged.items():
-            self._complete_partition(node, tp, group, results.get((tp.topic, tp.partition)))
+            self._complete_partition(node, tp, group, results.get(tp))
 
     def _complete_partition(
-        self, node: int, tp: TopicPartition, group: Sequence[ProducerBatch], r: list[Any] | None
+        self,
+        node: int,
+        tp: TopicPartition,
+        group: Sequence[ProducerBatch],
+        r: ProducePartitionResult | None,
     ) -> None:
-        """Complete (or retry) one partition's batches from leader `node`'s response entry
-        `r`: [partition, error, base_offset, log_start_offset, message]; None if missing."""
+        """Complete (or retry) one partition's batches from leader `node`'s result for it;
+        None if the response had none."""
         if r is None:
             err: RaftlogError | None = RaftlogError(f"no result for {tp} in the response")
-        elif r[1]:
-            err = error_from_code(r[1], r[4] or "")
+        elif r.error:
+            err = error_from_code(r.error, r.message or "")
         else:
             err = None
         if err is not None:
@@ -748,7 +760,7 @@ class Sender:
             for b in group:
                 self.retry_or_fail(b, err)
             return
-        offset = r[2]  # type: ignore[index]
+        offset = r.base_offset if r is not None else -1  # (r is None is an error above)
         idem = self.idem
         for b in group:
             count = len(b.builder)

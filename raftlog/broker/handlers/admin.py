@@ -11,7 +11,31 @@ from typing import TYPE_CHECKING, Any
 
 from raftlog import __version__, protocol
 from raftlog.broker.response import Response
-from raftlog.errors import InvalidRequestError, RaftlogError
+from raftlog.errors import RaftlogError
+from raftlog.messages.metadata import (
+    ApiVersion,
+    ApiVersionsResponse,
+    DescribeClusterResponse,
+    MetadataRequest,
+    MetadataResponse,
+    MetadataTopic,
+)
+from raftlog.messages.offsets import (
+    ListOffsetsPartitionResult,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+)
+from raftlog.messages.topics import (
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    DescribedTopic,
+    PartitionFigures,
+    TopicResult,
+)
 from raftlog.topics import TopicPartition
 
 if TYPE_CHECKING:
@@ -21,26 +45,21 @@ if TYPE_CHECKING:
 def handle_api_versions(
     broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response:
-    apis = [[k, lo, hi] for k, (lo, hi) in sorted(protocol.SUPPORTED_VERSIONS.items())]
-    return Response(
-        {
-            "apis": apis,
-            "server_version": __version__,
-            "node_id": broker.config.node_id,
-            # The largest frame_length this listener reads: clients refuse bigger requests
-            # before sending them (RecordTooLargeError) instead of having them refused.
-            "request_bytes_max": conn.request_bytes_max,
-        }
+    apis = tuple(
+        ApiVersion(k, lo, hi) for k, (lo, hi) in sorted(protocol.SUPPORTED_VERSIONS.items())
     )
+    # request_bytes_max: the largest frame_length this listener reads; clients refuse bigger
+    # requests before sending them (RecordTooLargeError) instead of having them refused.
+    answer = ApiVersionsResponse(apis, __version__, broker.config.node_id, conn.request_bytes_max)
+    return Response(answer.to_body())
 
 
 def handle_metadata(
     broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response | Awaitable[Response]:
-    names = body.get("topics")
-    if names is not None and not isinstance(names, list):
-        raise InvalidRequestError("metadata 'topics' must be a list of names or null")
-    missing = broker.topics_to_auto_create(names or []) if body.get("allow_auto_create") else []
+    request = MetadataRequest.from_body(body)
+    names = request.topics
+    missing = broker.topics_to_auto_create(names or ()) if request.allow_auto_create else []
     if missing:
 
         async def create_then_answer() -> Response:
@@ -53,14 +72,13 @@ def handle_metadata(
 
 def _metadata(
     broker: HandlerContext,
-    names: list[Any] | None,
+    names: tuple[str, ...] | None,
     create_errors: dict[str, RaftlogError],
     external: bool,
 ) -> Response:
     md = broker.metadata
     if names is None:
-        infos = list(md.topics().values())
-        topics = [{"name": t.name, "error": 0, "message": None, **t.to_wire()} for t in infos]
+        topics = [MetadataTopic(t.name, info=t) for t in md.topics().values()]
     else:
         topics = []
         for name in names:
@@ -68,77 +86,65 @@ def _metadata(
                 if name in create_errors:
                     raise create_errors[name]
                 t = md.topic(name)
-                topics.append({"name": t.name, "error": 0, "message": None, **t.to_wire()})
+                topics.append(MetadataTopic(t.name, info=t))
             except RaftlogError as e:
-                topics.append(
-                    {
-                        "name": name,
-                        "error": e.code,
-                        "message": str(e),
-                        "topic_id": None,
-                        "partitions": [],
-                        "config": {},
-                    }
-                )
-    return Response(
-        {
-            # The addresses of the listener this client came in through (raftlog/node.py).
-            "brokers": [b.to_wire() for b in md.brokers(external)],
-            "controller_id": md.controller_id,
-            "topics": topics,
-        }
-    )
+                topics.append(MetadataTopic(name, e.code, str(e)))
+    # The addresses of the listener this client came in through (raftlog/node.py).
+    answer = MetadataResponse(tuple(md.brokers(external)), md.controller_id, tuple(topics))
+    return Response(answer.to_body())
 
 
 async def handle_create_topics(
     broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response:
+    request = CreateTopicsRequest.from_body(body)
+    cfg = broker.config
     results = []
-    for spec in body["topics"]:
-        name = spec.get("name")
+    for spec in request.topics:
+        name = spec.name
         try:
             await broker.create_topic(
                 name,
-                spec.get("partitions", broker.config.default_partitions),
-                spec.get("replication_factor", broker.config.default_replication_factor),
-                spec.get("config") or {},
-                validate_only=bool(body.get("validate_only")),
+                cfg.default_partitions if spec.partitions is None else spec.partitions,
+                cfg.default_replication_factor
+                if spec.replication_factor is None
+                else spec.replication_factor,
+                spec.config or {},
+                validate_only=request.validate_only,
             )
-            results.append([name, 0, None])
+            results.append(TopicResult(name))
         except RaftlogError as e:
-            results.append([name, e.code, str(e)])
-    return Response({"topics": results})
+            results.append(TopicResult(name, e.code, str(e)))
+    return Response(CreateTopicsResponse(tuple(results)).to_body())
 
 
 async def handle_delete_topics(
     broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response:
     results = []
-    for name in body["topics"]:
+    for name in DeleteTopicsRequest.from_body(body).topics:
         try:
-            if not isinstance(name, str):
-                raise InvalidRequestError(f"topic names must be strings, got {name!r}")
             await broker.delete_topic(name)
-            results.append([name, 0, None])
+            results.append(TopicResult(name))
         except RaftlogError as e:
-            results.append([name, e.code, str(e)])
-    return Response({"topics": results})
+            results.append(TopicResult(name, e.code, str(e)))
+    return Response(DeleteTopicsResponse(tuple(results)).to_body())
 
 
 def handle_describe_configs(
     broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response:
     """Per topic: the effective log config and each partition's offsets and size."""
-    names = body.get("topics")
+    names = DescribeConfigsRequest.from_body(body).topics
     md = broker.metadata
     if names is None:
-        names = sorted(md.topics())
+        names = tuple(sorted(md.topics()))
     out = []
     for name in names:
         try:
             t = md.topic(name)
         except RaftlogError as e:
-            out.append({"name": name, "error": e.code, "message": str(e)})
+            out.append(DescribedTopic(name, e.code, str(e)))
             continue
         cfg = broker.logs.config_for(t.config)
         partitions = []
@@ -146,11 +152,11 @@ def handle_describe_configs(
             tp = TopicPartition(name, p.partition)
             replica = broker.replicas.get(tp)
             if replica is None:
-                partitions.append([p.partition, -1, -1, -1, 0, 0, {}])
+                partitions.append(PartitionFigures(p.partition))
                 continue
             plog = replica.log
             partitions.append(
-                [
+                PartitionFigures(
                     p.partition,
                     plog.log_start_offset,
                     plog.log_end_offset,
@@ -160,20 +166,20 @@ def handle_describe_configs(
                     # Where this broker leads: every replica's log end offset as it knows it
                     # (a follower's from its last fetch; -1 before one).
                     replica.replica_log_end_offsets(),
-                ]
+                )
             )
         out.append(
-            {
-                "name": name,
-                "error": 0,
-                "message": None,
-                "topic_id": t.topic_id,
-                "config": {k.replace("_", "."): v for k, v in _config_items(cfg)},
-                "overrides": dict(t.config),
-                "partitions": partitions,
-            }
+            DescribedTopic(
+                name,
+                0,
+                None,
+                t.topic_id,
+                {k.replace("_", "."): v for k, v in _config_items(cfg)},
+                dict(t.config),
+                tuple(partitions),
+            )
         )
-    return Response({"topics": out})
+    return Response(DescribeConfigsResponse(tuple(out)).to_body())
 
 
 def _config_items(cfg: Any) -> list[tuple[str, Any]]:
@@ -185,30 +191,31 @@ def handle_list_offsets(
 ) -> Response:
     """timestamp -2: log start; -1: high watermark; else first offset with ts >= timestamp."""
     results = []
-    for topic, parts in body["topics"]:
+    for topic, parts in ListOffsetsRequest.from_body(body).topics:
         out = []
-        for partition, timestamp in parts:
-            tp = TopicPartition(topic, partition)
+        for p in parts:
+            partition, timestamp = p.partition, p.timestamp
             try:
-                leader = broker.leader_partition(tp)
+                leader = broker.leader_partition(TopicPartition(topic, partition))
                 plog, hw = leader.log, leader.high_watermark
                 if timestamp == protocol.EARLIEST_TIMESTAMP:
-                    out.append([partition, 0, -1, plog.log_start_offset, None])
+                    out.append(ListOffsetsPartitionResult(partition, offset=plog.log_start_offset))
                 elif timestamp == protocol.LATEST_TIMESTAMP:
-                    out.append([partition, 0, -1, hw, None])
+                    out.append(ListOffsetsPartitionResult(partition, offset=hw))
                 else:
-                    found = plog.offset_for_timestamp(int(timestamp))
+                    found = plog.offset_for_timestamp(timestamp)
                     if found is None or found[0] >= hw:
-                        out.append([partition, 0, -1, -1, None])
+                        out.append(ListOffsetsPartitionResult(partition))
                     else:
-                        out.append([partition, 0, found[1], found[0], None])
+                        out.append(ListOffsetsPartitionResult(partition, 0, found[1], found[0]))
             except RaftlogError as e:
-                out.append([partition, e.code, -1, -1, str(e)])
-        results.append([topic, out])
-    return Response({"topics": results})
+                out.append(ListOffsetsPartitionResult(partition, e.code, message=str(e)))
+        results.append((topic, tuple(out)))
+    return Response(ListOffsetsResponse(tuple(results)).to_body())
 
 
 def handle_describe_cluster(
     broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response:
-    return Response({"node_id": broker.config.node_id, **broker.metadata.describe_cluster()})
+    view = broker.metadata.describe_cluster()
+    return Response(DescribeClusterResponse.of(broker.config.node_id, view).to_body())

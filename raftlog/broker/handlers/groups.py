@@ -4,23 +4,11 @@ FindCoordinator (any node) answers with the broker endpoint of the active contro
 others go to that node's GroupCoordinator (raftlog/metadata/coordinator.py); on any other node
 they get NotCoordinatorError (retriable: the client finds the coordinator again).
 
-Bodies (all maps):
-- FindCoordinator {group_id} -> {node_id, host, port}
-- JoinGroup {group_id, member_id, client_id, instance_id, session_timeout_ms,
-  rebalance_timeout_ms, topics, protocols} -> {member_id, generation, state, protocol,
-  assignment}. The answer waits until the rebalance the join takes part in has completed
-  (Kafka's JoinGroup barrier; bounded by the group's rebalance deadline): a client sends it on
-  a connection of its own, since responses leave a connection in request order.
-- Heartbeat {group_id, member_id, generation} -> {generation}; RebalanceInProgressError while
-  the group prepares a rebalance (commit, give up the partitions, join again).
-- LeaveGroup {group_id, member_ids} -> {left}
-- OffsetCommit {group_id, member_id, generation, offsets: [[topic, partition, offset,
-  metadata]]} -> {}
-- OffsetFetch {group_id, partitions: [[topic, partition]] | null} ->
-  {offsets: [[topic, partition, offset, metadata]]}
-- ListGroups {} -> {groups: [...]}; DescribeGroups {group_id} -> the group;
-  DeleteGroups {group_id} -> {}; ResetOffsets {group_id, offsets: [[topic, partition,
-  offset]]} -> {reset}
+Messages: raftlog/messages/groups.py (every body's layout). JoinGroup's answer waits until the
+rebalance the join takes part in has completed (Kafka's JoinGroup barrier; bounded by the
+group's rebalance deadline): a client sends it on a connection of its own, since responses
+leave a connection in request order. Heartbeat answers RebalanceInProgressError while the
+group prepares a rebalance (commit, give up the partitions, join again).
 
 Refusals beyond the group protocol's own (the coordinator's rules, coordinator.py): ids over
 `id_bytes_max` (1 KiB) and commit metadata over `offset_metadata_bytes_max` (4 KiB, Kafka's
@@ -36,6 +24,27 @@ from typing import TYPE_CHECKING, Any
 
 from raftlog.broker.response import Response
 from raftlog.errors import NotCoordinatorError
+from raftlog.messages.groups import (
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    FindCoordinatorResponse,
+    GroupOffset,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    ListGroupsResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    ResetOffsetsRequest,
+    ResetOffsetsResponse,
+)
 from raftlog.metadata.coordinator import GroupCoordinator
 
 if TYPE_CHECKING:
@@ -59,7 +68,7 @@ def handle_find_coordinator(
     node = broker.metadata.controller_id
     for b in broker.metadata.brokers(conn.external):
         if b.node_id == node:
-            return Response({"node_id": b.node_id, "host": b.host, "port": b.port})
+            return Response(FindCoordinatorResponse(b.node_id, b.host, b.port).to_body())
     raise NotCoordinatorError(
         f"no coordinator available: the active controller is node {node}, which has no live "
         "broker listener"
@@ -69,81 +78,92 @@ def handle_find_coordinator(
 async def handle_join_group(
     broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response:
-    view = await _coordinator(broker, body).join(
-        body["group_id"],
-        body.get("member_id") or "",
-        body.get("client_id") or "",
-        body.get("instance_id"),
-        body["session_timeout_ms"],
-        body.get("rebalance_timeout_ms", body["session_timeout_ms"]),
-        body["topics"],
-        body["protocols"],
+    coordinator = _coordinator(broker, body)
+    r = JoinGroupRequest.from_body(body)
+    view = await coordinator.join(
+        r.group_id,
+        r.member_id,
+        r.client_id,
+        r.instance_id,
+        r.session_timeout_ms,
+        r.rebalance_timeout_ms,
+        r.topics,
+        r.protocols,
     )
-    return Response(view)
+    return Response(JoinGroupResponse.from_body(view).to_body())
 
 
 def handle_heartbeat(
     broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response:
-    generation = _coordinator(broker, body).heartbeat(
-        body["group_id"], body["member_id"], body["generation"]
-    )
-    return Response({"generation": generation})
+    coordinator = _coordinator(broker, body)
+    r = HeartbeatRequest.from_body(body)
+    generation = coordinator.heartbeat(r.group_id, r.member_id, r.generation)
+    return Response(HeartbeatResponse(generation).to_body())
 
 
 async def handle_leave_group(
     broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response:
-    left = await _coordinator(broker, body).leave(body["group_id"], body["member_ids"])
-    return Response({"left": left})
+    coordinator = _coordinator(broker, body)
+    r = LeaveGroupRequest.from_body(body)
+    left = await coordinator.leave(r.group_id, r.member_ids)
+    return Response(LeaveGroupResponse(left).to_body())
 
 
 async def handle_offset_commit(
     broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response:
-    await _coordinator(broker, body).commit(
-        body["group_id"], body.get("member_id") or "", body["generation"], body["offsets"]
-    )
-    return Response({})
+    coordinator = _coordinator(broker, body)
+    r = OffsetCommitRequest.from_body(body)
+    # The coordinator takes (and checks) the entries in their wire form.
+    offsets = [o.to_wire() for o in r.offsets]
+    await coordinator.commit(r.group_id, r.member_id, r.generation, offsets)
+    return Response(OffsetCommitResponse().to_body())
 
 
 async def handle_offset_fetch(
     broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response:
-    parts = body.get("partitions")
+    r = OffsetFetchRequest.from_body(body)
     coordinator = _coordinator(broker, body)
     # A read barrier: a deposed leader may still think it leads for a moment, and its state
     # may lack the latest commits or resets. A no-op committed through Raft first proves this
     # node leads now and has applied everything before it, so a consumer never starts from
     # an offset older than the group's last committed one.
     await broker.metadata.quorum.propose("noop")
-    found = coordinator.fetch_offsets(
-        body["group_id"], None if parts is None else [(t, p) for t, p in parts]
-    )
-    return Response({"offsets": [[t, p, o, m] for (t, p), (o, m) in sorted(found.items())]})
+    found = coordinator.fetch_offsets(r.group_id, r.partitions)
+    offsets = tuple(GroupOffset(t, p, o, m) for (t, p), (o, m) in sorted(found.items()))
+    return Response(OffsetFetchResponse(offsets).to_body())
 
 
 def handle_list_groups(
     broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response:
-    return Response({"groups": _coordinator(broker, body).list_groups()})
+    groups = _coordinator(broker, body).list_groups()
+    return Response(ListGroupsResponse(tuple(groups)).to_body())
 
 
 def handle_describe_groups(
     broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response:
-    return Response(_coordinator(broker, body).describe_group(body["group_id"]))
+    coordinator = _coordinator(broker, body)
+    view = coordinator.describe_group(DescribeGroupsRequest.from_body(body).group_id)
+    return Response(DescribeGroupsResponse.from_body(view).to_body())
 
 
 async def handle_delete_groups(
     broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response:
-    await _coordinator(broker, body).delete_group(body["group_id"])
-    return Response({})
+    coordinator = _coordinator(broker, body)
+    await coordinator.delete_group(DeleteGroupsRequest.from_body(body).group_id)
+    return Response(DeleteGroupsResponse().to_body())
 
 
 async def handle_reset_offsets(
     broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response:
-    n = await _coordinator(broker, body).reset_offsets(body["group_id"], body["offsets"])
-    return Response({"reset": n})
+    coordinator = _coordinator(broker, body)
+    r = ResetOffsetsRequest.from_body(body)
+    n = await coordinator.reset_offsets(r.group_id, [o.to_wire() for o in r.offsets])
+    return Response(ResetOffsetsResponse(n).to_body())

@@ -1,10 +1,9 @@
 """Produce: append the batches of many partitions from one request, and of many requests at once.
 
-Body: {"acks": 0|1|-1, "timeout_ms": int, "topics": [[topic, [[partition, nbytes], ...]], ...]};
-the payload is the partitions' batch bytes back to back, in body order. The broker validates
-each batch (checksum, lengths, count) without decoding records, stamps offsets and the leader
-epoch, and appends. Response: {"topics": [[topic, [[partition, error, base_offset,
-log_start_offset, message], ...]], ...]}. acks=0 gets no response.
+Messages: `ProduceRequest` and `ProduceResponse` (raftlog/messages/produce.py); the payload is
+the partitions' batch bytes back to back, in body order. The broker validates each batch
+(checksum, lengths, count) without decoding records, stamps offsets and the leader epoch, and
+appends. acks=0 gets no response.
 
 Gathering (`ProduceGroup`): a client that pipelines many small Produce requests delivers dozens
 of them in one socket read. The connection hands all the Produce requests of a read to one
@@ -33,12 +32,17 @@ from typing import TYPE_CHECKING, Any
 
 from raftlog.broker.response import Response
 from raftlog.errors import InvalidRequestError, RaftlogError
+from raftlog.messages.produce import ProducePartitionResult, ProduceRequest, ProduceResponse
 from raftlog.protocol import split_payload
 from raftlog.topics import TopicPartition
 
 if TYPE_CHECKING:
     from raftlog.broker.context import HandlerContext, RequestSource
     from raftlog.replication.partition import Partition
+
+# A request's answer as `ProduceGroup.add` builds it: per topic, its partitions' results, which
+# `finish` (and acks=all's commits) replace in place until the response is written.
+Results = list[tuple[str, list[ProducePartitionResult]]]
 
 # Kafka's request.timeout.ms default for a produce that does not say; and the most a request
 # may ask for (a waiting acks=all request holds its response slot and its callback).
@@ -55,58 +59,74 @@ class CommitWait:
         self.remaining = 0
         self.on_done: Callable[[], None] | None = None
 
-    def done_callback(self, entry: list[Any]) -> Callable[[RaftlogError | None], None]:
+    def done_callback(
+        self, out: list[ProducePartitionResult], i: int, partition: int
+    ) -> Callable[[RaftlogError | None], None]:
+        """The callback of `out[i]`'s commit: an error replaces that result."""
         self.remaining += 1
 
         def done(error: RaftlogError | None) -> None:
             if error is not None:
-                entry[1:] = [error.code, -1, -1, str(error)]
+                out[i] = _failed(partition, error)
             self.remaining -= 1
             if self.remaining == 0 and self.on_done is not None:
                 self.on_done()
 
         return done
 
-    def response(self, results: list[Any]) -> Response | Awaitable[Response]:
+    def response(self, results: Results) -> Response | Awaitable[Response]:
         """The response now if every partition is settled, else an awaitable of it."""
         if self.remaining == 0:
-            return Response({"topics": results})
+            return response_of(results)
         fut: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
 
         def answer() -> None:
             if not fut.done():
-                fut.set_result(Response({"topics": results}))
+                fut.set_result(response_of(results))
 
         self.on_done = answer
         return fut
+
+
+def response_of(results: Results) -> Response:
+    return Response(ProduceResponse.body_of(results))
+
+
+def _failed(partition: int, e: RaftlogError) -> ProducePartitionResult:
+    return ProducePartitionResult(partition, e.code, -1, -1, str(e))
+
+
+# The result of a chunk not appended yet (`finish` replaces it), shared: one object less per
+# partition on the per-request path.
+_UNSET = ProducePartitionResult(-1)
 
 
 def handle_produce(
     broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response | Awaitable[Response | None] | None:
     """One Produce request on its own (the connection groups the common case instead)."""
-    acks = ProduceGroup.acks_of(body)
-    timeout_ms = ProduceGroup.timeout_of(body)
-    topics = body["topics"]
-    missing = broker.topics_to_auto_create(t for t, _ in topics)
+    request = ProduceRequest.from_body(body)
+    acks = ProduceGroup.acks_of(request)
+    timeout_ms = ProduceGroup.timeout_of(request)
+    missing = broker.topics_to_auto_create(request.topic_names())
     group = ProduceGroup(broker)
     if missing:
         # Create first (through the quorum), then append: the first produce to a new topic
         # succeeds, as with Kafka's auto-creation.
         async def create_then_produce() -> Response | None:
             errors = await broker.auto_create(missing)
-            results, wait = group.add(acks, topics, payload, errors, timeout_ms)
+            results, wait = group.add(acks, request, payload, errors, timeout_ms)
             group.finish()
             if acks == 0:
                 return None
-            return await _settled(wait.response(results) if wait else Response({"topics": results}))
+            return await _settled(wait.response(results) if wait else response_of(results))
 
         return create_then_produce()
-    results, wait = group.add(acks, topics, payload, None, timeout_ms)
+    results, wait = group.add(acks, request, payload, None, timeout_ms)
     group.finish()
     if acks == 0:
         return None
-    return wait.response(results) if wait is not None else Response({"topics": results})
+    return wait.response(results) if wait is not None else response_of(results)
 
 
 async def _settled(response: Response | Awaitable[Response]) -> Response:
@@ -114,14 +134,16 @@ async def _settled(response: Response | Awaitable[Response]) -> Response:
 
 
 class _Pending:
-    """One partition's chunks in a group, and the response entries their outcomes fill."""
+    """One partition's chunks in a group, and where in the answers their outcomes go."""
 
-    __slots__ = ("chunks", "entries", "partition", "waits")
+    __slots__ = ("chunks", "entries", "number", "partition", "waits")
 
-    def __init__(self, partition: Partition):
+    def __init__(self, partition: Partition, number: int):
         self.partition = partition
+        self.number = number  # the partition's number in its topic
         self.chunks: list[memoryview] = []
-        self.entries: list[list[Any]] = []
+        # Per chunk: its request's results of this topic, and its place in them.
+        self.entries: list[tuple[list[ProducePartitionResult], int]] = []
         # Per chunk: the acks=all request's wait and timeout, or None.
         self.waits: list[tuple[CommitWait, int] | None] = []
 
@@ -148,90 +170,97 @@ class ProduceGroup:
         return self._requests
 
     @staticmethod
-    def acks_of(body: dict[str, Any]) -> int:
-        acks = body.get("acks", 1)
+    def acks_of(request: ProduceRequest) -> int:
+        acks = request.acks
         if acks not in (0, 1, -1):
             raise InvalidRequestError(f"acks must be 0, 1 or -1 (all), got {acks!r}")
-        return int(acks)
+        return acks
 
     @staticmethod
-    def timeout_of(body: dict[str, Any]) -> int:
-        timeout_ms = body.get("timeout_ms", DEFAULT_PRODUCE_TIMEOUT_MS)
-        if type(timeout_ms) is not int or timeout_ms < 0:
+    def timeout_of(request: ProduceRequest) -> int:
+        timeout_ms = request.timeout_ms
+        if timeout_ms < 0:
             raise InvalidRequestError(f"timeout_ms must be an integer >= 0, got {timeout_ms!r}")
         return min(timeout_ms, PRODUCE_TIMEOUT_MS_MAX)
 
     def add(
         self,
         acks: int,
-        topics: list[Any],
+        request: ProduceRequest,
         payload: memoryview,
         topic_errors: dict[str, RaftlogError] | None = None,
         timeout_ms: int = DEFAULT_PRODUCE_TIMEOUT_MS,
-    ) -> tuple[list[Any], CommitWait | None]:
+    ) -> tuple[Results, CommitWait | None]:
         """Take one request (acks already checked). Raises for a request that is malformed
-        as a whole (then nothing of it is kept); partition-level errors go in its entries.
-        Returns its response's topics list and, for acks=all, its wait for commits."""
-        sizes = [int(p[1]) for _, parts in topics for p in parts]
-        chunks = split_payload(payload, sizes)
+        as a whole (then nothing of it is kept); partition-level errors go in its results.
+        Returns its response's results and, for acks=all, its wait for commits."""
+        chunks = split_payload(payload, request.sizes())
         self._requests += 1
-        results: list[Any] = []
+        results: Results = []
         pending = self._pending
         wait = CommitWait() if acks == -1 else None
         i = 0
-        for topic, parts in topics:
-            out: list[Any] = []
+        for topic, parts in request.topics:
+            out: list[ProducePartitionResult] = []
             for part in parts:
-                partition = part[0]
+                partition = part.partition
                 chunk = chunks[i]
                 i += 1
                 if topic_errors and topic in topic_errors:
-                    e = topic_errors[topic]
-                    out.append([partition, e.code, -1, -1, str(e)])
+                    out.append(_failed(partition, topic_errors[topic]))
                     continue
                 key = (topic, partition)
                 p = pending.get(key)
                 if p is None:
                     try:
                         p = _Pending(
-                            self._broker.leader_partition(TopicPartition(topic, partition))
+                            self._broker.leader_partition(TopicPartition(topic, partition)),
+                            partition,
                         )
                     except RaftlogError as e:
                         p = e
                     pending[key] = p
                 if isinstance(p, RaftlogError):
-                    out.append([partition, p.code, -1, -1, str(p)])
+                    out.append(_failed(partition, p))
                     continue
                 if wait is not None:
                     refused = p.partition.core.check_produce(acks)
                     if refused is not None:
-                        out.append([partition, refused.code, -1, -1, str(refused)])
+                        out.append(_failed(partition, refused))
                         continue
-                entry = [partition, 0, -1, -1, None]
                 p.chunks.append(chunk)
-                p.entries.append(entry)
+                p.entries.append((out, len(out)))
                 p.waits.append(None if wait is None else (wait, timeout_ms))
-                out.append(entry)
-            results.append([topic, out])
+                out.append(_UNSET)  # filled in by `finish`
+            results.append((topic, out))
         return results, wait
 
     def finish(self) -> None:
-        """Append every partition's chunks (one write per partition), fill the entries, and
-        start the acks=all waits."""
+        """Append every partition's chunks (one write per partition), fill in the results,
+        and start the acks=all waits."""
         replicas = self._broker.replicas
         for p in self._pending.values():
             if isinstance(p, RaftlogError) or not p.chunks:
                 continue
             waits = [
-                None if w is None else (w[1], w[0].done_callback(entry))
-                for entry, w in zip(p.entries, p.waits, strict=True)
+                None if w is None else (w[1], w[0].done_callback(out, i, p.number))
+                for (out, i), w in zip(p.entries, p.waits, strict=True)
             ]
             outcomes = replicas.append_as_leader(p.partition, p.chunks, waits)
-            for entry, outcome in zip(p.entries, outcomes, strict=True):
+            number = p.number
+            for (out, i), outcome in zip(p.entries, outcomes, strict=True):
                 if isinstance(outcome, RaftlogError):
-                    entry[1:] = [outcome.code, -1, -1, str(outcome)]
+                    out[i] = _failed(number, outcome)
+                    continue
+                r = out[i]
+                base_offset, log_start = outcome.base_offset, outcome.log_start_offset
+                if r is _UNSET:
+                    out[i] = ProducePartitionResult.appended(number, base_offset, log_start)
                 else:
-                    entry[2] = outcome.base_offset
-                    entry[3] = outcome.log_start_offset
+                    # An acks=all wait that failed during the append keeps its error, with
+                    # the append's offsets (as the answer always had it).
+                    out[i] = ProducePartitionResult(
+                        number, r.error, base_offset, log_start, r.message
+                    )
         self._pending.clear()
         self._requests = 0

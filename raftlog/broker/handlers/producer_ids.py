@@ -1,6 +1,7 @@
 """InitProducerId: give an idempotent producer its producer id and epoch.
 
-Request `{}`; response `{"producer_id": int, "producer_epoch": 0}`. Ids come from the metadata
+Messages: `InitProducerIdRequest` (no fields) and `InitProducerIdResponse` (raftlog/messages/
+producer_ids.py). Ids come from the metadata
 quorum in blocks (`allocate_producer_ids`, PRODUCER_ID_BLOCK ids per command, as Kafka's
 controller hands brokers blocks of 1000): a broker proposes one command per block, not per
 producer, and ids stay unique across brokers and restarts (a block is never handed out twice;
@@ -17,6 +18,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from raftlog.broker.response import Response
+from raftlog.messages.producer_ids import InitProducerIdResponse
 from raftlog.metadata.state import PRODUCER_ID_BLOCK
 
 if TYPE_CHECKING:
@@ -49,4 +51,4 @@ async def handle_init_producer_id(
     broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response:
     pid = await broker.producer_ids.next_id()
-    return Response({"producer_id": pid, "producer_epoch": 0})
+    return Response(InitProducerIdResponse(pid, 0).to_body())
