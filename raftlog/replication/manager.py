@@ -74,11 +74,13 @@ from raftlog.replication.fetcher import ReplicaFetcher
 from raftlog.replication.partition import (
     CommitCallback,
     Partition,
+    PartitionRead,
     ReplicationConfig,
     monotonic_ms,
 )
 from raftlog.storage import AppendInfo, PartitionLog
 from raftlog.storage.checkpoint import CheckpointError, OffsetCheckpoint, PartitionOffsets
+from raftlog.storage.file_io import EMPTY_SLICE
 from raftlog.tasks import TaskSet
 from raftlog.topics import TopicPartition
 
@@ -665,6 +667,32 @@ class ReplicaManager:
             del self._session_waiters[session.id]
 
     # -- leader: fetches -------------------------------------------------------------------------
+
+    def read_as_leader(
+        self,
+        p: Partition,
+        offset: int,
+        max_bytes: int,
+        follower: bool,
+        leader_epoch: int,
+        room: int,
+        first: bool,
+    ) -> PartitionRead:
+        """A fetch's read of `p`, led here, from `offset`, of at most `max_bytes` and `room`
+        (what is left of the response's max_bytes): a follower reads up to the log end, a
+        consumer up to the high watermark once its leader epoch passes KIP-320's check
+        (raises the error to answer). The response's `first` data gets at least one whole
+        batch whatever its size (readers always progress); later data that does not fit
+        `room` is not read now (`deferred`). The one way a fetch reads a leader's log, for
+        any protocol's handler."""
+        limit = p.log.log_end_offset if follower else self.consumer_fetch(p, leader_epoch)
+        hw, start = p.core.high_watermark, p.log.log_start_offset
+        if not first and room <= 0:
+            return PartitionRead(hw, start, EMPTY_SLICE, limit > offset)
+        data = p.log.read_slice(offset, min(max_bytes, room), max_offset=limit)
+        if not first and data.size > room:
+            return PartitionRead(hw, start, EMPTY_SLICE, True)
+        return PartitionRead(hw, start, data)
 
     @staticmethod
     def consumer_fetch(p: Partition, current_leader_epoch: int) -> int:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from raftlog.errors import RaftlogError
 from raftlog.metadata.model import PartitionInfo
 from raftlog.replication.core import PartitionConfig, PartitionCore, Role
-from raftlog.storage import PartitionLog
+from raftlog.storage import FileSlice, PartitionLog
 from raftlog.topics import TopicPartition
 
 # Called with None (committed) or the error of an acks=all produce.
@@ -130,3 +130,15 @@ class Partition:
 
 def monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRead:
+    """What one partition of a fetch gets from its leader (`ReplicaManager.read_as_leader`):
+    its high watermark and log start, and `data`, empty when nothing is sent now. `deferred`:
+    there is data to send that did not fit the response; it waits for the next request."""
+
+    high_watermark: int
+    log_start_offset: int
+    data: FileSlice
+    deferred: bool = False

@@ -307,38 +307,28 @@ def _read(
             if w.error is not None:
                 raise w.error
             part = broker.leader_partition(tp)
-            if follower:
-                limit = part.log.log_end_offset
-            else:
-                limit = replicas.consumer_fetch(part, w.leader_epoch)
-            hw, log_start = part.high_watermark, part.log.log_start_offset
-            if w.session is not None:
-                w.session.high_watermark_sent = hw
-                w.session.log_start_sent = log_start
-            if w.diverging is not None:
-                out.append(
-                    FetchPartitionResult(tp.partition, 0, hw, log_start, diverging=w.diverging)
-                )
+            if w.diverging is not None:  # a follower that must truncate gets no data
+                hw, start = part.high_watermark, part.log.log_start_offset
+                if w.session is not None:
+                    w.session.high_watermark_sent = hw
+                    w.session.log_start_sent = start
+                out.append(FetchPartitionResult(tp.partition, 0, hw, start, diverging=w.diverging))
                 urgent = True
                 continue
-            if total and remaining <= 0:
-                out.append(FetchPartitionResult(tp.partition, 0, hw, log_start))
-                if session is not None and limit > w.offset:
-                    session.touched.add(tp)  # its data waits for the next request
-                continue
-            # read_slice returns at least one whole batch, however small the limit: that is
-            # the progress guarantee, and only the response's first batch may use it.
-            sl = part.log.read_slice(w.offset, min(w.max_bytes, remaining), max_offset=limit)
+            read = replicas.read_as_leader(
+                part, w.offset, w.max_bytes, follower, w.leader_epoch, remaining, not total
+            )
         except RaftlogError as e:
             start = e.log_start_offset if isinstance(e, OffsetOutOfRangeError) else -1
             out.append(FetchPartitionResult(tp.partition, e.code, -1, start, 0, str(e)))
             urgent = True
             continue
-        if total and sl.size > remaining:
-            out.append(FetchPartitionResult(tp.partition, 0, hw, log_start))
-            if session is not None:
-                session.touched.add(tp)  # its data waits for the next request
-            continue
+        hw, start, sl = read.high_watermark, read.log_start_offset, read.data
+        if w.session is not None:
+            w.session.high_watermark_sent = hw
+            w.session.log_start_sent = start
+        if read.deferred and session is not None:
+            session.touched.add(tp)  # its data waits for the next request
         if sl.size:
             if zero_copy and sl.size >= zero_copy_min:
                 parts.append(sl)
@@ -349,7 +339,7 @@ def _read(
                     out.append(FetchPartitionResult(tp.partition, e.code, -1, -1, 0, str(e)))
                     urgent = True
                     continue
-        out.append(FetchPartitionResult(tp.partition, 0, hw, log_start, sl.size))
+        out.append(FetchPartitionResult(tp.partition, 0, hw, start, sl.size))
         total += sl.size
         remaining -= sl.size
     response = FetchResponse(
