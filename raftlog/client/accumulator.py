@@ -259,7 +259,7 @@ class Accumulator:
         self._wake = wake
         self._batch_size = config.batch_size
         self._buffer_memory = config.buffer_memory
-        self._partitioner = config.partitioner
+        self._partitioner = config.key_partitioner
         self._delivery_timeout_s = config.delivery_timeout_ms / 1000
         self.lock = threading.Lock()
         self.queues: dict[TopicPartition, collections.deque[ProducerBatch]] = {}

@@ -1,4 +1,17 @@
-"""Where a producer's keyless records go: the uniform sticky partitioner (Kafka's KIP-794).
+"""Where a producer's records go: keyed records by a hash of the key (`default_partitioner`,
+xxhash, or `murmur2_partitioner`, Kafka's), keyless ones by the uniform sticky partitioner
+(Kafka's KIP-794).
+
+Keyed records: `ProducerConfig.partitioner` names the hash ("default": xxh3-64, the project's
+one hash; "murmur2": Kafka's Java client's `Utils.murmur2`, so a key lands in the partition a
+Java, kafka-python or aiokafka producer puts it in) or is any callable (key, partitions) ->
+partition. `murmur2` is Kafka's 32-bit MurmurHash2 (seed 0x9747b28c, m 0x5bd1e995, r 24, the
+key's bytes read as little-endian 32-bit words, the 1-3 trailing bytes folded in last), made
+non-negative with `& 0x7fffffff` (Kafka's `Utils.toPositive`, not `abs`) and taken modulo the
+partition count: `BuiltInPartitioner.partitionForKey`. docs/ARCHITECTURE.md (Clients,
+Partitioning) says which default each Kafka client uses and how to line them up.
+
+Keyless records: the uniform sticky partitioner, below.
 
 Records without a key or an explicit partition all go to one partition of their topic, the
 sticky partition, so that they form big batches (KIP-480), until about `batch_size` bytes have
@@ -44,6 +57,60 @@ Bounded memory: per topic one `Stint` and a list of at most its partition count.
 from __future__ import annotations
 
 import random
+import struct
+from collections.abc import Callable
+
+import xxhash
+
+KeyPartitioner = Callable[[bytes, int], int]
+
+# Kafka's murmur2 (clients' Utils.murmur2); every step is modulo 2^32, as Java's int is.
+_MURMUR2_SEED = 0x9747B28C
+_MURMUR2_M = 0x5BD1E995
+_MURMUR2_R = 24
+_U32 = 0xFFFFFFFF
+
+
+def murmur2(key: bytes) -> int:
+    """Kafka's `Utils.murmur2(key)`, as the signed 32-bit int Java returns."""
+    n = len(key)
+    m = _MURMUR2_M
+    h = (_MURMUR2_SEED ^ n) & _U32
+    whole = n & ~3
+    for k in struct.unpack_from(f"<{whole >> 2}I", key):
+        k = (k * m) & _U32
+        k ^= k >> _MURMUR2_R
+        h = ((h * m) & _U32) ^ ((k * m) & _U32)
+    tail = n & 3
+    if tail:
+        if tail == 3:
+            h ^= key[whole + 2] << 16
+        if tail >= 2:
+            h ^= key[whole + 1] << 8
+        h = ((h ^ key[whole]) * m) & _U32
+    h ^= h >> 13
+    h = (h * m) & _U32
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def murmur2_partitioner(key: bytes, partitions: int) -> int:
+    """The partition Kafka's Java client (`BuiltInPartitioner.partitionForKey`), kafka-python
+    and aiokafka give `key`: murmur2, non-negative by `& 0x7fffffff`, modulo `partitions`."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+def default_partitioner(key: bytes, partitions: int) -> int:
+    """raftlog's default: xxh3-64, the project's one hash (a C call, where murmur2 is a Python
+    loop per 4 bytes of key)."""
+    return xxhash.xxh3_64_intdigest(key) % partitions
+
+
+# The names `ProducerConfig(partitioner=...)` accepts.
+PARTITIONERS: dict[str, KeyPartitioner] = {
+    "default": default_partitioner,
+    "murmur2": murmur2_partitioner,
+}
 
 
 class Stint:

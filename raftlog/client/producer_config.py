@@ -1,8 +1,10 @@
 """The producer's configuration: `ProducerConfig`, with Kafka's option names, validated when made.
 
-Rules: every option is checked on construction (InvalidConfigError naming it); defaults carry a
-comment saying why. Idempotence (client/idempotence.py) is on by default with acks=all, as in
-Kafka 3.0: acks other than all, or more than IDEMPOTENT_IN_FLIGHT_MAX requests in flight, with
+Rules: every option is checked on construction (InvalidConfigError naming it; for an option
+with a fixed set of choices, `compression_type` and `partitioner`, an InvalidConfigValueError,
+also a ValueError, naming the value and the choices); defaults carry a comment saying why.
+Idempotence (client/idempotence.py) is on by default with acks=all, as in Kafka 3.0: acks other
+than all, or more than IDEMPOTENT_IN_FLIGHT_MAX requests in flight, with
 `enable_idempotence=True` is an InvalidConfigError; with idempotence left to its default they
 turn it off with a warning.
 """
@@ -11,20 +13,35 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-import xxhash
-
 from raftlog.client.idempotence import IDEMPOTENT_IN_FLIGHT_MAX
+from raftlog.client.partitioner import PARTITIONERS, KeyPartitioner, default_partitioner
 from raftlog.errors import InvalidConfigError
+
+__all__ = [
+    "COMPRESSION_TYPES",
+    "InvalidConfigValueError",
+    "ProducerConfig",
+    "default_partitioner",
+    "retry_backoff_s",
+]
 
 log = logging.getLogger(__name__)
 
+# compression_type's values (kafka-python's names) -> the codec id in a batch's attributes
+# (Kafka's: none 0, gzip 1, snappy 2, lz4 3, zstd 4). None means "none".
+COMPRESSION_TYPES: dict[str, int] = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
-def default_partitioner(key: bytes, partitions: int) -> int:
-    """Kafka hashes keys with murmur2; we use xxhash (xxh3_64), the project's one hash."""
-    return xxhash.xxh3_64_intdigest(key) % partitions
+
+class InvalidConfigValueError(InvalidConfigError, ValueError):
+    """An option set to a value outside its choices: an InvalidConfigError like every other
+    config error, and a ValueError, as Python code (and kafka-python) expects of a bad value."""
+
+
+def _choice_error(name: str, value: object, choices: str) -> InvalidConfigValueError:
+    return InvalidConfigValueError(f"{name}={value!r}: must be one of {choices}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +58,8 @@ class ProducerConfig:
     batch_size: int = 64 * 1024
     # Largest Produce request (Kafka's max.request.size is 1 MiB).
     max_request_size: int = 1024 * 1024
+    # None/"none": raftlog's own batches (magic 1), as before; a codec: Kafka record batches
+    # v2 compressed with it, which Kafka's clients read as they are (see accumulator.py).
     compression_type: str | None = None
     # None: on, unless acks or max_in_flight_requests_per_connection rule it out (then off,
     # with a warning); True: on, and those settings are refused; False: off.
@@ -58,15 +77,35 @@ class ProducerConfig:
     max_block_ms: int = 60_000
     # Records buffered across all partitions before send() blocks (bounds client memory).
     buffer_memory: int = 32 * 1024 * 1024
-    partitioner: Callable[[bytes, int], int] = default_partitioner
+    # Where a keyed record goes: "default" (xxhash), "murmur2" (Kafka's Java client's, so
+    # keys land where Java, kafka-python and aiokafka producers put them) or a callable
+    # (key, partitions) -> partition. A name is replaced by its function on construction.
+    partitioner: KeyPartitioner | str = default_partitioner
 
     def __post_init__(self) -> None:
         if self.acks not in ("all", -1, 0, 1, "0", "1", "-1"):
             raise InvalidConfigError(f"acks={self.acks!r}: must be 'all', -1, 0 or 1")
-        if self.compression_type not in (None, "none"):
-            raise InvalidConfigError(
-                f"compression_type={self.compression_type!r}: only 'none' is supported so far"
+        if self.compression_type is not None and (
+            not isinstance(self.compression_type, str)
+            or self.compression_type not in COMPRESSION_TYPES
+        ):
+            raise _choice_error(
+                "compression_type",
+                self.compression_type,
+                "None, " + ", ".join(map(repr, COMPRESSION_TYPES)),
             )
+        if isinstance(self.partitioner, str) or not callable(self.partitioner):
+            found = (
+                PARTITIONERS.get(self.partitioner) if isinstance(self.partitioner, str) else None
+            )
+            if found is None:
+                raise _choice_error(
+                    "partitioner",
+                    self.partitioner,
+                    ", ".join(map(repr, PARTITIONERS))
+                    + " or a callable (key: bytes, partitions: int) -> int",
+                )
+            object.__setattr__(self, "partitioner", found)
         for name in ("linger_ms", "retry_backoff_ms", "retry_backoff_max_ms"):
             if getattr(self, name) < 0:
                 raise InvalidConfigError(f"{name}={getattr(self, name)}: must be >= 0")
@@ -105,6 +144,19 @@ class ProducerConfig:
     @property
     def acks_code(self) -> int:
         return -1 if self.acks in ("all", -1, "-1") else int(self.acks)
+
+    @property
+    def compression_codec(self) -> int:
+        """The codec id of `compression_type` (0: none, raftlog's own batches)."""
+        return COMPRESSION_TYPES[self.compression_type or "none"]
+
+    @property
+    def key_partitioner(self) -> KeyPartitioner:
+        """`partitioner` as the function it is once constructed (a name was resolved)."""
+        partitioner = self.partitioner
+        if isinstance(partitioner, str):
+            raise InvalidConfigError(f"partitioner={partitioner!r} was not resolved")
+        return partitioner
 
 
 def retry_backoff_s(config: ProducerConfig, attempts: int) -> float:

@@ -252,7 +252,7 @@ def test_partitioner_is_stable_and_spreads() -> None:
     "kw, field",
     [
         ({"acks": 2}, "acks"),
-        ({"compression_type": "gzip"}, "compression_type"),
+        ({"compression_type": "brotli"}, "compression_type"),
         ({"batch_size": 0}, "batch_size"),
         ({"linger_ms": -1}, "linger_ms"),
     ],
