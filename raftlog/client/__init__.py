@@ -5,7 +5,8 @@ Rules: imports the codec (records, protocol) and never the broker; options carry
 """
 
 from raftlog.client.admin import Admin, AsyncAdmin, TopicDescription
-from raftlog.client.consumer import AsyncConsumer, ConsumerRecord
+from raftlog.client.consumer import AsyncConsumer
+from raftlog.client.fetched import ConsumerRecord
 from raftlog.client.producer import (
     AsyncProducer,
     Producer,

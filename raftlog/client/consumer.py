@@ -47,12 +47,13 @@ import contextlib
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from raftlog import protocol
 from raftlog.client.cluster import ClusterClient
+from raftlog.client.fetched import ConsumerRecord, decode_fetch
 from raftlog.client.group import GroupMembership
 from raftlog.errors import (
     CommitFailedError,
@@ -66,28 +67,10 @@ from raftlog.errors import (
 )
 from raftlog.invariants import InvariantError
 from raftlog.messages.fetch import FetchPartition, FetchRequest, FetchResponse
-from raftlog.records import (
-    HEADER_SIZE,
-    INT32,
-    LENGTH_AT,
-    LOG_OVERHEAD,
-    decode_records_as,
-    validate_batch,
-)
 from raftlog.tasks import TaskSet
 from raftlog.topics import TopicPartition
 
 log = logging.getLogger(__name__)
-
-
-class ConsumerRecord(NamedTuple):
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -547,7 +530,9 @@ class AsyncConsumer:
                 raise err
             if nbytes:
                 try:
-                    for records in self._decode(tp, chunk, requested[tp] or 0):
+                    for records in decode_fetch(
+                        tp, chunk, requested[tp] or 0, self.config.check_crcs
+                    ):
                         self._buffer.append(records)
                 except CorruptRecordError as e:
                     # This partition stops here (its records before the bad batch are
@@ -558,40 +543,6 @@ class AsyncConsumer:
                     self._partition_errors[tp] = e
         if reset:
             await self._reset_positions(reset)
-
-    def _decode(
-        self, tp: TopicPartition, chunk: memoryview, start: int
-    ) -> Iterator[list[ConsumerRecord]]:
-        """The records at offsets >= `start`, one non-empty list per batch.
-
-        A batch that fails its checks raises CorruptRecordError naming the partition and the
-        offset where it starts; the batches before it have been yielded. With check_crcs off
-        only the checksum is skipped: a reader that trusted a corrupt length could loop."""
-        pos, end = 0, len(chunk)
-        topic, partition = tp
-        check = self.config.check_crcs
-        at = start  # the offset the next batch holds (for the error message)
-        while pos < end:
-            if end - pos < HEADER_SIZE:
-                break  # a partial batch at the end of a fetch is not an error
-            (length,) = INT32.unpack_from(chunk, pos + LENGTH_AT)
-            if length >= HEADER_SIZE - LOG_OVERHEAD and pos + LOG_OVERHEAD + length > end:
-                break
-            try:
-                header = validate_batch(chunk, pos, end, check)
-                records = decode_records_as(chunk, pos, header, ConsumerRecord, topic, partition)
-            except CorruptRecordError as e:
-                raise CorruptRecordError(
-                    f"{tp}: corrupt record batch at offset {at} (byte {pos} of the fetch): {e}; "
-                    f"the position stays at offset {at}: seek past it to go on"
-                ) from None
-            skip = start - header.base_offset  # a fetch may start inside the first batch
-            if skip > 0:
-                records = records[skip:]
-            if records:
-                yield records
-            at = max(at, header.next_offset)
-            pos += header.size
 
     # -- groups --------------------------------------------------------------------------------
 

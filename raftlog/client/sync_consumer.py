@@ -19,7 +19,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from raftlog.client.consumer import AsyncConsumer, ConsumerRecord, Listener
+from raftlog.client.consumer import AsyncConsumer, Listener
+from raftlog.client.fetched import ConsumerRecord
 from raftlog.topics import TopicPartition
 
 log = logging.getLogger(__name__)
