@@ -17,6 +17,8 @@ import time
 from typing import Any
 
 from raftlog.client import Admin, Consumer, Producer, RecordFuture
+from raftlog.client.partitioner import PARTITIONERS
+from raftlog.client.producer_config import COMPRESSION_TYPES
 from raftlog.errors import InvalidConfigError
 from raftlog.topics import TopicPartition
 
@@ -144,6 +146,20 @@ def register(sub: Any) -> None:
         default=120_000,
         help="give up on a record not acknowledged this long after it was read (default "
         "120000); a failed record is reported on stderr and makes the exit status 1",
+    )
+    p.add_argument(
+        "--compression-type",
+        default="none",
+        choices=list(COMPRESSION_TYPES),
+        help="compress batches with this codec, as Kafka record batches v2 (none: raftlog's "
+        "own batches)",
+    )
+    p.add_argument(
+        "--partitioner",
+        default="default",
+        choices=list(PARTITIONERS),
+        help="hash of a record's key: default (xxhash) or murmur2 (where Kafka's Java client, "
+        "kafka-python and aiokafka put a key)",
     )
     add_bootstrap(p)
     p.set_defaults(func=_produce)
@@ -342,6 +358,8 @@ def _produce(args: argparse.Namespace) -> int:
         linger_ms=args.linger_ms,
         batch_size=args.batch_size,
         delivery_timeout_ms=args.delivery_timeout_ms,
+        compression_type=args.compression_type,
+        partitioner=args.partitioner,
     )
     futures: list[RecordFuture] = []
     sent = failed = 0

@@ -26,6 +26,9 @@ Rules:
   sent before it (`ProducerBatch.order`): a partition resends in sequence order.
 - The sender is woken (the `wake` callback) once per sender pass at most: when a batch
   becomes ready or a partition's first batch opens (its linger clock starts).
+- Format: with `compression_type` none, batches are raftlog's own (records.BatchBuilder);
+  with a codec, compressed Kafka v2 batches (client/compressed.py's CompressedBatchBuilder,
+  which counts `size_bytes` as BatchBuilder does, so the rules above hold for both alike).
 
 The per-record hot paths (`append`'s fast path, `append_many`) take the lock once and touch
 only the open batch; anything per batch or per partition is done by `drain`.
@@ -41,6 +44,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from raftlog.client.compressed import CompressedBatchBuilder
 from raftlog.client.futures import EXPIRY_GRACE_S, BatchResult, RecordFuture, Span
 from raftlog.client.partitioner import Stint, UniformStickyPartitioner
 from raftlog.client.producer_config import ProducerConfig
@@ -158,11 +162,13 @@ class ProducerBatch(BatchResult):
         tp: TopicPartition,
         now: float,
         delivery_timeout_s: float,
-        builder: BatchBuilder | None = None,
+        builder: BatchBuilder | CompressedBatchBuilder | None = None,
     ):
         BatchResult.__init__(self, tp)
         self.tp = tp
-        self.builder = BatchBuilder() if builder is None else builder
+        self.builder: BatchBuilder | CompressedBatchBuilder = (
+            BatchBuilder() if builder is None else builder
+        )
         self.created = now
         self.deadline = now + delivery_timeout_s
         self.attempts = 0  # sends that failed (and were retried, or failed the batch)
@@ -260,6 +266,8 @@ class Accumulator:
         self._batch_size = config.batch_size
         self._buffer_memory = config.buffer_memory
         self._partitioner = config.key_partitioner
+        # 0: raftlog's own batches; a codec: compressed Kafka v2 batches (client/compressed.py).
+        self._codec = config.compression_codec
         self._delivery_timeout_s = config.delivery_timeout_ms / 1000
         self.lock = threading.Lock()
         self.queues: dict[TopicPartition, collections.deque[ProducerBatch]] = {}
@@ -478,7 +486,11 @@ class Accumulator:
                     entry[1][partition],
                     time.monotonic(),
                     self._delivery_timeout_s,
-                    BatchBuilder.sealed_one(key, value, ts, headers or ()),
+                    BatchBuilder.sealed_one(key, value, ts, headers or ())
+                    if not self._codec
+                    else CompressedBatchBuilder.sealed_one(
+                        self._codec, key, value, ts, headers or ()
+                    ),
                 )
                 batch.sealed = True
                 q.append(batch)
@@ -489,7 +501,10 @@ class Accumulator:
             else:
                 if new_batch:
                     batch = ProducerBatch(
-                        entry[1][partition], time.monotonic(), self._delivery_timeout_s
+                        entry[1][partition],
+                        time.monotonic(),
+                        self._delivery_timeout_s,
+                        CompressedBatchBuilder(self._codec) if self._codec else None,
                     )
                     builder = batch.builder
                     q.append(batch)
@@ -590,7 +605,12 @@ class Accumulator:
                         q = entry[0][p]
                         new_batch = self._needs_new_batch(q, record_bytes)
                 if new_batch:
-                    batch = ProducerBatch(entry[1][p], time.monotonic(), self._delivery_timeout_s)
+                    batch = ProducerBatch(
+                        entry[1][p],
+                        time.monotonic(),
+                        self._delivery_timeout_s,
+                        CompressedBatchBuilder(self._codec) if self._codec else None,
+                    )
                     q.append(batch)
                 else:
                     batch = q[-1]

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from raftlog.client.idempotence import IDEMPOTENT_IN_FLIGHT_MAX
 from raftlog.client.partitioner import PARTITIONERS, KeyPartitioner, default_partitioner
+from raftlog.compression import CODEC_IDS
 from raftlog.errors import InvalidConfigError
 
 __all__ = [
@@ -30,9 +31,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# compression_type's values (kafka-python's names) -> the codec id in a batch's attributes
-# (Kafka's: none 0, gzip 1, snappy 2, lz4 3, zstd 4). None means "none".
-COMPRESSION_TYPES: dict[str, int] = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+# compression_type's values (kafka-python's names, Kafka's `compression.type` values) -> the
+# codec id in a batch's attributes (none 0, gzip 1, snappy 2, lz4 3, zstd 4). None is "none".
+COMPRESSION_TYPES: dict[str, int] = CODEC_IDS
 
 
 class InvalidConfigValueError(InvalidConfigError, ValueError):

@@ -46,6 +46,7 @@ from typing import Any
 from raftlog import protocol
 from raftlog.client.accumulator import Accumulator, ProducerBatch
 from raftlog.client.cluster import ClusterClient
+from raftlog.client.compressed import with_producer
 from raftlog.client.connection import BrokerConnection
 from raftlog.client.futures import resolve
 from raftlog.client.idempotence import IdempotenceState
@@ -69,7 +70,6 @@ from raftlog.messages.produce import (
 )
 from raftlog.messages.producer_ids import InitProducerIdRequest, InitProducerIdResponse
 from raftlog.metadata.model import TopicInfo
-from raftlog.records import with_producer
 from raftlog.tasks import TaskSet
 from raftlog.topics import TopicPartition
 
@@ -93,15 +93,15 @@ class _OneBatchRequest:
     object per request (not a partial over a dict and a list): requests in flight are
     long-lived enough that every object they hold costs garbage-collector time."""
 
-    __slots__ = ("batch", "nbytes", "node", "sender")
+    __slots__ = ("batch", "buffered", "node", "sender")
 
-    def __init__(self, sender: Sender, node: int, batch: ProducerBatch, nbytes: int):
-        self.sender, self.node, self.batch, self.nbytes = sender, node, batch, nbytes
+    def __init__(self, sender: Sender, node: int, batch: ProducerBatch, buffered: int):
+        self.sender, self.node, self.batch, self.buffered = sender, node, batch, buffered
 
     def __call__(
         self, body: dict[str, Any] | None, _payload: memoryview | None, error: RaftlogError | None
     ) -> None:
-        self.sender._on_one_response(self.node, self.batch, self.nbytes, body, error)
+        self.sender._on_one_response(self.node, self.batch, self.buffered, body, error)
 
 
 class Sender:
@@ -517,6 +517,7 @@ class Sender:
         merged: dict[TopicPartition, list[ProducerBatch]] = {}
         pieces: dict[TopicPartition, list[bytes]] = {}
         count = 0
+        buffered = 0  # what the batches count in the buffer: released once answered
         idem = self.idem
         for b in batches:
             try:
@@ -530,6 +531,7 @@ class Sender:
                     head, tail, idem.producer_id, b.producer_epoch, b.sequence
                 )
             count += 1
+            buffered += b.builder.size_bytes
             group = merged.get(b.tp)
             if group is None:
                 merged[b.tp] = [b]
@@ -541,18 +543,16 @@ class Sender:
             return
         payload: list[bytes] = []
         by_topic: dict[str, list[ProducePartition]] = {}
-        nbytes = 0
         for tp, tp_pieces in pieces.items():
             size = sum(map(len, tp_pieces))
             payload += tp_pieces
             by_topic.setdefault(tp.topic, []).append(ProducePartition(tp.partition, size))
-            nbytes += size
         body = ProduceRequest(
             tuple((t, tuple(ps)) for t, ps in by_topic.items()), self._acks, self._timeout_ms
         ).to_body()
         self._in_flight[node] += 1
         self._inflight_batches += count
-        done = functools.partial(self._on_response, node, merged, count, nbytes)
+        done = functools.partial(self._on_response, node, merged, count, buffered)
         try:
             if conn is None:
                 raise BrokerNotAvailableError(f"no connection to broker {node}")
@@ -627,7 +627,9 @@ class Sender:
             head, tail = with_producer(head, tail, idem.producer_id, b.producer_epoch, b.sequence)
         self._in_flight[node] += 1
         self._inflight_batches += 1
-        done = _OneBatchRequest(self, node, b, nbytes)
+        # The buffer counts a batch's size_bytes: its bytes, or a compressed batch's records
+        # uncompressed (client/compressed.py).
+        done = _OneBatchRequest(self, node, b, b.builder.size_bytes)
         try:
             if conn is None:
                 raise BrokerNotAvailableError(f"no connection to broker {node}")
@@ -654,14 +656,14 @@ class Sender:
         node: int,
         merged: dict[TopicPartition, list[ProducerBatch]],
         count: int,
-        nbytes: int,
+        buffered: int,
         body: dict[str, Any] | None,
         _payload: memoryview | None,
         error: RaftlogError | None,
     ) -> None:
         self._in_flight[node] -= 1
         self._inflight_batches -= count
-        self.acc.release(nbytes)
+        self.acc.release(buffered)
         self._space_freed()
         written = False  # in flight once queued on a connection (_sent_to)
         idem = self.idem
@@ -689,7 +691,7 @@ class Sender:
         self,
         node: int,
         b: ProducerBatch,
-        nbytes: int,
+        buffered: int,
         body: dict[str, Any] | None,
         error: RaftlogError | None,
     ) -> None:
@@ -701,7 +703,7 @@ class Sender:
         idem = self.idem
         if idem is not None:
             idem.end_send(b.tp)
-        self.acc.release(nbytes)
+        self.acc.release(buffered)
         self._space_freed()
         try:
             if error is not None:
