@@ -233,3 +233,19 @@ def test_dump_shows_both_formats(tmp_path: str) -> None:
     (line,) = [x for x in text.splitlines() if "baseOffset: 1 " in x]  # the first v2 batch
     (crc,) = struct.unpack_from(">I", v2(2, 1010), 17)
     assert "magic: 2" in line and f"checksum: {crc:#010x}" in line
+
+
+def test_lookups_by_time_read_both_formats(tmp_path: str) -> None:
+    """The time index takes each batch's max timestamp from its header; the lookup then
+    decodes the batch's records, of either format (v2 ones by their timestamp deltas)."""
+    with PartitionLog.open(str(tmp_path), CONFIG, clock_ms=FakeClock()) as log:
+        for i in range(30):
+            raw = (v1, v2, kafka_python)[i % 3](3, 1000 + 10 * i)
+            log.append(raw, 1)
+        for i in range(30):
+            for j in range(3):
+                assert log.offset_for_timestamp(1000 + 10 * i + j) == (3 * i + j, 1000 + 10 * i + j)
+            if i < 29:  # between two batches: the next batch's first record
+                assert log.offset_for_timestamp(1000 + 10 * i + 3) == (3 * i + 3, 1010 + 10 * i)
+        assert log.offset_for_timestamp(2000) is None
+        assert [r.offset for r in log.read_records(0, 1 << 20)][:9] == list(range(9))
