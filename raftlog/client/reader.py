@@ -16,6 +16,8 @@ Rules this module keeps:
 - Retriable errors (a moved leader, a lost connection) refresh metadata and retry until
   `request_timeout_ms` has passed without progress.
 - Every batch is checked (checksum, lengths, counts) before any of it is handed out.
+- Batches come as the log holds them, raftlog's own (magic 1) or Kafka's v2 (magic 2, maybe
+  compressed); `RangeChunk.records` decodes both (client/fetched.py says how they differ).
 - The sync `RangeReader` keeps one fetch in flight while its caller decodes the previous one.
 
 Also here, for jobs that use a consumer group only to keep offsets (Spark's `commitToGroup`,
@@ -34,6 +36,7 @@ from typing import Any
 
 from raftlog import protocol
 from raftlog.client.cluster import ClusterClient
+from raftlog.client.fetched import cut_off
 from raftlog.client.group import coordinator_request
 from raftlog.errors import (
     CorruptRecordError,
@@ -45,6 +48,7 @@ from raftlog.errors import (
 from raftlog.messages.fetch import FetchPartition, FetchRequest, FetchResponse
 from raftlog.messages.groups import OffsetCommitRequest, OffsetFetchRequest, OffsetFetchResponse
 from raftlog.records import BatchHeader, Record, decode_records, validate_batch
+from raftlog.records_v2 import CONTROL_BIT, MAGIC_V2
 from raftlog.topics import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -90,10 +94,14 @@ class RangeChunk:
     end: int
 
     def records(self) -> list[Record]:
-        """The records in [start, end), decoded one by one (the slow, general path)."""
+        """The records in [start, end), decoded one by one (the slow, general path), from
+        batches of either format (raftlog's own, Kafka's v2, compressed or not); control
+        batches (Kafka's transaction markers) hold none."""
         out: list[Record] = []
         start, end = self.start, self.end
         for pos, header in self.batches:
+            if header.magic == MAGIC_V2 and header.attributes & CONTROL_BIT:
+                continue
             out.extend(r for r in decode_records(self.data, pos, header) if start <= r.offset < end)
         return out
 
@@ -230,7 +238,7 @@ class AsyncRangeReader:
         out = []
         pos, size = 0, len(data)
         while pos < size:
-            if _is_partial(data, pos, size):
+            if cut_off(data, pos, size):
                 break
             try:
                 header = validate_batch(data, pos, size)
@@ -269,14 +277,6 @@ class AsyncRangeReader:
             why,
         )
         return end
-
-
-def _is_partial(data: bytes, pos: int, size: int) -> bool:
-    """Whether the bytes at `pos` are the beginning of a batch cut off by the fetch limit."""
-    if size - pos < 12:
-        return True
-    length = int.from_bytes(data[pos + 8 : pos + 12], "little", signed=True)
-    return pos + 12 + length > size
 
 
 class RangeReader:

@@ -10,7 +10,10 @@ rest of the read. So the columns are built from whole-chunk operations:
   key length for the whole chunk: the common cases (no keys, or keys of one length: ids,
   user names of fixed width) take this path.
 Anything else (headers, keys of mixed lengths, a field that does not fit its record) goes
-through the checked Python decoder, record by record: correct for every input, slower.
+through the checked Python decoder, record by record: correct for every input, slower. So do
+chunks holding Kafka's record batches v2 (magic 2: what Kafka's clients and a compressing
+raftlog producer write; varint records, maybe compressed), which the fast path's fixed-width
+reads cannot cut: `RangeChunk.records` decompresses and decodes them.
 
 Column types are what Spark expects for the schema in `schema.py` (timestamps are
 microseconds in UTC; record timestamps are milliseconds, so they are multiplied by 1000).
@@ -26,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from raftlog.client.reader import RangeChunk
-from raftlog.records import HEADER_SIZE, RECORD_MIN_SIZE, Record
+from raftlog.records import HEADER_SIZE, MAGIC, RECORD_MIN_SIZE, Record
 
 # Timestamp type of every record: 0 = CreateTime (the producer's clock), as in Kafka. raftlog
 # has no LogAppendTime topics.
@@ -72,6 +75,8 @@ def _field(bodies: pa.BinaryArray, start: int, stop: int | None, dtype: str) -> 
 
 
 def _fast(chunk: RangeChunk, include_headers: bool) -> pa.RecordBatch | None:
+    if any(header.magic != MAGIC for _pos, header in chunk.batches):
+        return None  # Kafka v2 batches: the record decoder reads them
     data = chunk.data
     view = memoryview(data)
     lengths_parts = []

@@ -183,3 +183,28 @@ def test_columnar_fast_path_for_plain_and_keyed_records() -> None:
         fast = arrow._fast(chunk, include_headers=True)
         assert fast is not None
         assert fast.equals(records_to_arrow("t", 0, chunk.records(), True))
+
+
+@pytest.mark.parametrize("codec", [0, 1, 2, 3, 4])
+def test_a_chunk_with_kafka_v2_batches_decodes_to_the_same_columns(codec: int) -> None:
+    """Kafka's record batches v2 (what Kafka's clients and a compressing producer write) next
+    to raftlog's own: the columns hold every record of both, keys, headers and timestamps."""
+    from raftlog_spark import arrow
+
+    from raftlog.records_v2 import encode_batch_v2
+
+    records = [Record(b"k%d" % (i % 3), b"v" * i, (("h", b"%d" % i),), 1000 + i) for i in range(50)]
+    data = encode_batch(records[:20], base_offset=0)
+    v2 = bytearray(encode_batch_v2(records[20:], compression=codec))
+    v2[:8] = (20).to_bytes(8, "big")  # what the leader stamps
+    data += bytes(v2)
+    chunk = RangeChunk(T0, data, tuple(iter_batches(data)), 5, 45)
+    assert arrow._fast(chunk, include_headers=True) is None  # the record decoder reads v2
+    batch = chunk_to_arrow(chunk, include_headers=True)
+    got = batch.to_pylist()
+    assert [r["offset"] for r in got] == list(range(5, 45))
+    assert [(r["key"], r["value"], r["headers"]) for r in got] == [
+        (r.key, r.value, [{"key": "h", "value": r.headers[0][1]}]) for r in records[5:45]
+    ]
+    micros = batch.column("timestamp").cast("int64").to_pylist()
+    assert micros == [r.timestamp * 1000 for r in records[5:45]]

@@ -1,0 +1,249 @@
+"""Kafka's record batch v2 in raftlog's clients: batches built by kafka-python (an independent
+oracle, test-only) decode through the consumer's decode path, and the batches a compressing
+raftlog producer builds decode with kafka-python, for every codec; plus compression_type's
+checks and the accumulator building compressed batches."""
+
+from __future__ import annotations
+
+import struct
+import types
+from collections.abc import Iterator
+
+import cramjam
+import kafka.codec
+import pytest
+from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+
+from raftlog.client.accumulator import Accumulator
+from raftlog.client.compressed import CompressedBatchBuilder, with_producer
+from raftlog.client.fetched import ConsumerRecord, decode_fetch
+from raftlog.client.producer_config import InvalidConfigValueError, ProducerConfig
+from raftlog.client.reader import RangeChunk
+from raftlog.errors import CorruptRecordError, InvalidConfigError
+from raftlog.metadata.model import PartitionInfo, TopicInfo
+from raftlog.records import encode_batch, validate_batch
+from raftlog.records_v2 import MAGIC_V2
+from raftlog.topics import TopicPartition
+
+TP = TopicPartition("events", 3)
+CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+T0 = 1_764_000_000_000
+
+# (key, value, headers, timestamp): null keys and values, empty ones, headers with a null
+# value, timestamps out of order, a value long enough for the codecs to have work.
+RECORDS: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]] = [
+    (None, b"plain value", [], T0),
+    (b"user-1", b"keyed", [], T0 + 5),
+    (b"user-2", None, [("trace", b"abc"), ("empty", b""), ("null", None)], T0 + 3),
+    (b"", b"", [("\u00e9t\u00e9", b"\x00\xff")], T0 + 1000),
+    (None, b"x" * 5000 + bytes(range(256)) * 4, [], T0 + 7),
+] + [(f"k{i}".encode(), f"value {i}".encode() * (i % 7), [], T0 + i) for i in range(300)]
+
+
+@pytest.fixture(autouse=True)
+def kafka_python_snappy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kafka-python's snappy needs python-snappy, which is not installed: give it cramjam's raw
+    snappy as that module. Its xerial framing (what Kafka's Java client writes) stays
+    kafka-python's own, so the framing is still checked independently of ours."""
+    shim = types.SimpleNamespace(
+        compress=lambda data: bytes(cramjam.snappy.compress_raw(bytes(data))),
+        decompress=lambda data: bytes(cramjam.snappy.decompress_raw(bytes(data))),
+    )
+    monkeypatch.setattr(kafka.codec, "snappy", shim)
+
+
+def kafka_python_batch(codec: int, base_offset: int, records: list = RECORDS) -> bytes:  # type: ignore[type-arg]
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=codec,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=16 * 1024 * 1024,
+    )
+    for delta, (key, value, headers, ts) in enumerate(records):
+        if builder.append(delta, ts, key, value, headers) is None:
+            raise AssertionError("kafka-python's builder refused a record")
+    data = bytearray(builder.build())
+    struct.pack_into(">q", data, 0, base_offset)  # what the leader stamps (not in the CRC)
+    return bytes(data)
+
+
+def expected(base_offset: int, records: list = RECORDS) -> list[ConsumerRecord]:  # type: ignore[type-arg]
+    return [
+        ConsumerRecord(TP.topic, TP.partition, base_offset + i, ts, k, v, tuple(hs))
+        for i, (k, v, hs, ts) in enumerate(records)
+    ]
+
+
+def consumed(chunk: bytes, start: int, check_crcs: bool = True) -> list[ConsumerRecord]:
+    return [r for batch in decode_fetch(TP, memoryview(chunk), start, check_crcs) for r in batch]
+
+
+@pytest.mark.parametrize("codec", CODECS.values(), ids=CODECS.keys())
+def test_a_kafka_python_batch_decodes_through_the_consumers_path(codec: int) -> None:
+    data = kafka_python_batch(codec, 1000)
+    assert DefaultRecordBatch(data).compression_type == codec  # it did compress
+    assert consumed(data, 1000) == expected(1000)
+    assert consumed(data, 1000, check_crcs=False) == expected(1000)
+    # A fetch at an offset inside the batch gets the records from there on.
+    assert consumed(data, 1250) == expected(1000)[250:]
+
+
+@pytest.mark.parametrize("codec", CODECS.values(), ids=CODECS.keys())
+def test_a_fetch_of_both_formats_decodes_in_offset_order(codec: int) -> None:
+    own = encode_batch([(b"a", b"one"), (None, b"two")], base_offset=0, timestamp=T0)
+    kafkas = kafka_python_batch(codec, 2, RECORDS[:20])
+    after = encode_batch([(None, b"three")], base_offset=22, timestamp=T0 + 1)
+    chunk = own + kafkas + after + kafkas[:40]  # a v2 batch cut off by the fetch limit
+    got = consumed(chunk, 0)
+    assert [r.offset for r in got] == list(range(23))
+    assert [r.value for r in got[:2]] == [b"one", b"two"]
+    assert got[2:22] == expected(2, RECORDS[:20])
+    assert got[22].value == b"three"
+    # Cut just after a v2 batch's length field: still a cut, not a corrupt batch.
+    assert consumed(own + kafkas[:70], 0) == consumed(own, 0)
+
+
+def test_a_corrupt_v2_batch_stops_its_partition_naming_the_offset() -> None:
+    good = kafka_python_batch(4, 0, RECORDS[:3])
+    bad = bytearray(kafka_python_batch(4, 3, RECORDS[:3]))
+    bad[-1] ^= 0xFF
+    batches = decode_fetch(TP, memoryview(good + bytes(bad)), 0)
+    assert len(next(batches)) == 3
+    with pytest.raises(CorruptRecordError, match=r"events-3.*offset 3"):
+        next(batches)
+
+
+def test_range_chunks_decode_v2_batches_too() -> None:
+    data = kafka_python_batch(1, 10, RECORDS[:30])
+    header = validate_batch(data, 0)
+    assert header.magic == MAGIC_V2
+    chunk = RangeChunk(TP, data, ((0, header),), 15, 25)
+    got = chunk.records()
+    assert [r.offset for r in got] == list(range(15, 25))
+    assert [(r.key, r.value, r.headers, r.timestamp) for r in got] == [
+        (k, v, tuple(hs), ts) for k, v, hs, ts in RECORDS[5:15]
+    ]
+
+
+def our_batch(codec: int, records: list = RECORDS) -> CompressedBatchBuilder:  # type: ignore[type-arg]
+    builder = CompressedBatchBuilder(codec)
+    for key, value, headers, ts in records:
+        builder.append(key, value, ts, headers)
+    return builder
+
+
+@pytest.mark.parametrize("codec", [1, 2, 3, 4], ids=["gzip", "snappy", "lz4", "zstd"])
+def test_our_compressed_batch_decodes_with_kafka_python(codec: int) -> None:
+    head, tail = our_batch(codec).seal()
+    head, tail = with_producer(head, tail, 4242, 7, 1_000_000)
+    batch = DefaultRecordBatch(head + tail)
+    assert batch.validate_crc()
+    assert batch.magic == 2 and batch.compression_type == codec
+    assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (4242, 7, 1_000_000)
+    assert batch.records_count == len(RECORDS)
+    assert batch.first_timestamp == T0 and batch.max_timestamp == max(r[3] for r in RECORDS)
+    got = [(r.offset, r.key, r.value, r.headers, r.timestamp) for r in batch]
+    assert got == [(i, k, v, hs, ts) for i, (k, v, hs, ts) in enumerate(RECORDS)]
+    # And through our own consumer, with the sequence stamped (the CRC was recomputed).
+    assert consumed(head + tail, 0) == expected(0)
+
+
+@pytest.mark.parametrize("codec", [1, 2, 3, 4], ids=["gzip", "snappy", "lz4", "zstd"])
+def test_a_compressed_batch_is_smaller_and_counts_its_records_uncompressed(codec: int) -> None:
+    values = [b"page view of /index.html by user %d" % (i % 10) for i in range(1000)]
+    builder = CompressedBatchBuilder(codec)
+    assert builder.append_values(values, T0, 0, 30_000) < len(values)  # stops at the bound
+    n = len(builder)
+    assert builder.size_bytes == 65 + sum(25 + len(v) for v in values[:n]) <= 30_000
+    assert builder.append_values(values, T0, n, 10**9) == len(values)
+    head, tail = builder.seal()
+    assert len(head) + len(tail) < builder.size_bytes // 5  # repetitive: compresses well
+    assert len(builder) == len(values) and builder.seal() == (head, tail)  # encoded once
+    assert [r.value for r in consumed(head + tail, 0)] == values
+
+
+def test_a_sealed_compressed_builder_takes_no_more_records() -> None:
+    builder = CompressedBatchBuilder.sealed_one(4, b"k", b"v", T0, [("h", b"1")])
+    assert len(builder) == 1
+    with pytest.raises(AssertionError):
+        builder.append_value(b"more", T0)
+    [record] = consumed(b"".join(builder.build_parts()), 0)
+    assert (record.key, record.value, record.headers) == (b"k", b"v", (("h", b"1"),))
+
+
+def test_with_producer_keeps_raftlogs_own_batches_theirs() -> None:
+    own = encode_batch([(None, b"v")], timestamp=T0)
+    head, tail = with_producer(own[:25], own[25:], 9, 1, 5)
+    header = validate_batch(head + tail)
+    assert (header.magic, header.producer_id, header.base_sequence) == (1, 9, 5)
+
+
+@pytest.mark.parametrize("name, codec", [(None, 0), *CODECS.items()])
+def test_compression_type_takes_kafka_pythons_names(name: str | None, codec: int) -> None:
+    assert ProducerConfig(compression_type=name).compression_codec == codec
+
+
+@pytest.mark.parametrize("value", ["brotli", "GZIP", "", "lz4-hc", 1])
+def test_an_unknown_compression_type_is_refused_naming_the_value_and_the_choices(
+    value: object,
+) -> None:
+    with pytest.raises(InvalidConfigValueError) as info:
+        ProducerConfig(compression_type=value)  # type: ignore[arg-type]
+    text = str(info.value)
+    assert f"compression_type={value!r}" in text
+    assert all(repr(name) in text for name in CODECS)
+    assert isinstance(info.value, ValueError) and isinstance(info.value, InvalidConfigError)
+
+
+def accumulator(**options: object) -> Accumulator:
+    partitions = tuple(PartitionInfo(p, 0, 0, (0,), (0,)) for p in range(2))
+    return Accumulator(
+        ProducerConfig(**options),  # type: ignore[arg-type]
+        {"t": TopicInfo("t", "id", partitions)},
+        lambda: None,
+    )
+
+
+def queued_bytes(acc: Accumulator) -> Iterator[tuple[int, bytes]]:
+    for q in acc.queues.values():
+        for b in q:
+            yield b.builder.size_bytes, b"".join(b.builder.build_parts())
+
+
+@pytest.mark.parametrize("compression_type", ["gzip", "snappy", "lz4", "zstd"])
+def test_a_compressing_producer_builds_compressed_v2_batches(compression_type: str) -> None:
+    acc = accumulator(compression_type=compression_type, batch_size=4096)
+    sent = []
+    for i in range(200):
+        fut = acc.append("t", b"value %d" % i, b"key %d" % (i % 5), [("n", b"%d" % i)], None,
+                         T0 + i, False)  # fmt: skip
+        assert fut is not None
+        sent.append(fut)
+    spans: list = []  # type: ignore[type-arg]
+    assert acc.append_many("t", [b"many %d" % i for i in range(500)], 0, 1, False, spans) == 500
+    assert acc.append("t", b"y" * 10_000, None, None, 0, T0, False) is not None  # a batch alone
+    total = 0
+    values = []
+    for size, data in queued_bytes(acc):
+        total += size
+        batch = DefaultRecordBatch(data)
+        assert batch.magic == 2 and batch.compression_type == CODECS[compression_type]
+        assert batch.validate_crc()
+        values += [r.value for r in consumed(data, 0)]
+    assert total == acc.buffered_bytes  # the buffer counts what the builders count
+    assert sorted(values) == sorted(
+        [b"value %d" % i for i in range(200)]
+        + [b"many %d" % i for i in range(500)]
+        + [b"y" * 10_000]
+    )
+
+
+def test_a_producer_without_compression_builds_raftlogs_own_batches() -> None:
+    for options in ({}, {"compression_type": None}, {"compression_type": "none"}):
+        acc = accumulator(**options)
+        assert acc.append("t", b"v", b"k", None, None, T0, False) is not None
+        [(_size, data)] = list(queued_bytes(acc))
+        assert validate_batch(data).magic == 1
