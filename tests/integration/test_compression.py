@@ -53,11 +53,17 @@ def test_each_codec_round_trips_through_a_node(
     assert len(records) == len(sent) == 8000
     for r in records:
         assert (r.key, r.value, r.headers, r.timestamp) == sent[(r.partition, r.offset)], r
-    # The log holds the batches as sent: Kafka's v2 with the codec, or raftlog's own.
+    # The log holds the batches as sent (Kafka's v2 with the codec, or raftlog's own), and the
+    # Spark source's reader reads them too.
     codec = COMPRESSION_TYPES[compression_type]
+    read = 0
     with RangeReader(module_broker.bootstrap) as reader:
         for p, end in ends.items():
             for chunk in reader.read_range(TopicPartition(topic, p), 0, end):
                 for _pos, header in chunk.batches:
                     assert header.magic == (2 if codec else 1)
                     assert header.attributes & 0x07 == codec
+                for rec in chunk.records():
+                    assert (rec.key, rec.value, rec.headers, rec.timestamp) == sent[(p, rec.offset)]
+                    read += 1
+    assert read == len(sent)
