@@ -38,7 +38,12 @@ COMPRESSION_TYPES: dict[str, int] = CODEC_IDS
 
 class InvalidConfigValueError(InvalidConfigError, ValueError):
     """An option set to a value outside its choices: an InvalidConfigError like every other
-    config error, and a ValueError, as Python code (and kafka-python) expects of a bad value."""
+    config error, and a ValueError, as Python code (and kafka-python) expects of a bad value.
+
+    Raised by the client, never sent on the wire; its code only has to be unique (codes from
+    100 up are client-side errors), so that code 7 still decodes as InvalidConfigError."""
+
+    code = 102
 
 
 def _choice_error(name: str, value: object, choices: str) -> InvalidConfigValueError:
