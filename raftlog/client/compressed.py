@@ -20,8 +20,8 @@ the sender use (`append`, `append_value`, `append_values`, `sealed_one`, `seal`,
   them once; a retried batch is sent from those bytes again, never recompressed.
 - `build_parts` returns the batch as its first 21 bytes (up to and with the CRC) and the rest
   (the CRC-covered part), as BatchBuilder returns its first 25 and the rest, so that
-  `with_producer` stamps an idempotent producer's fields into the rest and recomputes the
-  checksum in front, for either format (dispatching on the magic byte).
+  `with_producer_v2` stamps an idempotent producer's fields into the rest and recomputes the
+  checksum in front, as records.with_producer does for raftlog's own batches.
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ from raftlog.records import (
     RECORD_MIN_SIZE,
     Record,
 )
-from raftlog.records import with_producer as with_producer_v1
 from raftlog.records_v2 import CRC_AT, CRC_FROM, MAGIC_V2, crc32c, encode_batch_v2
 
 Headers = Sequence[tuple[str, bytes | None]]
@@ -166,14 +165,13 @@ class CompressedBatchBuilder:
         return self.seal()
 
 
-def with_producer(
+def with_producer_v2(
     head: bytes, tail: bytes, producer_id: int, producer_epoch: int, base_sequence: int
 ) -> tuple[bytes, bytes]:
-    """A producer's batch of either format (`build_parts`) stamped with an idempotent
-    producer's id, epoch and base sequence, its checksum recomputed (records.with_producer for
-    raftlog's own batches; the same for Kafka's v2, big-endian, CRC-32C)."""
+    """A producer's v2 batch (`build_parts`) stamped with an idempotent producer's id, epoch
+    and base sequence, its CRC-32C recomputed: records.with_producer for Kafka's format."""
     if head[MAGIC_AT] != MAGIC_V2:
-        return with_producer_v1(head, tail, producer_id, producer_epoch, base_sequence)
+        raise InvariantError(f"magic {head[MAGIC_AT]}: not a v2 batch")
     tail = b"".join(
         (
             tail[:_PRODUCER_AT_IN_TAIL_V2],

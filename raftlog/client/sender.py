@@ -46,7 +46,7 @@ from typing import Any
 from raftlog import protocol
 from raftlog.client.accumulator import Accumulator, ProducerBatch
 from raftlog.client.cluster import ClusterClient
-from raftlog.client.compressed import with_producer
+from raftlog.client.compressed import with_producer_v2
 from raftlog.client.connection import BrokerConnection
 from raftlog.client.futures import resolve
 from raftlog.client.idempotence import IdempotenceState
@@ -70,6 +70,7 @@ from raftlog.messages.produce import (
 )
 from raftlog.messages.producer_ids import InitProducerIdRequest, InitProducerIdResponse
 from raftlog.metadata.model import TopicInfo
+from raftlog.records import with_producer
 from raftlog.tasks import TaskSet
 from raftlog.topics import TopicPartition
 
@@ -158,6 +159,9 @@ class Sender:
         # Idempotence (client/idempotence.py): None when it is off. Nothing is sent while the
         # state is not `ready` (no producer id yet, or an epoch bump pending).
         self.idem = IdempotenceState() if config.enable_idempotence else None
+        # How a batch is stamped with the producer's id, epoch and sequence: every batch of a
+        # producer has one format, raftlog's own or (compressed) Kafka's v2.
+        self._with_producer = with_producer_v2 if config.compression_codec else with_producer
         self._initializing = False  # an InitProducerId request is under way
 
     def start(self) -> None:
@@ -527,7 +531,7 @@ class Sender:
                 continue
             if idem is not None:
                 idem.begin_send(b)
-                head, tail = with_producer(
+                head, tail = self._with_producer(
                     head, tail, idem.producer_id, b.producer_epoch, b.sequence
                 )
             count += 1
@@ -624,7 +628,9 @@ class Sender:
         idem = self.idem
         if idem is not None:
             idem.begin_send(b)
-            head, tail = with_producer(head, tail, idem.producer_id, b.producer_epoch, b.sequence)
+            head, tail = self._with_producer(
+                head, tail, idem.producer_id, b.producer_epoch, b.sequence
+            )
         self._in_flight[node] += 1
         self._inflight_batches += 1
         # The buffer counts a batch's size_bytes: its bytes, or a compressed batch's records

@@ -15,7 +15,7 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from raftlog.client.accumulator import Accumulator
-from raftlog.client.compressed import CompressedBatchBuilder, with_producer
+from raftlog.client.compressed import CompressedBatchBuilder, with_producer_v2
 from raftlog.client.fetched import ConsumerRecord, decode_fetch
 from raftlog.client.producer_config import InvalidConfigValueError, ProducerConfig
 from raftlog.client.reader import RangeChunk
@@ -138,7 +138,7 @@ def our_batch(codec: int, records: list = RECORDS) -> CompressedBatchBuilder:  #
 @pytest.mark.parametrize("codec", [1, 2, 3, 4], ids=["gzip", "snappy", "lz4", "zstd"])
 def test_our_compressed_batch_decodes_with_kafka_python(codec: int) -> None:
     head, tail = our_batch(codec).seal()
-    head, tail = with_producer(head, tail, 4242, 7, 1_000_000)
+    head, tail = with_producer_v2(head, tail, 4242, 7, 1_000_000)
     batch = DefaultRecordBatch(head + tail)
     assert batch.validate_crc()
     assert batch.magic == 2 and batch.compression_type == codec
@@ -174,11 +174,10 @@ def test_a_sealed_compressed_builder_takes_no_more_records() -> None:
     assert (record.key, record.value, record.headers) == (b"k", b"v", (("h", b"1"),))
 
 
-def test_with_producer_keeps_raftlogs_own_batches_theirs() -> None:
+def test_with_producer_v2_refuses_raftlogs_own_batches() -> None:
     own = encode_batch([(None, b"v")], timestamp=T0)
-    head, tail = with_producer(own[:25], own[25:], 9, 1, 5)
-    header = validate_batch(head + tail)
-    assert (header.magic, header.producer_id, header.base_sequence) == (1, 9, 5)
+    with pytest.raises(AssertionError, match="not a v2 batch"):
+        with_producer_v2(own[:25], own[25:], 9, 1, 5)
 
 
 @pytest.mark.parametrize("name, codec", [(None, 0), *CODECS.items()])
