@@ -51,7 +51,11 @@ REQUEST_TYPES: dict[ApiKey, type[KafkaRequest]] = {
 def decode_request(api_key: int, version: int, buf: memoryview, pos: int) -> Any:
     """Decode the request body `buf[pos:]` (the frame after its header) of `api_key` at
     `version`. Raises KafkaDecodeError, naming the API and version, for a key or version we do
-    not speak, a body that breaks its layout, or bytes left over after it."""
+    not speak, a body that breaks its layout, or bytes left over after it.
+
+    An ApiVersions request at a version we do not speak is not an error for Kafka: the caller
+    answers it with `api_versions.unsupported_version_response()` without decoding its body.
+    """
     context = f"{api_name(api_key)} v{version}"
     span = SUPPORTED_VERSIONS.get(api_key)  # type: ignore[call-overload]
     request_type = REQUEST_TYPES.get(api_key)  # type: ignore[call-overload]

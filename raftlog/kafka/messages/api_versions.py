@@ -34,7 +34,7 @@ _API_RANGE = struct.Struct(">hhh")
 @dataclass(frozen=True, slots=True)
 class ApiVersionsRequest:
     """An ApiVersions request; the client's software name and version come from v3 (None
-    below it)."""
+    below it; encoding None at v3 writes an empty string, as the field is not nullable)."""
 
     client_software_name: str | None = None
     client_software_version: str | None = None

@@ -188,8 +188,15 @@ class FetchResponse:
     def encode(self, version: int) -> list[object]:
         """The body as parts: encoded bytes (adjacent fields joined) with each partition's
         records parts between them, as given."""
+        return self.encode_with_size(version)[0]
+
+    def encode_with_size(self, version: int) -> tuple[list[object], int]:
+        """`encode`'s parts and the body's size in bytes (the encoded bytes plus each
+        partition's records_size), so that the connection can write the frame's size without
+        measuring the records parts."""
         check_encode_version(ApiKey.FETCH, version)
         parts: list[object] = []
+        size = 0
         out = bytearray()
         if version >= 7:
             out += _TOP_V7.pack(self.throttle_time_ms, self.error_code, self.session_id)
@@ -224,13 +231,16 @@ class FetchResponse:
                 if version >= 11:
                     out += _COUNT.pack(p.preferred_read_replica)
                 out += _COUNT.pack(p.records_size)
+                size += p.records_size
                 if p.records:
+                    size += len(out)
                     parts.append(bytes(out))
                     out = bytearray()
                     parts.extend(p.records)
         if out:
+            size += len(out)
             parts.append(bytes(out))
-        return parts
+        return parts, size
 
     @classmethod
     def decode(cls, source: Reader | bytes | memoryview, version: int) -> FetchResponse:

@@ -36,6 +36,9 @@ LATEST_TIMESTAMP = -1  # the high watermark (or last stable offset for read_comm
 
 
 class ListOffsetsPartition(NamedTuple):
+    """One partition to look up: `timestamp` is a time in ms, or EARLIEST_TIMESTAMP or
+    LATEST_TIMESTAMP."""
+
     partition: int
     current_leader_epoch: int  # -1 below v4, or when the client does not know it
     timestamp: int
@@ -81,6 +84,9 @@ class ListOffsetsRequest:
 
 
 class ListOffsetsPartitionResponse(NamedTuple):
+    """One partition's answer: the first `offset` whose record has a timestamp at or after the
+    one asked (with that record's `timestamp`, -1 for EARLIEST/LATEST), or -1 on error."""
+
     partition: int
     error_code: int
     timestamp: int
@@ -90,6 +96,8 @@ class ListOffsetsPartitionResponse(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class ListOffsetsResponse:
+    """A ListOffsets response; throttle_time_ms is sent from v2 (decoded as 0 below)."""
+
     throttle_time_ms: int
     topics: list[tuple[str, list[ListOffsetsPartitionResponse]]]
 

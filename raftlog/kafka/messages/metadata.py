@@ -82,6 +82,8 @@ def _read_topic_name(reader: Reader) -> str:
 
 
 class MetadataBroker(NamedTuple):
+    """A broker's Kafka listener; `rack` is sent from v1."""
+
     node_id: int
     host: str
     port: int
@@ -101,6 +103,9 @@ class MetadataPartition(NamedTuple):
 
 
 class MetadataTopic(NamedTuple):
+    """A topic and its partitions (none when error_code is set, e.g.
+    UNKNOWN_TOPIC_OR_PARTITION); `is_internal` is sent from v1."""
+
     error_code: int
     name: str
     is_internal: bool

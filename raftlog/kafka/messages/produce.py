@@ -115,6 +115,8 @@ class ProducePartitionResponse(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class ProduceResponse:
+    """A Produce response (none is sent for acks=0): each partition's result, by topic."""
+
     topics: list[tuple[str, list[ProducePartitionResponse]]]
     throttle_time_ms: int = 0
 

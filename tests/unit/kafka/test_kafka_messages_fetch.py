@@ -11,6 +11,7 @@ from kafka.protocol.old.fetch import FetchResponse as KpFetchResponse
 from kafka_message_samples import (
     check_request_against,
     check_response_against,
+    encoded,
     fetch_request,
     fetch_response,
     versions,
@@ -96,17 +97,25 @@ def test_record_parts_pass_through_unread() -> None:
         FetchPartitionResponse(0, 0, 10, 10, 0, [file_part, view], 1000 + 20),
         FetchPartitionResponse(1, 0, 5, 5, 0, [], 0),
     ]
-    parts = FetchResponse(0, 0, 0, [("t", partitions)]).encode(11)
+    parts, size = FetchResponse(0, 0, 0, [("t", partitions)]).encode_with_size(11)
     assert len(parts) == 4
     assert parts[1] is file_part and parts[2] is view
     head, tail = parts[0], parts[3]
     assert isinstance(head, bytes) and head.endswith((1020).to_bytes(4, "big"))
     # The empty partition's records field is present and 0 bytes long, not null.
     assert isinstance(tail, bytes) and tail.endswith(b"\x00\x00\x00\x00")
+    assert size == len(head) + 1020 + len(tail)
 
 
 def test_no_records_anywhere_is_one_part() -> None:
     response = FetchResponse(0, 0, 0, [("t", [FetchPartitionResponse(0, 1, -1, -1, -1, (), 0)])])
-    parts = response.encode(4)
-    assert len(parts) == 1
+    parts, size = response.encode_with_size(4)
+    assert len(parts) == 1 and size == len(parts[0])  # type: ignore[arg-type]
     assert FetchResponse.decode(parts[0], 4) == response  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_size_counts_every_byte(version: int) -> None:
+    response = fetch_response(version)
+    _, size = response.encode_with_size(version)
+    assert size == len(encoded(response, version))
