@@ -62,33 +62,43 @@ import sys
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain, groupby, repeat
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 import xxhash
 
 from raftlog.errors import CorruptRecordError
 from raftlog.invariants import InvariantError
 
+# The shared prefix's positions and the two types, re-exported: their home before the
+# second format came.
+from raftlog.record_types import BASE_OFFSET_AT as BASE_OFFSET_AT
+from raftlog.record_types import EPOCH_AT as EPOCH_AT
+from raftlog.record_types import LENGTH_AT as LENGTH_AT
+from raftlog.record_types import LOG_OVERHEAD as LOG_OVERHEAD
+from raftlog.record_types import MAGIC_AT as MAGIC_AT
+from raftlog.record_types import PREFIX_SIZE as PREFIX_SIZE
+from raftlog.record_types import BatchHeader as BatchHeader
+from raftlog.record_types import Record as Record
+from raftlog.records_v2 import HEADER_V2, HEADER_V2_SIZE, validate_batch_v2
+from raftlog.records_v2 import MAGIC_V2 as MAGIC_V2
+from raftlog.records_v2 import STAMP_V2 as STAMP_V2
+
 MAGIC = 1
 HEADER = struct.Struct("<qiibQhiqqqhii")
 HEADER_SIZE = HEADER.size  # 65
 if HEADER_SIZE != 65:
     raise InvariantError("HEADER_SIZE == 65 does not hold")
-# Fields that precede `batch_length`'s payload: base_offset + batch_length.
-LOG_OVERHEAD = 12
 # The stamped prefix: base_offset, batch_length, partition_leader_epoch.
 STAMP = struct.Struct("<qii")
 STAMP_SIZE = STAMP.size  # 16
-# Offsets of single fields, for readers that need one field without unpacking the header.
-BASE_OFFSET_AT = 0
-LENGTH_AT = 8
-EPOCH_AT = 12
-MAGIC_AT = 16
+# Offsets of single fields (the prefix ones are record_types.py's, shared by both formats).
 CHECKSUM_AT = 17
 CHECKSUMMED_FROM = 25
 # base_offset, batch_length, epoch, magic: what a scan over a file needs first.
 PREFIX = struct.Struct("<qiib")
-PREFIX_SIZE = PREFIX.size  # 17
+# The smallest header of the two formats (Kafka's v2): "is there room for a header" checks
+# of code that reads either format.
+HEADER_SIZE_MIN = HEADER_V2_SIZE  # 61
 
 RECORD_FIXED = struct.Struct("<bqi")  # attributes, timestamp, key_length
 # attributes, timestamp, key_length and the 4 bytes after it: the value length when the key
@@ -106,54 +116,6 @@ COMPRESSION_MASK = 0x07
 _NATIVE_LITTLE = sys.byteorder == "little"
 _checksum = xxhash.xxh3_64_intdigest
 _T = TypeVar("_T", bound=tuple[Any, ...])
-
-
-class Record(NamedTuple):
-    """One record as a producer sends it and a consumer reads it.
-
-    `offset` is -1 until the record has been read back from a log. A NamedTuple rather than a
-    frozen dataclass: both are immutable, and a tuple is built three times faster, which matters
-    on the consumer's per-record path.
-    """
-
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...] = ()
-    timestamp: int = 0
-    offset: int = -1
-
-
-class BatchHeader(NamedTuple):
-    """The decoded fixed header of one batch. `size` is the whole batch in bytes.
-
-    A NamedTuple so that `HEADER.unpack_from` becomes a header with no per-field Python work.
-    """
-
-    base_offset: int
-    batch_length: int
-    partition_leader_epoch: int
-    magic: int
-    checksum: int
-    attributes: int
-    last_offset_delta: int
-    first_timestamp: int
-    max_timestamp: int
-    producer_id: int
-    producer_epoch: int
-    base_sequence: int
-    record_count: int
-
-    @property
-    def size(self) -> int:
-        return self.batch_length + LOG_OVERHEAD
-
-    @property
-    def last_offset(self) -> int:
-        return self.base_offset + self.last_offset_delta
-
-    @property
-    def next_offset(self) -> int:
-        return self.base_offset + self.last_offset_delta + 1
 
 
 def encode_record(
@@ -485,18 +447,74 @@ def with_producer(
     return head[:CHECKSUM_AT] + _CHECKSUM.pack(_checksum(tail)), tail
 
 
-def stamp(base_offset: int, batch_length: int, partition_leader_epoch: int) -> bytes:
-    """The 16 bytes that replace a batch's first 16 when the leader assigns offset and epoch."""
+def stamp(
+    base_offset: int, batch_length: int, partition_leader_epoch: int, magic: int = MAGIC
+) -> bytes:
+    """The 16 bytes that replace a batch's first 16 when the leader assigns offset and epoch,
+    in the byte order of the batch's format (`magic`)."""
+    if magic == MAGIC_V2:
+        return STAMP_V2.pack(base_offset, batch_length, partition_leader_epoch)
     return STAMP.pack(base_offset, batch_length, partition_leader_epoch)
 
 
+def header_size(magic: int) -> int:
+    """The header size of format `magic` (65 for raftlog's batch, 61 for Kafka's v2)."""
+    if magic == MAGIC:
+        return HEADER_SIZE
+    if magic == MAGIC_V2:
+        return HEADER_V2_SIZE
+    raise CorruptRecordError(f"unknown magic {magic}")
+
+
+def unpack_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, ...]:
+    """The raw header fields (BatchHeader's order) of the batch at `pos`, of either format;
+    checks only that the header is there and its magic is known (CorruptRecordError)."""
+    avail = len(buf) - pos
+    if avail > MAGIC_AT:
+        magic = buf[pos + MAGIC_AT]
+        if magic == MAGIC:
+            if avail >= HEADER_SIZE:
+                return HEADER.unpack_from(buf, pos)
+        elif magic == MAGIC_V2:
+            if avail >= HEADER_V2_SIZE:
+                return HEADER_V2.unpack_from(buf, pos)
+        else:
+            raise CorruptRecordError(f"unknown magic {magic} in batch at byte {pos}")
+    raise CorruptRecordError(f"torn batch header at byte {pos} ({avail} bytes)")
+
+
 def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
-    """Decode the header at `pos`; checks only that 65 bytes are there."""
-    if len(buf) - pos < HEADER_SIZE:
+    """Decode the header at `pos`, of either format; checks only that it is there."""
+    return BatchHeader._make(unpack_header(buf, pos))
+
+
+def batch_size_at(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
+    """The whole size of the batch at `pos` as its length field says, read in the byte order
+    of its format; needs PREFIX_SIZE bytes. Checks nothing else: CorruptRecordError only for
+    a short prefix or an unknown magic."""
+    if len(buf) - pos < PREFIX_SIZE:
         raise CorruptRecordError(
-            f"batch header at byte {pos} needs {HEADER_SIZE} bytes, {len(buf) - pos} left"
+            f"torn batch header at byte {pos} ({len(buf) - pos} bytes, at least "
+            f"{PREFIX_SIZE} needed)"
         )
-    return BatchHeader._make(HEADER.unpack_from(buf, pos))
+    magic = buf[pos + MAGIC_AT]
+    if magic == MAGIC:
+        return int(INT32.unpack_from(buf, pos + LENGTH_AT)[0]) + LOG_OVERHEAD
+    if magic == MAGIC_V2:
+        return int(_INT32_BE.unpack_from(buf, pos + LENGTH_AT)[0]) + LOG_OVERHEAD
+    raise CorruptRecordError(f"unknown magic {magic} in batch at byte {pos}")
+
+
+def base_offset_at(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
+    """The base offset of the batch at `pos`, of either format (PREFIX_SIZE bytes needed)."""
+    batch_size_at(buf, pos)  # the checks
+    fmt = _INT64_BE if buf[pos + MAGIC_AT] == MAGIC_V2 else _INT64
+    return int(fmt.unpack_from(buf, pos + BASE_OFFSET_AT)[0])
+
+
+_INT32_BE = struct.Struct(">i")
+_INT64 = struct.Struct("<q")
+_INT64_BE = struct.Struct(">q")
 
 
 def validate_batch(
@@ -516,14 +534,21 @@ def validate_batch(
     none; the timestamps are ordered and not negative (Kafka refuses negative timestamps too;
     the header's first timestamp stands for the batch, since records are never decoded here).
     Raises CorruptRecordError naming the byte position.
+
+    A batch of Kafka's format (magic 2, the byte at pos + 16) is checked by records_v2's
+    `validate_batch_v2` instead; any other magic is refused. One byte comparison is all that
+    costs this format's batches.
     """
     if end is None:
         end = len(buf)
     avail = end - pos
-    if avail < HEADER_SIZE:
-        raise CorruptRecordError(
-            f"truncated batch at byte {pos}: {avail} bytes, a header needs {HEADER_SIZE}"
-        )
+    if avail < HEADER_SIZE or buf[pos + MAGIC_AT] != MAGIC:
+        if avail > MAGIC_AT and buf[pos + MAGIC_AT] == MAGIC_V2:
+            return validate_batch_v2(buf, pos, end, checksum)
+        if avail < HEADER_SIZE:
+            raise CorruptRecordError(
+                f"truncated batch at byte {pos}: {avail} bytes, a header needs {HEADER_SIZE}"
+            )
     (
         base_offset,
         batch_length,
@@ -617,10 +642,11 @@ def iter_batches(
         if validate:
             header = validate_batch(buf, pos, end)
         else:
-            if end - pos < HEADER_SIZE:
+            try:
+                header = read_header(buf, pos)
+            except CorruptRecordError:
                 return
-            header = BatchHeader._make(HEADER.unpack_from(buf, pos))
-            if header.size < HEADER_SIZE or pos + header.size > end:
+            if header.size < HEADER_SIZE_MIN or pos + header.size > end:
                 return
         yield pos, header
         pos += header.size

@@ -5,7 +5,9 @@ Rules:
 - Pure: these functions read the bytes they are given and return what to write; they touch no
   file and change no log state. The leader's idempotent batches are checked and recorded in a
   `ProducerAppend` that the caller commits only once the write succeeded (producer_state.py).
-- Batches are validated without decoding their records (records.py's `validate_batch`).
+- Batches are validated without decoding their records (records.py's `validate_batch`), of
+  either format: raftlog's own (magic 1) or Kafka's v2 (magic 2), side by side in one log;
+  each is stamped in its own byte order.
 - Leader (`check_leader_chunks`): each chunk (one Produce request's batches for the partition)
   is checked on its own: a corrupt or oversized chunk gets its error and is left out, so one bad
   producer costs the others nothing. The valid chunks get consecutive offsets in order, and
@@ -30,7 +32,15 @@ from raftlog.errors import (
     RaftlogError,
     RecordTooLargeError,
 )
-from raftlog.records import LOG_OVERHEAD, NO_PRODUCER_ID, STAMP, STAMP_SIZE, validate_batch
+from raftlog.records import (
+    LOG_OVERHEAD,
+    MAGIC,
+    NO_PRODUCER_ID,
+    STAMP,
+    STAMP_SIZE,
+    STAMP_V2,
+    validate_batch,
+)
 from raftlog.storage.producer_state import ProducerAppend, ProducerState
 
 # Per chunk: (base offset, last offset, records, batches, bytes, max timestamp) or the chunk's
@@ -78,7 +88,7 @@ def check_leader_chunks(
     records = 0
     nbytes = 0
     max_ts = -1
-    stamp = STAMP.pack
+    stamp, stamp_v2 = STAMP.pack, STAMP_V2.pack
     # Idempotent batches' checks and records, published once the write succeeded.
     producers: ProducerAppend | None = None
     for mv in chunks:
@@ -124,7 +134,10 @@ def check_leader_chunks(
                         offset,
                         h.max_timestamp,
                     )
-                iov.append(stamp(offset, h.batch_length, leader_epoch))
+                # The stamp's byte order is the batch's: raftlog's format or Kafka's v2.
+                iov.append(
+                    (stamp if h.magic == MAGIC else stamp_v2)(offset, h.batch_length, leader_epoch)
+                )
                 iov.append(mv[pos + STAMP_SIZE : pos + size])
                 batches.append((offset, size, h.max_timestamp))
                 offset += h.record_count

@@ -71,7 +71,14 @@ from raftlog.errors import (
     RaftlogError,
     StorageError,
 )
-from raftlog.records import HEADER, HEADER_SIZE, LOG_OVERHEAD, Record, decode_records, iter_records
+from raftlog.records import (
+    LOG_OVERHEAD,
+    PREFIX_SIZE,
+    Record,
+    base_offset_at,
+    decode_records,
+    iter_records,
+)
 from raftlog.storage.append_checks import check_follower_batches, check_leader_chunks
 from raftlog.storage.checkpoint import OffsetCheckpoint, fsync_dir
 from raftlog.storage.config import INT32_MAX, LogConfig
@@ -861,7 +868,7 @@ class PartitionLog:
                 new_end = (
                     seg.next_offset
                     if pos >= seg.size
-                    else int(HEADER.unpack_from(seg.read_at(pos, HEADER_SIZE))[0])
+                    else base_offset_at(seg.read_at(pos, PREFIX_SIZE))
                 )
                 self._lower_recovery_point(new_end)  # before any byte goes
                 for later in self._segments[i + 1 :]:

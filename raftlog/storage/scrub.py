@@ -22,7 +22,13 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from raftlog.errors import CorruptRecordError
-from raftlog.records import HEADER_SIZE, INT32, LOG_OVERHEAD, validate_batch
+from raftlog.records import (
+    HEADER_SIZE_MIN,
+    LOG_OVERHEAD,
+    PREFIX_SIZE,
+    batch_size_at,
+    validate_batch,
+)
 from raftlog.storage.segment import LogSegment, SegmentDamage
 
 # What the scrubber reads at a time (whole batches of it are checked): small, because a chunk
@@ -95,12 +101,16 @@ def _check_chunk(seg: LogSegment, pos: int, damaged: Callable[[SegmentDamage], N
     buf = seg.read_at(pos, min(SCRUB_CHUNK_BYTES, seg.size - pos))
     rel = 0
     while True:
-        if len(buf) - rel < LOG_OVERHEAD:
+        if len(buf) - rel < PREFIX_SIZE:
             if rel:
                 return rel
             damaged(SegmentDamage(seg.log_path, pos, -1, "torn batch header"))
-        total = INT32.unpack_from(buf, rel + 8)[0] + LOG_OVERHEAD
-        if total < HEADER_SIZE or pos + rel + total > seg.size:
+        try:
+            total = batch_size_at(buf, rel)
+        except CorruptRecordError as e:
+            why = f"{e} (found by the scrubber)".replace(f"at byte {rel}", f"at byte {pos + rel}")
+            damaged(SegmentDamage(seg.log_path, pos + rel, -1, why))
+        if total < HEADER_SIZE_MIN or pos + rel + total > seg.size:
             why = f"impossible batch length {total - LOG_OVERHEAD}"
             damaged(SegmentDamage(seg.log_path, pos + rel, -1, why))
         if rel + total > len(buf):

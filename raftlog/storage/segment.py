@@ -27,7 +27,16 @@ import os
 from collections.abc import Iterator
 
 from raftlog.errors import CorruptRecordError
-from raftlog.records import HEADER, HEADER_SIZE, INT32, LOG_OVERHEAD, validate_batch
+from raftlog.records import (
+    HEADER_SIZE,
+    HEADER_SIZE_MIN,
+    LOG_OVERHEAD,
+    PREFIX_SIZE,
+    base_offset_at,
+    batch_size_at,
+    unpack_header,
+    validate_batch,
+)
 from raftlog.storage.index import IndexFormatError, SparseIndex
 
 log = logging.getLogger(__name__)
@@ -165,8 +174,12 @@ class LogSegment:
     def _check_index_entry(self, rel: int, pos: int) -> None:
         if pos == 0:
             return
-        head = os.pread(self.fd, HEADER_SIZE, pos)
-        if len(head) < HEADER_SIZE or HEADER.unpack_from(head)[0] != self.base_offset + rel:
+        head = os.pread(self.fd, PREFIX_SIZE, pos)
+        try:
+            found = base_offset_at(head)
+        except CorruptRecordError:
+            found = -1
+        if found != self.base_offset + rel:
             raise IndexFormatError(
                 f"last index entry ({rel}, {pos}) does not point at a batch with offset "
                 f"{self.base_offset + rel}"
@@ -209,7 +222,7 @@ class LogSegment:
             expected = base_offset + last_delta + 1
         self.next_offset = expected
         if self.first_batch_timestamp == NO_TIMESTAMP and self.size:
-            self.first_batch_timestamp = HEADER.unpack_from(os.pread(self.fd, HEADER_SIZE, 0))[8]
+            self.first_batch_timestamp = unpack_header(os.pread(self.fd, HEADER_SIZE, 0))[8]
 
     def check(self) -> tuple[int, str]:
         """Check every batch and rebuild the indices in memory; change no file.
@@ -233,11 +246,15 @@ class LogSegment:
             rel = pos - buf_at
             if rel + HEADER_SIZE > len(buf):
                 buf, buf_at, rel = os.pread(self.fd, RECOVERY_CHUNK_BYTES, pos), pos, 0
-            if len(buf) - rel < LOG_OVERHEAD:
+            if len(buf) - rel < PREFIX_SIZE:
                 reason = f"torn batch header ({len(buf) - rel} bytes)"
                 break
-            total = INT32.unpack_from(buf, rel + 8)[0] + LOG_OVERHEAD
-            if total < HEADER_SIZE or pos + total > file_size:
+            try:
+                total = batch_size_at(buf, rel)
+            except CorruptRecordError as e:
+                reason = str(e).replace(f"at byte {rel}", f"at byte {pos}")
+                break
+            if total < HEADER_SIZE_MIN or pos + total > file_size:
                 reason = (
                     f"impossible batch length {total - LOG_OVERHEAD} "
                     f"({file_size - pos} bytes left in file)"
@@ -307,13 +324,14 @@ class LogSegment:
                 # After a large batch read just the next header; after small ones a window.
                 want = HEADER_SIZE if last_size > SCAN_WINDOW_BYTES else SCAN_WINDOW_BYTES
                 buf, buf_at, rel = os.pread(self.fd, min(want, end - pos), pos), pos, 0
-                if len(buf) < HEADER_SIZE:
-                    raise SegmentDamage(
-                        self.log_path, pos, -1, f"torn batch header ({len(buf)} bytes)"
-                    )
-            h = HEADER.unpack_from(buf, rel)
+            try:
+                h = unpack_header(buf, rel)
+            except CorruptRecordError as e:
+                # A header cut short by the segment's end, or a magic of no known format.
+                why = str(e).replace(f"at byte {rel}", f"at byte {pos}")
+                raise SegmentDamage(self.log_path, pos, -1, why) from None
             size = h[1] + LOG_OVERHEAD
-            if size < HEADER_SIZE or pos + size > end:
+            if size < HEADER_SIZE_MIN or pos + size > end:
                 raise SegmentDamage(
                     self.log_path,
                     pos,
@@ -351,8 +369,10 @@ class LogSegment:
                 break
             best = end
         if best == start:
-            (length,) = INT32.unpack_from(self.read_at(start + 8, 4))
-            return start + int(length) + LOG_OVERHEAD
+            try:
+                return start + batch_size_at(self.read_at(start, PREFIX_SIZE))
+            except CorruptRecordError as e:
+                raise SegmentDamage(self.log_path, start, -1, str(e)) from None
         return best
 
     def read_at(self, position: int, size: int) -> bytes:
@@ -373,7 +393,10 @@ class LogSegment:
         pos = self.position_of(offset)
         if pos >= self.size:
             return self.next_offset
-        new_next = int(HEADER.unpack_from(self.read_at(pos, HEADER_SIZE))[0])
+        try:
+            new_next = base_offset_at(self.read_at(pos, PREFIX_SIZE))
+        except CorruptRecordError as e:
+            raise SegmentDamage(self.log_path, pos, -1, str(e)) from None
         os.ftruncate(self.fd, pos)
         self.size = pos
         self.next_offset = new_next

@@ -31,7 +31,16 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from raftlog.errors import CorruptRecordError
-from raftlog.records import HEADER, HEADER_SIZE, INT32, LOG_OVERHEAD, decode_records, validate_batch
+from raftlog.records import (
+    HEADER_SIZE,
+    HEADER_SIZE_MIN,
+    LOG_OVERHEAD,
+    PREFIX_SIZE,
+    batch_size_at,
+    decode_records,
+    unpack_header,
+    validate_batch,
+)
 from raftlog.storage.checkpoint import CheckpointError, OffsetCheckpoint
 from raftlog.storage.epoch_cache import LeaderEpochCache
 from raftlog.storage.index import IndexFormatError, SparseIndex
@@ -65,7 +74,7 @@ class Findings:
 class ScannedBatch:
     position: int
     size: int
-    header: tuple[int, ...]  # raw HEADER fields
+    header: tuple[int, ...]  # raw header fields (BatchHeader's order), () if unreadable
     error: str | None  # None when the batch is valid
     data: bytes  # the batch bytes (empty when the length itself was impossible)
 
@@ -95,17 +104,22 @@ def scan_segment(log_path: str) -> Iterator[ScannedBatch]:
         while pos < file_size:
             f.seek(pos)
             head = f.read(HEADER_SIZE)
-            if len(head) < LOG_OVERHEAD:
+            if len(head) < PREFIX_SIZE:
                 yield ScannedBatch(
                     pos, len(head), (), f"torn batch header ({len(head)} bytes)", b""
                 )
                 return
-            total = INT32.unpack_from(head, 8)[0] + LOG_OVERHEAD
-            if total < HEADER_SIZE or pos + total > file_size:
+            try:
+                total = batch_size_at(head)
+            except CorruptRecordError as e:
+                why = str(e).replace("at byte 0", f"at byte {pos}")
+                yield ScannedBatch(pos, file_size - pos, (), why, b"")
+                return
+            if total < HEADER_SIZE_MIN or pos + total > file_size:
                 yield ScannedBatch(
                     pos,
                     file_size - pos,
-                    HEADER.unpack_from(head) if len(head) == HEADER_SIZE else (),
+                    _header_or_none(head),
                     f"impossible batch length {total - LOG_OVERHEAD} "
                     f"({file_size - pos} bytes left in file)",
                     b"",
@@ -118,10 +132,18 @@ def scan_segment(log_path: str) -> Iterator[ScannedBatch]:
                 error = None
             except CorruptRecordError as e:
                 error = str(e).replace("at byte 0", f"at byte {pos}")
-            yield ScannedBatch(pos, total, HEADER.unpack_from(data), error, data)
+            yield ScannedBatch(pos, total, _header_or_none(data), error, data)
             if error:
                 return
             pos += total
+
+
+def _header_or_none(data: bytes) -> tuple[int, ...]:
+    """The raw header fields at the start of `data`, or () where they are not all there."""
+    try:
+        return unpack_header(data)
+    except CorruptRecordError:
+        return ()
 
 
 def recovery_point_of(path: str) -> int | None:
@@ -324,7 +346,7 @@ def dump(path: str, out: TextIO, records: bool = False) -> int:
                 f"partitionLeaderEpoch: {h[2]} magic: {h[3]} position: {b.position} "
                 f"size: {b.size} firstTimestamp: {h[7]} maxTimestamp: {h[8]} "
                 f"producerId: {h[9]} producerEpoch: {h[10]} baseSequence: {h[11]} "
-                f"checksum: {h[4]:#018x} valid: {b.error is None}\n"
+                f"checksum: {h[4]:#0{18 if h[3] == 1 else 10}x} valid: {b.error is None}\n"
             )
             if b.error:
                 out.write(f"  INVALID: {b.error}\n")

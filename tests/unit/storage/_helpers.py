@@ -67,9 +67,11 @@ class FakeClock:
 
 
 def stamped(raw: bytes, base_offset: int, epoch: int) -> bytes:
-    """The bytes a leader writes for `raw` at `base_offset` in `epoch` (see records.stamp)."""
-    (batch_length,) = struct.unpack_from("<i", raw, 8)
-    return stamp(base_offset, batch_length, epoch) + raw[16:]
+    """The bytes a leader writes for `raw` (either format) at `base_offset` in `epoch` (see
+    records.stamp)."""
+    magic = raw[16]
+    (batch_length,) = struct.unpack_from("<i" if magic == 1 else ">i", raw, 8)
+    return stamp(base_offset, batch_length, epoch, magic) + raw[16:]
 
 
 def batch_of(n: int, value_bytes: int = 20, timestamp: int = 0, key: bytes = b"k") -> bytes:
