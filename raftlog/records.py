@@ -1,9 +1,17 @@
-"""The record batch: the one byte layout raftlog uses on disk and on the wire.
+"""raftlog's own record batch (magic 1), and the functions that read either batch format.
 
 A producer encodes many records into one batch; the broker checks the batch checksum, stamps the
 base offset and leader epoch into the header and appends the bytes unchanged; a fetch sends the
 same bytes back; only the consumer decodes individual records. So the broker's cost is per batch,
 never per record.
+
+Two formats live side by side in a log, told apart by the magic byte at 16 (record_types.py):
+this module's (magic 1) and Kafka's record batch v2 (magic 2, records_v2.py), stored as Kafka's
+clients send it. `validate_batch`, `read_header`, `unpack_header`, `batch_size_at`,
+`base_offset_at`, `stamp`, `decode_records` and `decode_records_as` take either and dispatch on
+that byte, so storage and readers never unpack a header with one format's struct directly;
+`convert_v1_to_v2` turns one of this module's batches into v2 for a Kafka client, and
+`convert_to_v2` every one in a log read's bytes.
 
 All integers are little-endian (the native order of the machines we run on) and fixed width,
 because Python decodes fixed-width fields with one `struct` call where varints need a loop.
@@ -79,7 +87,13 @@ from raftlog.record_types import MAGIC_AT as MAGIC_AT
 from raftlog.record_types import PREFIX_SIZE as PREFIX_SIZE
 from raftlog.record_types import BatchHeader as BatchHeader
 from raftlog.record_types import Record as Record
-from raftlog.records_v2 import HEADER_V2, HEADER_V2_SIZE, validate_batch_v2
+from raftlog.records_v2 import (
+    HEADER_V2,
+    HEADER_V2_SIZE,
+    decode_records_v2,
+    encode_batch_v2,
+    validate_batch_v2,
+)
 from raftlog.records_v2 import MAGIC_V2 as MAGIC_V2
 from raftlog.records_v2 import STAMP_V2 as STAMP_V2
 
@@ -543,12 +557,15 @@ def validate_batch(
         end = len(buf)
     avail = end - pos
     if avail < HEADER_SIZE or buf[pos + MAGIC_AT] != MAGIC:
-        if avail > MAGIC_AT and buf[pos + MAGIC_AT] == MAGIC_V2:
-            return validate_batch_v2(buf, pos, end, checksum)
-        if avail < HEADER_SIZE:
-            raise CorruptRecordError(
-                f"truncated batch at byte {pos}: {avail} bytes, a header needs {HEADER_SIZE}"
-            )
+        if avail > MAGIC_AT:
+            other = buf[pos + MAGIC_AT]
+            if other == MAGIC_V2:
+                return validate_batch_v2(buf, pos, end, checksum)
+            if other != MAGIC:
+                raise CorruptRecordError(f"unknown magic {other} in batch at byte {pos}")
+        raise CorruptRecordError(
+            f"truncated batch at byte {pos}: {avail} bytes, a header needs {HEADER_SIZE}"
+        )
     (
         base_offset,
         batch_length,
@@ -569,8 +586,6 @@ def validate_batch(
         raise CorruptRecordError(
             f"impossible batch length {batch_length} at byte {pos} ({avail} bytes available)"
         )
-    if magic != MAGIC:
-        raise CorruptRecordError(f"unknown magic {magic} in batch at byte {pos}")
     if count < 1 or last_delta != count - 1:
         raise CorruptRecordError(
             f"record count {count} does not match last offset delta {last_delta} "
@@ -655,12 +670,15 @@ def iter_batches(
 def decode_records(
     buf: bytes | bytearray | memoryview, pos: int = 0, header: BatchHeader | None = None
 ) -> list[Record]:
-    """Decode the records of the (already validated) batch at `pos`.
+    """Decode the records of the (already validated) batch at `pos`, of either format (a v2
+    batch by records_v2's `decode_records_v2`, decompressed if need be).
 
     Raises CorruptRecordError when a record's inner lengths do not fit its body.
     """
     if header is None:
         header = read_header(buf, pos)
+    if header.magic == MAGIC_V2:
+        return decode_records_v2(buf, pos, header)
     out = _decode_fast(buf, pos, header, None)
     return out if out is not None else _decode_checked(buf, pos, header)
 
@@ -680,6 +698,8 @@ def decode_records_as(
 ) -> list[_T]:
     """Like `decode_records`, but builds `cls(topic, partition, offset, timestamp, key, value,
     headers)` for each record directly (a consumer's record type), with the same checks."""
+    if header.magic == MAGIC_V2:
+        return decode_records_v2(buf, pos, header, (cls, topic, partition))
     out = _decode_fast(buf, pos, header, (cls, topic, partition))
     if out is None:
         new = tuple.__new__
@@ -945,3 +965,52 @@ def iter_records(buf: bytes | bytearray | memoryview, validate: bool = True) -> 
     """Yield every record of every whole batch in `buf`, in offset order."""
     for pos, header in iter_batches(buf, validate):
         yield from decode_records(buf, pos, header)
+
+
+def convert_v1_to_v2(
+    buf: bytes | bytearray | memoryview, pos: int = 0, end: int | None = None
+) -> bytes:
+    """The raftlog batch (magic 1) at `pos` as an equivalent Kafka v2 batch: the same base
+    offset, leader epoch, producer id, epoch and base sequence, and every record with its
+    offset, timestamp, key, value and headers; uncompressed, like the original. For a Kafka
+    client fetching what raftlog's own producer wrote. The batch is validated first (a fetch
+    serves stored bytes unchecked, and a conversion must not turn damage into a valid CRC)."""
+    h = validate_batch(buf, pos, end)
+    if h.magic != MAGIC:
+        raise InvariantError(f"convert_v1_to_v2 got a batch of magic {h.magic}")
+    return encode_batch_v2(
+        _decode_fast(buf, pos, h, None) or _decode_checked(buf, pos, h),
+        base_offset=h.base_offset,
+        partition_leader_epoch=h.partition_leader_epoch,
+        producer_id=h.producer_id,
+        producer_epoch=h.producer_epoch,
+        base_sequence=h.base_sequence,
+    )
+
+
+def convert_to_v2(buf: bytes) -> bytes:
+    """The batches of `buf` (whole batches as a log read returns them, of either format) with
+    every raftlog batch converted to v2 (`convert_v1_to_v2`) and v2 batches as they are: what
+    a Kafka client fetches. `buf` itself when it holds no raftlog batch (no copy). A partial
+    batch at the end (a read may end inside one) is left out when it is raftlog's (it cannot be
+    converted) and kept when it is v2 (Kafka's clients skip a partial last batch)."""
+    pos, end = 0, len(buf)
+    parts: list[bytes] | None = None
+    kept = 0  # start of the bytes not yet copied into `parts`
+    while end - pos >= PREFIX_SIZE:
+        size = batch_size_at(buf, pos)
+        if buf[pos + MAGIC_AT] == MAGIC:
+            if parts is None:
+                parts = []
+            parts.append(buf[kept:pos])
+            if size < HEADER_SIZE or pos + size > end:
+                return b"".join(parts)  # a partial raftlog batch: left out
+            parts.append(convert_v1_to_v2(buf, pos, pos + size))
+            kept = pos + size
+        if size < HEADER_SIZE_MIN:
+            raise CorruptRecordError(f"impossible batch length {size - LOG_OVERHEAD} at byte {pos}")
+        pos += size
+    if parts is None:
+        return buf
+    parts.append(buf[kept:])
+    return b"".join(parts)

@@ -53,10 +53,11 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from typing import Any
 
 import google_crc32c
 
-from raftlog.compression import compress
+from raftlog.compression import DECOMPRESSED_BYTES_MAX, compress, decompress
 from raftlog.errors import CorruptRecordError
 from raftlog.invariants import InvariantError
 from raftlog.record_types import LOG_OVERHEAD, BatchHeader, Record
@@ -248,3 +249,293 @@ def encode_batch_v2(
         base_offset, CRC_FROM + len(tail) - LOG_OVERHEAD, partition_leader_epoch, MAGIC_V2, crc
     )
     return head + tail
+
+
+# -- decoding ----------------------------------------------------------------------------------
+
+# A one-byte varint's value, by the byte (< 0x80): the zigzag decoding looked up.
+_ZIGZAG_BYTE = tuple((b >> 1) ^ -(b & 1) for b in range(128))
+# Bytes a varint may take: 5 for an int32, 10 for an int64 (Kafka refuses longer ones).
+_VARINT_BYTES_MAX = 5
+_VARLONG_BYTES_MAX = 10
+
+# The record tuple a consumer builds: (its NamedTuple class, topic, partition); see
+# records.decode_records_as.
+Layout = tuple[type, str, int]
+
+
+def _long_varint(data: bytes, p: int, limit: int) -> tuple[int, int]:
+    """The zigzag varint at `p` of more than one byte, and the position after it; a varint
+    longer than `limit` bytes raises CorruptRecordError, one cut short IndexError."""
+    z = shift = 0
+    for i in range(limit):
+        b = data[p + i]
+        z |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (z >> 1) ^ -(z & 1), p + i + 1
+        shift += 7
+    raise CorruptRecordError(f"varint longer than {limit} bytes at byte {p} of a record stream")
+
+
+def read_varint(data: bytes, p: int) -> tuple[int, int]:
+    """The zigzag varint at `p` of `data` and the position after it."""
+    b = data[p]
+    if b < 0x80:
+        return _ZIGZAG_BYTE[b], p + 1
+    return _long_varint(data, p, _VARINT_BYTES_MAX)
+
+
+def decode_records_v2(
+    buf: bytes | bytearray | memoryview,
+    pos: int = 0,
+    header: BatchHeader | None = None,
+    layout: Layout | None = None,
+    max_bytes: int = DECOMPRESSED_BYTES_MAX,
+) -> list[Any]:
+    """Decode the records of the (already validated) v2 batch at `pos`: `Record`s, or with
+    `layout` = (cls, topic, partition) `cls(topic, partition, offset, timestamp, key, value,
+    headers)` tuples. Offsets are base_offset + offset_delta, timestamps base_timestamp +
+    timestamp_delta (or max_timestamp for every record when the batch's timestamp type is
+    log append time, as Kafka reads it). A compressed batch is decompressed first, to at most
+    `max_bytes`.
+
+    Raises CorruptRecordError when the records do not fit the stream or their count."""
+    if header is None:
+        header = BatchHeader._make(HEADER_V2.unpack_from(buf, pos))
+    start, end = pos + HEADER_V2_SIZE, pos + header.batch_length + LOG_OVERHEAD
+    data = bytes(memoryview(buf)[start:end]) if type(buf) is not bytes else buf[start:end]
+    codec = header.attributes & COMPRESSION_MASK
+    if codec:
+        data = decompress(codec, data, max_bytes)
+    log_append_time = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_BIT else None
+    try:
+        out, p = _decode_stream(data, header, layout, log_append_time)
+    except (IndexError, UnicodeDecodeError) as e:
+        raise CorruptRecordError(
+            f"v2 batch at byte {pos} (offset {header.base_offset}): records malformed or cut "
+            f"short ({e})"
+        ) from None
+    if p != len(data):
+        raise CorruptRecordError(
+            f"v2 batch at byte {pos} (offset {header.base_offset}): {len(data) - p} bytes "
+            f"left after its {header.record_count} records"
+        )
+    return out
+
+
+def _decode_stream(
+    data: bytes, header: BatchHeader, layout: Layout | None, log_append_time: int | None
+) -> tuple[list[Any], int]:
+    """The records of an uncompressed record stream and the position after the last one.
+
+    Records come in runs of one shape (same-sized events: one length, null key, no headers,
+    varints of the same widths): where the next record starts like this one, the run is
+    measured with byte-column checks in C (`_run_length`) and read by one Struct's
+    iter_unpack, no varint parsed in Python. Other records are parsed one at a time, one-byte
+    varints (most lengths, deltas and counts) looked up in a table."""
+    zz = _ZIGZAG_BYTE
+    long_varint = _long_varint
+    new = tuple.__new__
+    base_offset, base_ts = header.base_offset, header.first_timestamp
+    out: list[Any] = []
+    append = out.append
+    no_headers: tuple[tuple[str, bytes | None], ...] = ()
+    if layout is not None:
+        cls, topic, partition = layout
+    count = header.record_count
+    view = memoryview(data)
+    p = i = 0
+    while i < count:
+        b = data[p]
+        if b < 0x80:
+            length, lv = zz[b], 1
+        else:
+            length, q = long_varint(data, p, _VARINT_BYTES_MAX)
+            lv = q - p
+        size = lv + length
+        if (
+            count - i > 1
+            and log_append_time is None
+            and data[p + size : p + size + lv] == data[p : p + lv]
+        ):
+            run = _plain_run(data, p, size, count - i)
+            if run is not None:
+                k, st, ts_table, offset_table = run
+                if layout is None:
+                    for t, o, value in st.iter_unpack(view[p : p + k * size]):
+                        append(
+                            new(
+                                Record,
+                                (None, value, no_headers, base_ts + ts_table[t],
+                                 base_offset + offset_table[o]),
+                            )
+                        )  # fmt: skip
+                else:
+                    for t, o, value in st.iter_unpack(view[p : p + k * size]):
+                        append(
+                            new(
+                                cls,
+                                (topic, partition, base_offset + offset_table[o],
+                                 base_ts + ts_table[t], None, value, no_headers),
+                            )
+                        )  # fmt: skip
+                p += k * size
+                i += k
+                continue
+        p += lv
+        end = p + length
+        b = data[p + 1]  # after the attributes byte
+        if b < 0x80:
+            ts_delta, p = zz[b], p + 2
+        else:
+            ts_delta, p = long_varint(data, p + 1, _VARLONG_BYTES_MAX)
+        b = data[p]
+        if b < 0x80:
+            offset_delta, p = zz[b], p + 1
+        else:
+            offset_delta, p = long_varint(data, p, _VARINT_BYTES_MAX)
+        if data[p] == 1:  # -1: a null key
+            key, p = None, p + 1
+        else:
+            key, p = _sized(data, p, end, "key")
+        if data[p] == 1:
+            value, p = None, p + 1
+        else:
+            value, p = _sized(data, p, end, "value")
+        if data[p] == 0:
+            headers, p = no_headers, p + 1
+        else:
+            headers, p = _decode_headers(data, p, end)
+        if p != end:
+            raise CorruptRecordError(
+                f"record at offset delta {offset_delta}: fields take {p - end + length} bytes, "
+                f"its length says {length}"
+            )
+        ts = base_ts + ts_delta if log_append_time is None else log_append_time
+        if layout is None:
+            append(new(Record, (key, value, headers, ts, base_offset + offset_delta)))
+        else:
+            append(
+                new(cls, (topic, partition, base_offset + offset_delta, ts, key, value, headers))
+            )
+        i += 1
+    return out, p
+
+
+def _sized(data: bytes, p: int, end: int, what: str) -> tuple[bytes, int]:
+    """The length-prefixed bytes at `p` of a record ending at `end` (not null), and the
+    position after them."""
+    n, p = read_varint(data, p)
+    if n < 0 or p + n > end:
+        raise CorruptRecordError(f"{what} length {n} does not fit its record")
+    return data[p : p + n], p + n
+
+
+# -- the run reader ------------------------------------------------------------------------------
+
+# The shape of a plain record (null key, no headers): widths of its length, timestamp delta,
+# offset delta and value length varints, and its value length. One Struct per shape, cached;
+# bounded, since value lengths come from the network.
+_Shape = tuple[int, int, int, int, int]
+_RUN_STRUCTS: dict[_Shape, struct.Struct] = {}
+_RUN_STRUCTS_MAX = 4096
+# Records a run check looks at, at most: a run that is cut short costs its check, so the
+# check is bounded, not the batch's length (a longer run is read as several).
+_RUN_WINDOW = 1024
+# Byte -> 1 where it is a varint's last byte (< 0x80), 0 where more follow; and the reverse.
+_LAST_BYTE = bytes(int(b < 0x80) for b in range(256))
+_MORE_BYTES = bytes(int(b >= 0x80) for b in range(256))
+_zigzag_2: tuple[int, ...] = ()
+
+
+def _zigzag_2_table() -> tuple[int, ...]:
+    """Two-byte varints' values by the big-endian uint16 of their bytes (a Struct's "H"),
+    built on first use: 32,768 entries of use, ~1.5 MB."""
+    global _zigzag_2
+    if not _zigzag_2:
+        table = [0] * 0x10000
+        for u in range(0x8000, 0x10000):
+            z = ((u >> 8) & 0x7F) | ((u & 0x7F) << 7)
+            table[u] = (z >> 1) ^ -(z & 1)
+        _zigzag_2 = tuple(table)
+    return _zigzag_2
+
+
+def _width(data: bytes, p: int, widest: int) -> int:
+    """The byte width of the varint at `p` if at most `widest`, else 0."""
+    for n in range(widest):
+        if data[p + n] < 0x80:
+            return n + 1
+    return 0
+
+
+def _plain_run(
+    data: bytes, p: int, size: int, left: int
+) -> tuple[int, struct.Struct, tuple[int, ...], tuple[int, ...]] | None:
+    """If the `size`-byte record at `p` is plain (null key, no headers, timestamp and
+    offset deltas of 1 or 2 bytes), the records from `p` on that share its shape: how many
+    (at most `left`), the Struct that reads (timestamp delta, offset delta, value) from each,
+    and the tables that decode those deltas. None if the record is not plain or the run is
+    a single record."""
+    lv = _width(data, p, 3)
+    q = p + lv
+    tv = _width(data, q + 1, 2)
+    ov = _width(data, q + 1 + tv, 2)
+    k = q + 1 + tv + ov  # the key length
+    vlv = _width(data, k + 1, 3)
+    if not (lv and tv and ov and vlv) or data[q] != 0 or data[k] != 1:
+        return None
+    value_length, v = read_varint(data, k + 1)
+    if v + value_length + 1 != p + size or data[p + size - 1] != 0:
+        return None
+    # The run: columns of bytes that every record of the shape has the same, or of varint
+    # bytes that must say "last" or "more" (their values differ from record to record).
+    n = min(left, _RUN_WINDOW, (len(data) - p) // size)
+    end = p + n * size
+    run = n
+    for at in (*range(lv + 1), k - p, *range(k + 1 - p, v - p), size - 1):
+        column = data[p + at : end : size]
+        run = min(run, n - len(column.lstrip(column[:1])))
+    for start, width in ((q + 1 - p, tv), (q + 1 + tv - p, ov)):
+        for j in range(width):
+            column = data[p + start + j : end : size]
+            wrong = column.translate(_MORE_BYTES if j == width - 1 else _LAST_BYTE).find(1)
+            if wrong >= 0:
+                run = min(run, wrong)
+    if run < 2:
+        return None
+    shape = (lv, tv, ov, vlv, value_length)
+    st = _RUN_STRUCTS.get(shape)
+    if st is None:
+        st = struct.Struct(f">{lv + 1}x{'BH'[tv - 1]}{'BH'[ov - 1]}{1 + vlv}x{value_length}sx")
+        if len(_RUN_STRUCTS) < _RUN_STRUCTS_MAX:
+            _RUN_STRUCTS[shape] = st
+    ts_table = _ZIGZAG_BYTE if tv == 1 else _zigzag_2_table()
+    offset_table = _ZIGZAG_BYTE if ov == 1 else _zigzag_2_table()
+    return run, st, ts_table, offset_table
+
+
+def _decode_headers(
+    data: bytes, p: int, end: int
+) -> tuple[tuple[tuple[str, bytes | None], ...], int]:
+    """The headers at `p` of a record ending at `end`, and the position after them."""
+    count, p = read_varint(data, p)
+    # Each header takes at least 2 bytes: a count the record cannot hold is damage, not a
+    # loop of up to 2^31 steps.
+    if not 0 <= count <= (end - p) // 2:
+        raise CorruptRecordError(f"header count {count} does not fit its record")
+    out: list[tuple[str, bytes | None]] = []
+    for _ in range(count):
+        n, p = read_varint(data, p)
+        if n < 0 or p + n > end:
+            raise CorruptRecordError(f"header key length {n} does not fit its record")
+        hkey = data[p : p + n].decode()
+        n, p = read_varint(data, p + n)
+        if n == -1:
+            out.append((hkey, None))
+        elif n >= 0 and p + n <= end:
+            out.append((hkey, data[p : p + n]))
+            p += n
+        else:
+            raise CorruptRecordError(f"header value length {n} does not fit its record")
+    return tuple(out), p
