@@ -1,4 +1,4 @@
-"""The record batch: the one byte layout raftlog uses on disk and on the wire.
+"""raftlog's own record batch (magic 1), and the functions that read either batch format.
 
 A producer encodes many records into one batch; the broker checks the batch checksum, stamps the
 base offset and leader epoch into the header and appends the bytes unchanged; a fetch sends the
@@ -10,7 +10,8 @@ this module's (magic 1) and Kafka's record batch v2 (magic 2, records_v2.py), st
 clients send it. `validate_batch`, `read_header`, `unpack_header`, `batch_size_at`,
 `base_offset_at`, `stamp`, `decode_records` and `decode_records_as` take either and dispatch on
 that byte, so storage and readers never unpack a header with one format's struct directly;
-`convert_v1_to_v2` turns one of this module's batches into v2 for a Kafka client.
+`convert_v1_to_v2` turns one of this module's batches into v2 for a Kafka client, and
+`convert_to_v2` every one in a log read's bytes.
 
 All integers are little-endian (the native order of the machines we run on) and fixed width,
 because Python decodes fixed-width fields with one `struct` call where varints need a loop.
@@ -985,3 +986,31 @@ def convert_v1_to_v2(
         producer_epoch=h.producer_epoch,
         base_sequence=h.base_sequence,
     )
+
+
+def convert_to_v2(buf: bytes) -> bytes:
+    """The batches of `buf` (whole batches as a log read returns them, of either format) with
+    every raftlog batch converted to v2 (`convert_v1_to_v2`) and v2 batches as they are: what
+    a Kafka client fetches. `buf` itself when it holds no raftlog batch (no copy). A partial
+    batch at the end (a read may end inside one) is left out when it is raftlog's (it cannot be
+    converted) and kept when it is v2 (Kafka's clients skip a partial last batch)."""
+    pos, end = 0, len(buf)
+    parts: list[bytes] | None = None
+    kept = 0  # start of the bytes not yet copied into `parts`
+    while end - pos >= PREFIX_SIZE:
+        size = batch_size_at(buf, pos)
+        if buf[pos + MAGIC_AT] == MAGIC:
+            if parts is None:
+                parts = []
+            parts.append(buf[kept:pos])
+            if size < HEADER_SIZE or pos + size > end:
+                return b"".join(parts)  # a partial raftlog batch: left out
+            parts.append(convert_v1_to_v2(buf, pos, pos + size))
+            kept = pos + size
+        if size < HEADER_SIZE_MIN:
+            raise CorruptRecordError(f"impossible batch length {size - LOG_OVERHEAD} at byte {pos}")
+        pos += size
+    if parts is None:
+        return buf
+    parts.append(buf[kept:])
+    return b"".join(parts)

@@ -7,7 +7,8 @@ Rules:
   `ProducerAppend` that the caller commits only once the write succeeded (producer_state.py).
 - Batches are validated without decoding their records (records.py's `validate_batch`), of
   either format: raftlog's own (magic 1) or Kafka's v2 (magic 2), side by side in one log;
-  each is stamped in its own byte order.
+  each is stamped in its own byte order. A leader refuses v2 batches that are transactional
+  or control batches (raftlog has no transactions).
 - Leader (`check_leader_chunks`): each chunk (one Produce request's batches for the partition)
   is checked on its own: a corrupt or oversized chunk gets its error and is left out, so one bad
   producer costs the others nothing. The valid chunks get consecutive offsets in order, and
@@ -41,7 +42,13 @@ from raftlog.records import (
     STAMP_V2,
     validate_batch,
 )
+from raftlog.records_v2 import CONTROL_BIT, TRANSACTIONAL_BIT
 from raftlog.storage.producer_state import ProducerAppend, ProducerState
+
+# Kafka v2 attributes a producer's batch may not carry here: raftlog has no transactions (so
+# no transactional batch could ever be committed or aborted), and control batches (commit and
+# abort markers) come from brokers, never from clients, in Kafka too (INVALID_RECORD).
+_NOT_FROM_PRODUCERS = TRANSACTIONAL_BIT | CONTROL_BIT
 
 # Per chunk: (base offset, last offset, records, batches, bytes, max timestamp) or the chunk's
 # error. The log makes an AppendInfo of each once the write has succeeded.
@@ -111,6 +118,12 @@ def check_leader_chunks(
                     raise RecordTooLargeError(
                         f"{name}: batch of {size} bytes at byte {pos} exceeds "
                         f"max_message_bytes={max_bytes}; nothing appended"
+                    )
+                if h.magic != MAGIC and h.attributes & _NOT_FROM_PRODUCERS:
+                    raise InvalidRequestError(
+                        f"{name}: v2 batch at byte {pos} is transactional or a control batch "
+                        f"(attributes {h.attributes:#06x}): raftlog has no transactions, and "
+                        "control batches are written by brokers only; nothing appended"
                     )
                 if h.producer_id != NO_PRODUCER_ID:
                     if size != n:

@@ -17,6 +17,11 @@ Rules this module keeps:
 - Damage found in the batches is raised as `SegmentDamage` (file, byte, offset) or, by
   `check()`, returned; this module never truncates on its own: the owning log decides whether
   the damage may be cut (a torn tail above the recovery point, `cut()`) or not.
+- Batches are of either format records.py knows, side by side: raftlog's own (magic 1) and
+  Kafka's record batch v2 (magic 2), stored as sent. Headers are read only through records.py's
+  functions that dispatch on the magic byte (`unpack_header`, `batch_size_at`,
+  `base_offset_at`, `validate_batch`), never with one format's struct; the raw header tuples
+  they give have the same fields in the same order for both (record_types.BatchHeader).
 - One writer (the owning PartitionLog). No sockets, no asyncio.
 """
 

@@ -15,6 +15,11 @@ what it found in two lists, each entry naming the file and the byte position or 
 
 `verify(path)` is the problems alone.
 
+A segment may hold batches of both formats (raftlog's, magic 1; Kafka's v2, magic 2): `dump`
+shows each batch's magic, and its checksum as the format has it (xxh3-64 for magic 1, 16 hex
+digits; CRC-32C for magic 2, 8 hex digits). `dump --records` decompresses compressed v2
+batches.
+
 One fault, one problem: after a damaged batch the rest of its segment cannot be read, so the
 index entries past it and the next segment's expected start are unknown; `verify` does not
 report them (they would name the same damage again as an index mismatch and a gap). For a

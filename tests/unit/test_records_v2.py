@@ -21,10 +21,12 @@ from raftlog.errors import CorruptRecordError
 from raftlog.records import (
     BatchHeader,
     Record,
+    convert_to_v2,
     convert_v1_to_v2,
     decode_records,
     decode_records_as,
     encode_batch,
+    iter_batches,
     read_header,
     stamp,
     validate_batch,
@@ -368,3 +370,35 @@ def test_a_long_run_is_read_by_the_run_reader_in_windows() -> None:
     assert [tuple(r)[2:6] for r in out] == [
         (i, 1000 + i % 100, None, b"%05d" % i) for i in range(5000)
     ]
+
+
+def test_convert_to_v2_converts_every_raftlog_batch_of_a_read() -> None:
+    recs = [Record(None, b"v%d" % i, (), 100 + i) for i in range(6)]
+    batches = [
+        encode_batch(recs[:2], base_offset=0),
+        encode_batch_v2(recs[2:3], base_offset=2, compression=3),
+        encode_batch(recs[3:6], base_offset=3, producer_id=9, producer_epoch=1, base_sequence=3),
+    ]
+    read = b"".join(batches)
+    converted = convert_to_v2(read)
+    headers = [h for _, h in iter_batches(converted)]
+    assert [h.magic for h in headers] == [2, 2, 2]
+    assert [h.base_offset for h in headers] == [0, 2, 3]
+    assert headers[2].producer_id == 9
+    assert decode_records(converted, 0) + decode_records(converted, headers[0].size) == [
+        *decode_records(batches[0]),
+        *decode_records(batches[1]),
+    ]
+    kafka_read = [
+        (r.offset, r.value)
+        for pos, h in iter_batches(converted)
+        for r in DefaultRecordBatch(converted[pos : pos + h.size])
+    ]
+    assert kafka_read == [(i, b"v%d" % i) for i in range(6)]
+    # Nothing to convert: the same object back. A partial raftlog batch at the end is left
+    # out (it cannot be converted); a partial v2 batch is kept (Kafka's clients skip it).
+    only_v2 = batches[1] + batches[1]
+    assert convert_to_v2(only_v2) is only_v2
+    assert convert_to_v2(read[:-5]) == converted[: -headers[2].size]
+    partial_v2 = batches[1][:-5]
+    assert convert_to_v2(batches[0] + partial_v2) == converted[: headers[0].size] + partial_v2

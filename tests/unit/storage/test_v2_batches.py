@@ -15,9 +15,14 @@ import struct
 import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from raftlog.errors import CorruptRecordError, LogCorruptedError, OutOfOrderSequenceError
+from raftlog.errors import (
+    CorruptRecordError,
+    InvalidRequestError,
+    LogCorruptedError,
+    OutOfOrderSequenceError,
+)
 from raftlog.records import Record, encode_batch, iter_batches, validate_batch
-from raftlog.records_v2 import encode_batch_v2
+from raftlog.records_v2 import crc32c, encode_batch_v2
 from raftlog.storage import LogConfig, PartitionLog, tools
 from raftlog.storage.segment import segment_name
 
@@ -225,6 +230,8 @@ def test_idempotent_v2_batches_are_deduplicated(tmp_path: str, source: str) -> N
 def test_dump_shows_both_formats(tmp_path: str) -> None:
     path = str(tmp_path / "t-0")
     log, _ = mixed_log(path)
+    end = log.log_end_offset
+    log.append(v2(2, 5000, b"z", compression=3), 3)  # lz4
     log.close()
     out = io.StringIO()
     assert tools.dump(path, out) == 0
@@ -233,6 +240,10 @@ def test_dump_shows_both_formats(tmp_path: str) -> None:
     (line,) = [x for x in text.splitlines() if "baseOffset: 1 " in x]  # the first v2 batch
     (crc,) = struct.unpack_from(">I", v2(2, 1010), 17)
     assert "magic: 2" in line and f"checksum: {crc:#010x}" in line
+    out = io.StringIO()
+    assert tools.dump(path, out, records=True) == 0
+    z = "z" * 30
+    assert f"| offset: {end + 1} timestamp: 5001 key: null value: {z}1\n" in out.getvalue()
 
 
 def test_lookups_by_time_read_both_formats(tmp_path: str) -> None:
@@ -249,3 +260,16 @@ def test_lookups_by_time_read_both_formats(tmp_path: str) -> None:
                 assert log.offset_for_timestamp(1000 + 10 * i + 3) == (3 * i + 3, 1010 + 10 * i)
         assert log.offset_for_timestamp(2000) is None
         assert [r.offset for r in log.read_records(0, 1 << 20)][:9] == list(range(9))
+
+
+@pytest.mark.parametrize("bit", [0x10, 0x20], ids=["transactional", "control"])
+def test_a_leader_refuses_transactional_and_control_batches(tmp_path: str, bit: int) -> None:
+    raw = bytearray(v2(2))
+    raw[22] |= bit  # the low byte of the attributes
+    struct.pack_into(">I", raw, 17, crc32c(bytes(raw[21:])))
+    with PartitionLog.open(str(tmp_path), CONFIG, clock_ms=FakeClock()) as log:
+        (refused, fine) = log.append_chunks([memoryview(raw), memoryview(v2(1))], 0)
+        assert isinstance(refused, InvalidRequestError)
+        assert "no transactions" in str(refused)
+        assert fine.base_offset == 0  # type: ignore[union-attr]
+        assert log.log_end_offset == 1

@@ -1,0 +1,16 @@
+"""Kafka's wire protocol, spoken by raftlog's brokers so that Kafka's own clients can use them.
+
+Rules this package keeps:
+- Pure: encode and decode bytes, nothing else. No sockets, no files, no asyncio, no clock;
+  the broker's connection reads frames and hands them here, then writes what comes back.
+- No imports from `raftlog.broker` (the broker imports this package, never the reverse), and
+  never from kafka-python or any other Kafka library: those are test oracles only.
+- Bad input from the network is a `wire.KafkaDecodeError` (a `RemoteProtocolError`) naming the
+  API, version and field, never an IndexError or struct.error, and never a huge allocation.
+- Record data (a partition's record batches) passes through as memoryview slices of the
+  request frame and as the caller's own parts in responses: this package never reads it.
+
+Modules: `wire` (primitives: Reader and Writer), `errors` (Kafka's error codes and the mapping
+from raftlog's errors), `api` (API keys, supported versions, request and response headers),
+`messages` (one module per API: typed requests and responses at every supported version).
+"""

@@ -1,0 +1,106 @@
+"""Kafka's API keys, versions and headers: the numbers are Kafka's, the header versions follow
+each API's first flexible version, and headers decode as kafka-python writes them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kafka.protocol.old.api_versions import ApiVersionsRequest as KpApiVersionsRequest
+from kafka.protocol.old.metadata import MetadataRequest as KpMetadataRequest
+
+from raftlog.kafka.api import (
+    FIRST_FLEXIBLE,
+    SUPPORTED_VERSIONS,
+    ApiKey,
+    RequestHeader,
+    api_name,
+    decode_request_header,
+    encode_response_header,
+    is_supported,
+    request_header_version,
+    response_header_version,
+)
+from raftlog.kafka.wire import KafkaDecodeError
+
+
+def test_api_keys_are_kafkas_numbers() -> None:
+    assert ApiKey.PRODUCE == 0 and ApiKey.FETCH == 1 and ApiKey.LIST_OFFSETS == 2
+    assert ApiKey.METADATA == 3 and ApiKey.OFFSET_COMMIT == 8 and ApiKey.OFFSET_FETCH == 9
+    assert ApiKey.FIND_COORDINATOR == 10 and ApiKey.JOIN_GROUP == 11 and ApiKey.HEARTBEAT == 12
+    assert ApiKey.LEAVE_GROUP == 13 and ApiKey.SYNC_GROUP == 14 and ApiKey.DESCRIBE_GROUPS == 15
+    assert ApiKey.LIST_GROUPS == 16 and ApiKey.API_VERSIONS == 18
+    assert ApiKey.CREATE_TOPICS == 19 and ApiKey.DELETE_TOPICS == 20
+    assert ApiKey.INIT_PRODUCER_ID == 22 and ApiKey.OFFSET_FOR_LEADER_EPOCH == 23
+    assert ApiKey.DESCRIBE_CONFIGS == 32 and ApiKey.DELETE_GROUPS == 42
+    assert ApiKey.DESCRIBE_CLUSTER == 60
+    assert api_name(ApiKey.OFFSET_FOR_LEADER_EPOCH) == "OffsetForLeaderEpoch"
+    assert api_name(1000) == "api key 1000"
+
+
+def test_supported_versions_are_below_the_first_flexible_except_api_versions_3() -> None:
+    assert SUPPORTED_VERSIONS == {
+        ApiKey.API_VERSIONS: (0, 3),
+        ApiKey.METADATA: (0, 8),
+        ApiKey.PRODUCE: (3, 8),
+        ApiKey.FETCH: (4, 11),
+        ApiKey.LIST_OFFSETS: (1, 5),
+        ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 3),
+        ApiKey.INIT_PRODUCER_ID: (0, 1),
+        ApiKey.CREATE_TOPICS: (0, 4),
+        ApiKey.DELETE_TOPICS: (0, 3),
+        ApiKey.DESCRIBE_CONFIGS: (0, 2),
+    }
+    for key, (_, top) in SUPPORTED_VERSIONS.items():
+        if key != ApiKey.API_VERSIONS:
+            assert top < FIRST_FLEXIBLE[key], key
+    assert FIRST_FLEXIBLE[ApiKey.API_VERSIONS] == 3
+    assert is_supported(ApiKey.PRODUCE, 3) and not is_supported(ApiKey.PRODUCE, 2)
+    assert not is_supported(1000, 0)
+
+
+@pytest.mark.parametrize(
+    ("api_key", "version", "request_v", "response_v"),
+    [
+        (ApiKey.PRODUCE, 8, 1, 0),
+        (ApiKey.PRODUCE, 9, 2, 1),
+        (ApiKey.FETCH, 12, 2, 1),
+        (ApiKey.API_VERSIONS, 2, 1, 0),
+        (ApiKey.API_VERSIONS, 3, 2, 0),
+        (ApiKey.API_VERSIONS, 4, 2, 0),
+        (ApiKey.SASL_HANDSHAKE, 1, 1, 0),
+        (1000, 5, 1, 0),
+    ],
+)
+def test_header_versions(api_key: int, version: int, request_v: int, response_v: int) -> None:
+    assert request_header_version(api_key, version) == request_v
+    assert response_header_version(api_key, version) == response_v
+
+
+@pytest.mark.parametrize(
+    ("request_", "client_id"),
+    [
+        (KpMetadataRequest[1](topics=["a"]), "client-1"),
+        (KpMetadataRequest[0](topics=[]), None),
+        (KpApiVersionsRequest[3](client_software_name="n", client_software_version="v"), "c"),
+    ],
+)
+def test_headers_decode_as_kafka_python_writes_them(request_: Any, client_id: str | None) -> None:
+    # kafka-python's hand-written classes: header v1, and v2 (tagged fields) for ApiVersions v3.
+    request_.with_header(correlation_id=77, client_id=client_id)
+    data = request_.encode(header=True)
+    header, pos = decode_request_header(memoryview(data))
+    assert header == RequestHeader(request_.API_KEY, request_.API_VERSION, 77, client_id)
+    assert data[pos:] == request_.encode()
+
+
+def test_a_short_header_is_a_decode_error() -> None:
+    with pytest.raises(KafkaDecodeError, match="request header: client_id"):
+        decode_request_header(memoryview(b"\x00\x03\x00\x01\x00\x00\x00\x07\x00\x09ab"))
+    with pytest.raises(KafkaDecodeError, match="request header: correlation_id"):
+        decode_request_header(memoryview(b"\x00\x03\x00\x01\x00"))
+
+
+def test_response_headers() -> None:
+    assert encode_response_header(5, 0) == b"\x00\x00\x00\x05"
+    assert encode_response_header(-2, 1) == b"\xff\xff\xff\xfe\x00"
