@@ -10,7 +10,9 @@ outstanding per broker. One result object per batch completes all of its records
 
 Where each rule lives:
 - the options and their checks: `ProducerConfig` (client/producer_config.py);
-- records into batches, partition choice (KIP-794's sticky partitioner), batch_size, the
+- records into batches, partition choice (a key's hash, xxhash or Kafka's murmur2, and KIP-794's
+  sticky partitioner: client/partitioner.py), the batch format (raftlog's own, or compressed
+  Kafka v2 with `compression_type`: client/compressed.py), batch_size, the
   buffer_memory bound, the checks of a record's fields before it is queued, and which batches
   are ready: the accumulator (client/accumulator.py);
 - delivery (retries with KIP-580's backoff, delivery timeouts, the errors a batch fails
