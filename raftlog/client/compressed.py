@@ -15,7 +15,9 @@ the sender use (`append`, `append_value`, `append_values`, `sealed_one`, `seal`,
   producer keeps in memory until the batch is sealed. The bytes sent are fewer; the sender
   releases `size_bytes` from the buffer, not the bytes it sent, so the count stays exact.
   (Kafka's producer estimates the compressed size instead; an uncompressed bound is simpler
-  and never makes a batch too big for the broker.)
+  and never makes a batch too big for the broker.) The sender checks a batch against the
+  broker's request limit by `size_bytes` too, before it is built: a record is refused for its
+  uncompressed size, as Kafka's producer checks `max.request.size`.
 - Records are kept as tuples until `seal` (or the first `build_parts`) encodes and compresses
   them once; a retried batch is sent from those bytes again, never recompressed.
 - `build_parts` returns the batch as its first 21 bytes (up to and with the CRC) and the rest

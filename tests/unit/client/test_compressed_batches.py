@@ -12,6 +12,8 @@ from collections.abc import Iterator
 import cramjam
 import kafka.codec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from raftlog.client.accumulator import Accumulator
@@ -246,3 +248,30 @@ def test_a_producer_without_compression_builds_raftlogs_own_batches() -> None:
         assert acc.append("t", b"v", b"k", None, None, T0, False) is not None
         [(_size, data)] = list(queued_bytes(acc))
         assert validate_batch(data).magic == 1
+
+
+RANDOM_RECORDS = st.lists(
+    st.tuples(
+        st.none() | st.binary(max_size=40),
+        st.none() | st.binary(max_size=300),
+        st.lists(st.tuples(st.text(max_size=10), st.none() | st.binary(max_size=20)), max_size=3),
+        st.integers(0, 2**42),
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+@given(records=RANDOM_RECORDS, codec=st.sampled_from([1, 2, 3, 4]), start=st.integers(0, 45))
+@settings(max_examples=150, deadline=None)
+def test_any_records_survive_our_compressed_batch_both_ways(
+    records: list,
+    codec: int,
+    start: int,  # type: ignore[type-arg]
+) -> None:
+    head, tail = our_batch(codec, records).seal()
+    data = head + tail
+    want = expected(0, records)
+    assert consumed(data, start) == want[start:]
+    got = [(r.key, r.value, r.headers, r.timestamp) for r in DefaultRecordBatch(data)]
+    assert got == [(k, v, hs, ts) for k, v, hs, ts in records]
