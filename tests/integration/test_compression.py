@@ -4,14 +4,17 @@ offsets, keys, values, headers and timestamps intact, next to raftlog's own batc
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from raftlog.client import Admin, Producer
 from raftlog.client.fetched import ConsumerRecord
+from raftlog.client.partitioner import murmur2_partitioner
 from raftlog.client.producer_config import COMPRESSION_TYPES
 from raftlog.client.reader import RangeReader
 from raftlog.topics import TopicPartition
-from tests.integration._support import BrokerProcess, consume_exactly
+from tests.integration._support import BrokerProcess, consume_exactly, run_cli
 
 PARTITIONS = 2
 T0 = 1_764_000_000_000
@@ -67,3 +70,29 @@ def test_each_codec_round_trips_through_a_node(
                     assert (rec.key, rec.value, rec.headers, rec.timestamp) == sent[(p, rec.offset)]
                     read += 1
     assert read == len(sent)
+
+
+def test_raftlog_produce_compresses_and_places_keys_by_murmur2(
+    module_broker: BrokerProcess,
+) -> None:
+    """`raftlog produce --compression-type zstd --partitioner murmur2`: keys land where Kafka's
+    Java client puts them, and `raftlog consume` prints every record back."""
+    b = ("--bootstrap-server", module_broker.bootstrap)
+    with Admin(module_broker.bootstrap) as admin:
+        admin.create_topic("cli-zstd", 6)
+    lines = [f"user-{i % 9}:click {i}" for i in range(60)]
+    res = run_cli(
+        "produce", "cli-zstd", "--key-separator", ":", "--compression-type", "zstd",
+        "--partitioner", "murmur2", *b, input=("\n".join(lines) + "\n").encode(),
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    res = run_cli(
+        "consume", "cli-zstd", "--from-beginning", "--max-messages", "60", "--format", "json", *b
+    )
+    assert res.returncode == 0, res.stderr
+    got = [json.loads(line) for line in res.stdout.splitlines()]
+    assert sorted(r["value"] for r in got) == sorted(line.split(":")[1] for line in lines)
+    for r in got:
+        assert r["partition"] == murmur2_partitioner(r["key"].encode(), 6), r
+    res = run_cli("produce", "cli-zstd", "--compression-type", "brotli", *b, input=b"x\n")
+    assert res.returncode != 0 and "brotli" in res.stderr
