@@ -29,7 +29,10 @@ the sender use (`append`, `append_value`, `append_values`, `sealed_one`, `seal`,
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from bisect import bisect_right
+from collections.abc import Iterator, Sequence
+from itertools import accumulate, repeat
+from typing import overload
 
 from raftlog.invariants import InvariantError
 from raftlog.records import (
@@ -51,6 +54,7 @@ Headers = Sequence[tuple[str, bytes | None]]
 _PRODUCER_FIELDS_V2 = struct.Struct(">qhi")
 _PRODUCER_AT_IN_TAIL_V2 = 43 - CRC_FROM
 _CRC = struct.Struct(">I")
+_new_tuple = tuple.__new__
 # Timestamp type 0: CreateTime, the producer's clock (as raftlog's own batches).
 _CREATE_TIME = 0
 
@@ -65,22 +69,40 @@ def _record_bytes(key: bytes | None, value: bytes | None, headers: Headers) -> i
 
 class CompressedBatchBuilder:
     """Records into one Kafka record batch v2 compressed with `codec` (1 gzip, 2 snappy, 3 lz4,
-    4 zstd); see the module docstring. Invariant: `_records` is None once sealed, and `_built`
-    is set then."""
+    4 zstd); see the module docstring.
 
-    __slots__ = ("_built", "_codec", "_count", "_records", "size_bytes")
+    Records are kept as four columns (keys, values, headers, timestamps), not a tuple each:
+    a run of values is appended by C-level list extends, and the record tuples the encoder
+    reads are made one at a time while it reads them (`_Columns`), so none is kept: in
+    CPython a long-lived tuple per record cost more than the rest of `send_many`'s work.
+    Invariant: the four columns have one length; `_built` is set and the columns are None
+    once sealed."""
+
+    __slots__ = (
+        "_built",
+        "_codec",
+        "_count",
+        "_headers",
+        "_keys",
+        "_timestamps",
+        "_values",
+        "size_bytes",
+    )
 
     def __init__(self, codec: int):
         if not 1 <= codec <= 4:
             raise InvariantError(f"compression codec {codec}: must be 1-4")
         self._codec = codec
-        self._records: list[Record] | None = []
+        self._keys: list[bytes | None] | None = []
+        self._values: list[bytes | None] = []
+        self._headers: list[tuple[tuple[str, bytes | None], ...]] = []
+        self._timestamps: list[int] = []
         self._built: tuple[bytes, bytes] | None = None
         self._count = 0
         self.size_bytes = HEADER_SIZE
 
     def __len__(self) -> int:
-        return self._count if self._records is None else len(self._records)
+        return self._count if self._keys is None else len(self._keys)
 
     @classmethod
     def sealed_one(
@@ -97,27 +119,33 @@ class CompressedBatchBuilder:
         self.seal()
         return self
 
-    def _open(self) -> list[Record]:
-        records = self._records
-        if records is None:
+    def _open(self) -> list[bytes | None]:
+        keys = self._keys
+        if keys is None:
             raise InvariantError("a sealed batch takes no more records")
-        return records
+        return keys
 
     def append(
         self, key: bytes | None, value: bytes | None, timestamp: int, headers: Headers = ()
     ) -> int:
         """Add a record; returns its offset delta within the batch."""
-        records = self._open()
-        records.append(Record(key, value, tuple(headers), timestamp))
+        keys = self._open()
+        keys.append(key)
+        self._values.append(value)
+        self._headers.append(tuple(headers))
+        self._timestamps.append(timestamp)
         self.size_bytes += _record_bytes(key, value, headers)
-        return len(records) - 1
+        return len(keys) - 1
 
     def append_value(self, value: bytes, timestamp: int) -> int:
         """`append(None, value, timestamp)`: the producer's hot path."""
-        records = self._open()
-        records.append(Record(None, value, (), timestamp))
+        keys = self._open()
+        keys.append(None)
+        self._values.append(value)
+        self._headers.append(())
+        self._timestamps.append(timestamp)
         self.size_bytes += 4 + RECORD_MIN_SIZE + len(value)
-        return len(records) - 1
+        return len(keys) - 1
 
     def append_values(
         self, values: Sequence[bytes], timestamp: int, start: int, size_bytes_max: int
@@ -125,29 +153,36 @@ class CompressedBatchBuilder:
         """Append `values[start:]` (no key, no headers, one timestamp) while `size_bytes`
         stays within `size_bytes_max`, at least one record into an empty batch; returns the
         index of the first value not appended (BatchBuilder.append_values' contract)."""
-        records = self._open()
-        size = self.size_bytes
-        i, end = start, len(values)
-        while i < end:
-            added = 4 + RECORD_MIN_SIZE + len(values[i])
-            if size + added > size_bytes_max and records:
-                break
-            records.append(Record(None, values[i], (), timestamp))
-            size += added
-            i += 1
-        self.size_bytes = size
-        return i
+        keys = self._open()
+        fixed = 4 + RECORD_MIN_SIZE  # what a record adds besides its value
+        room = size_bytes_max - self.size_bytes
+        # At most room // fixed records can fit: look no further (a long send_many would
+        # otherwise sum its whole remainder for every batch).
+        chunk = values[start : start + max(room // fixed, 1)]
+        # The first n records fit while totals[n - 1] + fixed * n <= room, which grows with n:
+        # a bisection finds n over C-level sums, with no Python step per record.
+        totals = list(accumulate(map(len, chunk)))
+        n = bisect_right(range(len(chunk)), room, key=lambda k: totals[k] + fixed * (k + 1))
+        if n == 0 and not keys and chunk:
+            n = 1  # a batch holds at least one record
+        if n:
+            keys += repeat(None, n)
+            self._values += chunk[:n]
+            self._headers += repeat((), n)
+            self._timestamps += repeat(timestamp, n)
+            self.size_bytes += totals[n - 1] + fixed * n
+        return start + n
 
     def seal(self) -> tuple[bytes, bytes]:
         """Encode and compress the batch now and keep only its bytes; no record can be added
         after this. Returns `build_parts()`."""
         built = self._built
         if built is None:
-            records = self._open()
-            if not records:
+            keys = self._open()
+            if not keys:
                 raise InvariantError("cannot build an empty batch")
             data = encode_batch_v2(
-                records,
+                _Columns(keys, self._values, self._headers, self._timestamps),
                 base_offset=0,
                 partition_leader_epoch=NO_PARTITION_LEADER_EPOCH,
                 producer_id=NO_PRODUCER_ID,
@@ -157,14 +192,51 @@ class CompressedBatchBuilder:
                 timestamp_type=_CREATE_TIME,
             )
             built = self._built = (data[:CRC_FROM], data[CRC_FROM:])
-            self._count = len(records)
-            self._records = None
+            self._count = len(keys)
+            self._keys = None
+            self._values, self._headers, self._timestamps = [], [], []
         return built
 
     def build_parts(self) -> tuple[bytes, bytes]:
         """The batch as a producer sends it (offset 0, no leader epoch, no producer id) as its
         first CRC_FROM bytes and the rest; encoded once (`seal`)."""
         return self.seal()
+
+
+class _Columns(Sequence[Record]):
+    """A builder's columns as the sequence of Records the encoder reads, each Record made
+    when it is read and dropped after: no tuple per record outlives the encoding."""
+
+    __slots__ = ("_headers", "_keys", "_timestamps", "_values")
+
+    def __init__(
+        self,
+        keys: list[bytes | None],
+        values: list[bytes | None],
+        headers: list[tuple[tuple[str, bytes | None], ...]],
+        timestamps: list[int],
+    ):
+        self._keys, self._values, self._headers = keys, values, headers
+        self._timestamps = timestamps
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    @overload
+    def __getitem__(self, i: int) -> Record: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Record]: ...
+    def __getitem__(self, i: int | slice) -> Record | list[Record]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        return Record(self._keys[i], self._values[i], self._headers[i], self._timestamps[i])
+
+    def __iter__(self) -> Iterator[Record]:
+        return map(
+            _new_tuple,
+            repeat(Record),
+            zip(self._keys, self._values, self._headers, self._timestamps, repeat(-1)),
+        )
 
 
 def with_producer_v2(

@@ -23,7 +23,7 @@ from raftlog.client.producer_config import InvalidConfigValueError, ProducerConf
 from raftlog.client.reader import RangeChunk
 from raftlog.errors import CorruptRecordError, InvalidConfigError
 from raftlog.metadata.model import PartitionInfo, TopicInfo
-from raftlog.records import encode_batch, validate_batch
+from raftlog.records import BatchBuilder, encode_batch, validate_batch
 from raftlog.records_v2 import MAGIC_V2
 from raftlog.topics import TopicPartition
 
@@ -275,3 +275,29 @@ def test_any_records_survive_our_compressed_batch_both_ways(
     assert consumed(data, start) == want[start:]
     got = [(r.key, r.value, r.headers, r.timestamp) for r in DefaultRecordBatch(data)]
     assert got == [(k, v, hs, ts) for k, v, hs, ts in records]
+
+
+@given(
+    lengths=st.lists(st.integers(1, 500), min_size=1, max_size=200),
+    bound=st.integers(1, 20_000),
+    first=st.booleans(),
+)
+@settings(max_examples=200, deadline=None)
+def test_append_values_fills_a_batch_exactly_as_raftlogs_builder_does(
+    lengths: list[int], bound: int, first: bool
+) -> None:
+    """The accumulator treats both builders alike: the same values fit, the same size counts."""
+    values = [b"v" * n for n in lengths]
+    ours, theirs = CompressedBatchBuilder(4), BatchBuilder()
+    if first:
+        assert ours.append(b"key", b"value", T0, [("h", None)]) == theirs.append(
+            b"key", b"value", T0, [("h", None)]
+        )
+    i = j = 0
+    while i < len(values):
+        i_next = ours.append_values(values, T0, i, bound)
+        assert i_next == theirs.append_values(values, T0, j, bound)
+        assert ours.size_bytes == theirs.size_bytes and len(ours) == len(theirs)
+        assert i_next > i or len(ours) > 0  # an empty batch always takes one record
+        i = j = i_next
+        ours, theirs = CompressedBatchBuilder(4), BatchBuilder()
