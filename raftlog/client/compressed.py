@@ -32,7 +32,7 @@ import struct
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from itertools import accumulate, repeat
-from typing import overload
+from typing import Any
 
 from raftlog.invariants import InvariantError
 from raftlog.records import (
@@ -222,13 +222,9 @@ class _Columns(Sequence[Record]):
     def __len__(self) -> int:
         return len(self._keys)
 
-    @overload
-    def __getitem__(self, i: int) -> Record: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[Record]: ...
-    def __getitem__(self, i: int | slice) -> Record | list[Record]:
+    def __getitem__(self, i: Any) -> Any:  # int -> Record; slice -> list[Record]
         if isinstance(i, slice):
-            return [self[k] for k in range(*i.indices(len(self)))]
+            return list(self)[i]
         return Record(self._keys[i], self._values[i], self._headers[i], self._timestamps[i])
 
     def __iter__(self) -> Iterator[Record]:
