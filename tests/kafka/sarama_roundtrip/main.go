@@ -1,7 +1,9 @@
 // sarama_roundtrip: a Go service's view of a Kafka-protocol broker, for raftlog's tests.
 //
 // It uses Sarama 1.22 (Debian's golang-github-shopify-sarama-dev), speaking the protocol of
-// Kafka 2.0 (cfg.Version = sarama.V2_0_0_0: Produce v6, Fetch v8, Metadata v6, ListOffsets v3).
+// Kafka 2.0 (cfg.Version = sarama.V2_0_0_0). Sarama 1.22 sends no ApiVersions: it picks each
+// version from cfg.Version alone (Metadata v5, Produce v3, Fetch v4, ListOffsets v1,
+// InitProducerId v0 with a null transactional id and a zero timeout).
 // Built offline in GOPATH mode by tests/kafka/golang.py:
 //
 //	GO111MODULE=off GOPATH=$G:/usr/share/gocode go build
