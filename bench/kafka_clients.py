@@ -14,10 +14,11 @@ Rows (each the median of `runs` runs, 3 by default; every run on fresh topics, d
 - `confluent-kafka consume`: one Consumer assigned partition 0 of the acks=1 topic from its
   beginning (no consumer group: it never joins or commits, though confluent-kafka insists on a
   group.id, so librdkafka still asks for the group's coordinator), taking every record with
-  consume() batches of CONSUME_BATCH and counting them, without per-record Python work (the
-  last record of each batch is checked for an error and its offset against the count). Time
-  runs from assign() to the last record; librdkafka spends about 0.5 s of it before its first
-  ListOffsets, whatever the broker, so the row also gives the rate after the first record.
+  consume() batches of CONSUME_BATCH (with fetch.queue.backoff.ms=10, see below) and counting
+  them without per-record Python work (the last record of each batch is checked for an error
+  and its offset against the count). Time runs from assign() to the last record; librdkafka
+  spends about 0.5 s of it before its first ListOffsets, whatever the broker, so the row also
+  gives the rate after the first record.
 
 Each run also reports the client's CPU seconds (this process) and, when the broker's pid is
 given, the broker's (from /proc), so a row can say what a record costs on each side.
@@ -61,10 +62,15 @@ VALUE_BYTES = 200
 LINGER_MS = 5
 BATCH_BYTES = 1_000_000
 RUNS = 3
-# Records per Consumer.consume() call. Larger batches stall: librdkafka stops fetching once
-# queued.min.messages (100,000) are queued and, since 2.4, waits fetch.queue.backoff.ms
-# (1 s) before the next fetch, while consume() waits for a full batch (measured on Tansu:
-# 10,000 gives ~1.4 M rec/s after the first record, 100,000 gives ~0.19 M).
+# The consumer's settings. librdkafka stops fetching a partition once queued.min.messages
+# (100,000) records wait in its queue and then, since 2.4, waits fetch.queue.backoff.ms (1 s
+# by default) before fetching again, however fast the application drains the queue; and
+# consume(n, timeout) waits for n records until the timeout. With the defaults the row
+# measured these stalls, not the broker (on Tansu, 1,000,000 records: 0.25-0.83 M rec/s,
+# bimodal, with 0.5 s gaps); with a 10 ms backoff, batches of 10,000 and a 10 ms timeout,
+# 0.68-0.80 M rec/s including the client's start, 1.06-1.42 M after the first record.
+FETCH_QUEUE_BACKOFF_MS = 10
+CONSUME_TIMEOUT_S = 0.01
 CONSUME_BATCH = 10_000
 MB = 1e6
 # 1,000,000 records at the slowest rate seen on this machine (~100 k/s under load) take 10 s;
@@ -275,6 +281,7 @@ def confluent_consume_run(
             "group.id": ASSIGN_ONLY_GROUP,
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
+            "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
         }
     )
     try:
@@ -287,7 +294,7 @@ def confluent_consume_run(
         while got < records:
             if time.monotonic() > deadline:
                 raise BenchError(f"{row}: {got} of {records} records in {timeout_s:g} s")
-            batch = consumer.consume(CONSUME_BATCH, 0.5)
+            batch = consumer.consume(CONSUME_BATCH, CONSUME_TIMEOUT_S)
             if not batch:
                 continue
             last = batch[-1]
