@@ -53,6 +53,8 @@ def go_binary(name: str) -> Path:
     binary = gopath / "bin" / name
     env = {
         **os.environ,
+        # cgo runs gcc and pkg-config (for libzstd) from PATH.
+        "PATH": os.environ.get("PATH", os.defpath),
         "GO111MODULE": "off",
         "GOPATH": f"{gopath}:{GOCODE}",
         "GOCACHE": str(gopath / "cache"),
