@@ -202,7 +202,10 @@ class DockerCluster(ClientViews):
                 f"backend docker: compose project {USER_PROJECT!r} is the user's cluster's; "
                 "the chaos run removes its project's volumes at the end"
             )
-        self.ports = free_ports(NODES)
+        ports = free_ports(2 * NODES)
+        # The client listeners' host ports, and the Kafka listeners' (never used by the suite,
+        # but published: picked free so that they clash with nothing).
+        self.ports, kafka_ports = ports[:NODES], ports[NODES:]
         self.services = [f"raftlog-{i}" for i in range(1, NODES + 1)]
         root.mkdir(parents=True, exist_ok=True)
         self.override = root / "compose.chaos.json"
@@ -219,6 +222,7 @@ class DockerCluster(ClientViews):
             "RAFTLOG_COMPOSE_PROJECT": self.project,
             "RAFTLOG_COMPOSE_OVERRIDE": str(self.override),
             **{f"RAFTLOG_PORT_{i + 1}": str(p) for i, p in enumerate(self.ports)},
+            **{f"RAFTLOG_KAFKA_PORT_{i + 1}": str(p) for i, p in enumerate(kafka_ports)},
         }
         self.image = self.env.get("RAFTLOG_IMAGE", "raftlog:local")
         self._up = False

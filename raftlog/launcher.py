@@ -56,6 +56,8 @@ LOOPBACK = "127.0.0.1"
 # replication listener (followers fetch there) PORT + REPLICATION_PORT_OFFSET + i - 1.
 RAFT_PORT_OFFSET = 100
 REPLICATION_PORT_OFFSET = 200
+# ... and its Kafka listener (Kafka's wire protocol) PORT + KAFKA_PORT_OFFSET + i - 1.
+KAFKA_PORT_OFFSET = 300
 PORT_MAX = 65535
 # Ports `free_ports` picks from: below the ephemeral range, above the ports services usually
 # claim. If the kernel's ephemeral range leaves no room there, free_ports binds port 0.
@@ -149,14 +151,16 @@ def _bound_ports(n: int, host: str) -> list[int]:
 
 @dataclass(frozen=True, slots=True)
 class PortPlan:
-    """The client, Raft and replication port of nodes 1..n (index i is node i + 1).
+    """The client, Raft, replication and Kafka port of nodes 1..n (index i is node i + 1).
 
-    Invariants: the three tuples have the same length n >= 1; every port is in 1..65535.
+    Invariants: the first three tuples have the same length n >= 1, `kafka` too or is empty
+    (no Kafka listeners); every port is in 1..65535.
     """
 
     client: tuple[int, ...]
     raft: tuple[int, ...]
     replication: tuple[int, ...]
+    kafka: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         n = len(self.client)
@@ -165,7 +169,10 @@ class PortPlan:
                 f"a port plan needs as many client, Raft and replication ports (>= 1): got "
                 f"{len(self.client)}, {len(self.raft)}, {len(self.replication)}"
             )
-        bad = [p for p in (*self.client, *self.raft, *self.replication) if not 1 <= p <= PORT_MAX]
+        if self.kafka and len(self.kafka) != n:
+            raise ValueError(f"a port plan for {n} nodes with {len(self.kafka)} Kafka ports")
+        ports = (*self.client, *self.raft, *self.replication, *self.kafka)
+        bad = [p for p in ports if not 1 <= p <= PORT_MAX]
         if bad:
             raise ValueError(f"ports {bad} are outside 1..{PORT_MAX}")
 
@@ -174,21 +181,28 @@ class PortPlan:
         return len(self.client)
 
     @classmethod
-    def based(cls, base: int, n: int) -> PortPlan:
-        """`raftlog dev --port BASE --nodes n`: PORT+i, PORT+100+i, PORT+200+i for i < n."""
+    def based(cls, base: int, n: int, kafka: bool = True) -> PortPlan:
+        """`raftlog dev --port BASE --nodes n`: PORT+i, PORT+100+i, PORT+200+i and (`kafka`)
+        PORT+300+i for i < n."""
         return cls(
             tuple(base + i for i in range(n)),
             tuple(base + RAFT_PORT_OFFSET + i for i in range(n)),
             tuple(base + REPLICATION_PORT_OFFSET + i for i in range(n)),
+            tuple(base + KAFKA_PORT_OFFSET + i for i in range(n)) if kafka else (),
         )
 
     @classmethod
-    def picked(cls, n: int, host: str = LOOPBACK) -> PortPlan:
-        """3n distinct ports free on `host` now (`free_ports`)."""
+    def picked(cls, n: int, host: str = LOOPBACK, kafka: bool = True) -> PortPlan:
+        """3n (4n with `kafka`) distinct ports free on `host` now (`free_ports`)."""
         if n < 1:
             raise ValueError(f"a port plan for {n} nodes: need at least 1")
-        ports = free_ports(3 * n, host)
-        return cls(tuple(ports[:n]), tuple(ports[n : 2 * n]), tuple(ports[2 * n :]))
+        ports = free_ports((4 if kafka else 3) * n, host)
+        return cls(
+            tuple(ports[:n]),
+            tuple(ports[n : 2 * n]),
+            tuple(ports[2 * n : 3 * n]),
+            tuple(ports[3 * n :]),
+        )
 
     @classmethod
     def same(cls, n: int, client: int, raft: int, replication: int) -> PortPlan:
@@ -272,6 +286,7 @@ def cluster_settings(
                 "data_dir": os.path.abspath(node_dir(data_root, i + 1)),
                 "client_listener": client,
                 "replication_listener": replication,
+                "kafka_listener": f"{hosts[i]}:{ports.kafka[i]}" if ports.kafka else None,
                 "controller_voters": voters,
                 **advertised,
                 **(settings or {}),

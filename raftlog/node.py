@@ -11,6 +11,10 @@
     replication_listener = "0.0.0.0:9095"        # optional: where followers fetch from it
     replication_advertised_listener = "node-1:9095"    # optional: what the others are told
                                                  #   (default: advertised_listener's host)
+    kafka_listener = "0.0.0.0:9093"              # optional: Kafka's wire protocol, for
+    kafka_advertised_listener = "node-1:9093"    #   Kafka's own clients and tools
+    kafka_external_listener = "0.0.0.0:9096"     # optional: the same for clients elsewhere,
+    kafka_external_advertised_listener = "127.0.0.1:29092"   # and what they are told
     controller_voters = ["1@127.0.0.1:19092", "2@127.0.0.1:19093", "3@127.0.0.1:19094"]
     broker_heartbeat_interval_ms = 500
     broker_session_timeout_ms = 3000
@@ -44,6 +48,14 @@ frames, and it serves only followers' requests. Without one, followers fetch thr
 listener (as brokers registered before it existed are reached). Controller traffic needs none
 of these: Raft runs over pysyncobj's own TCP port and broker heartbeats are UDP datagrams, both
 on the controller's `controller_voters` address.
+
+Kafka's clients (librdkafka, kcat, the Java client, kafka-python, Sarama ...) connect to the
+optional Kafka listener, which speaks Kafka's wire protocol (raftlog/broker/kafka_connection.py)
+and is registered as `kafka_advertised_listener` (default: the listener itself, or, bound to
+0.0.0.0, the client listener's advertised host with its own port); Metadata answers on it name
+the other brokers' Kafka listeners. The optional Kafka external listener is its counterpart for
+clients that reach the brokers by other addresses (Kafka's advertised.listeners with an
+internal and an external name), as the external listener is for the native protocol.
 
 Environment: `raftlog node` reads `RAFTLOG_<SETTING>` (e.g. RAFTLOG_NODE_ID=2,
 RAFTLOG_CONTROLLER_VOTERS="1@a:9093,2@b:9093,3@c:9093") over the TOML's settings, so one file
@@ -88,6 +100,7 @@ from raftlog.broker.config import BrokerConfig
 from raftlog.broker.server import Broker
 from raftlog.errors import InvalidConfigError, RaftlogError
 from raftlog.invariants import InvariantError
+from raftlog.kafka.handlers.registry import kafka_handlers
 from raftlog.metadata.cluster import ClusterMetadata, parse_voters
 from raftlog.metadata.controller import (
     RETRY_BACKOFF_MAX_S,
@@ -140,6 +153,12 @@ class NodeConfig:
     # it (None: replication_listener itself). No replication listener: the client listener.
     replication_listener: str | None = None
     replication_advertised_listener: str | None = None
+    # Kafka's wire protocol, and what the metadata names for it (None: none; the advertised
+    # one defaults as the replication listener's does); its external counterpart.
+    kafka_listener: str | None = None
+    kafka_advertised_listener: str | None = None
+    kafka_external_listener: str | None = None
+    kafka_external_advertised_listener: str | None = None
     # Kafka's defaults are 2 s / 9 s; a local cluster wants faster failure detection.
     broker_heartbeat_interval_ms: int = 500
     broker_session_timeout_ms: int = 3000
@@ -180,7 +199,7 @@ class NodeConfig:
             address = getattr(self, name)
             if address is not None:
                 _split_listener(name, address)
-        for kind in ("external", "replication"):
+        for kind in ("external", "replication", "kafka", "kafka_external"):
             if (
                 getattr(self, f"{kind}_advertised_listener") is not None
                 and getattr(self, f"{kind}_listener") is None
@@ -236,7 +255,7 @@ class NodeConfig:
         if address is not None:
             return _split_listener(name, address)
         host = self.listener_address(listener)[0]
-        if listener == "replication" and host in _WILDCARD_HOSTS:
+        if listener in ("replication", "kafka") and host in _WILDCARD_HOSTS:
             host = self.advertised(0)[0]
         return host, bound_port
 
@@ -260,6 +279,10 @@ _LISTENERS = (
     "external_advertised_listener",
     "replication_listener",
     "replication_advertised_listener",
+    "kafka_listener",
+    "kafka_advertised_listener",
+    "kafka_external_listener",
+    "kafka_external_advertised_listener",
 )
 # Hosts a listener binds to listen on every address: not a name another host can dial.
 _WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
@@ -403,10 +426,11 @@ class Node:
             check_port_free(cfg.client_listener, socket.SOCK_STREAM, "client listener")
             if cfg.external_listener is not None:
                 check_port_free(cfg.external_listener, socket.SOCK_STREAM, "external listener")
-            if cfg.replication_listener is not None:
-                check_port_free(
-                    cfg.replication_listener, socket.SOCK_STREAM, "replication listener"
-                )
+            for name in ("replication", "kafka", "kafka_external"):
+                address = getattr(cfg, f"{name}_listener")
+                if address is not None:
+                    what = f"{name.replace('_', ' ')} listener"
+                    check_port_free(address, socket.SOCK_STREAM, what)
 
     def controller_address(self) -> str | None:
         leader = self.quorum.status().leader
@@ -474,11 +498,17 @@ class Node:
     def _signal_ready(self) -> None:
         cfg = self.config
         address = self._client_address() if self.broker is not None else None
-        write_ready_file(
-            cfg.data_dir, {"node_id": cfg.node_id, "client_address": address, "pid": os.getpid()}
-        )
+        info: dict[str, Any] = {"node_id": cfg.node_id, "client_address": address}
+        kafka = None
+        if self.broker is not None and self.broker.kafka_port is not None:
+            kafka_host, kafka_port = cfg.advertised(self.broker.kafka_port, "kafka")
+            kafka = f"{kafka_host}:{kafka_port}"
+            info["kafka_address"] = kafka
+        info["pid"] = os.getpid()
+        write_ready_file(cfg.data_dir, info)
         if address is not None:
-            write_line(sys.stdout, f"raftlog broker {cfg.node_id} ready on {address}")
+            also = f" (Kafka protocol on {kafka})" if kafka else ""
+            write_line(sys.stdout, f"raftlog broker {cfg.node_id} ready on {address}{also}")
         else:
             write_line(sys.stdout, f"raftlog controller {cfg.node_id} ready")
 
@@ -500,6 +530,10 @@ class Node:
         host, port = cfg.listener_address()
         external = cfg.listener_address("external") if cfg.external_listener else None
         replication = cfg.listener_address("replication") if cfg.replication_listener else None
+        kafka = cfg.listener_address("kafka") if cfg.kafka_listener else None
+        kafka_external = (
+            cfg.listener_address("kafka_external") if cfg.kafka_external_listener else None
+        )
         self.broker = Broker(
             BrokerConfig(
                 data_dir=cfg.data_dir,
@@ -508,6 +542,8 @@ class Node:
                 port=port,
                 external_listener=external,
                 replication_listener=replication,
+                kafka_listener=kafka,
+                kafka_external_listener=kafka_external,
                 auto_create_topics=cfg.auto_create_topics,
                 fetch_zero_copy=cfg.fetch_zero_copy,
                 freeze_heap=True,
@@ -522,6 +558,7 @@ class Node:
             ),
             self.metadata,
             self.coordinator,
+            kafka_handlers,
         )
         await self.broker.start()
         advertised_host, advertised_port = cfg.advertised(self.broker.port)
@@ -530,10 +567,13 @@ class Node:
             external_advertised = list(cfg.advertised(self.broker.external_port, "external"))
         # The replication listener, when the node has one (older commands lack the argument).
         extra_listeners: dict[str, Any] = {}
-        if self.broker.replication_port is not None:
-            extra_listeners["replication"] = list(
-                cfg.advertised(self.broker.replication_port, "replication")
-            )
+        for name, bound in (
+            ("replication", self.broker.replication_port),
+            ("kafka", self.broker.kafka_port),
+            ("kafka_external", self.broker.kafka_external_port),
+        ):
+            if bound is not None:
+                extra_listeners[name] = list(cfg.advertised(bound, name))
         incarnation = uuid.uuid4().hex
         backoff_s = RETRY_BACKOFF_MIN_S
         while True:

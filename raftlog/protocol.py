@@ -111,46 +111,22 @@ class PartialFrame(NamedTuple):
         return self.frame_bytes - self.received_bytes
 
 
-class FrameDecoder:
-    """Splits a byte stream into frames: (header, payload) pairs.
+class FrameBuffer:
+    """Bytes as they arrive, split into frames that start with a 4-byte size field (`_SIZE`,
+    the bytes after it): the buffering both protocols' decoders share (this module's
+    FrameDecoder and raftlog/kafka/frames.py's). Frames taken are views into the buffer,
+    valid until the next `feed`."""
 
-    The decoder keeps at most one partial frame (and, until they are taken, the whole frames
-    before it). A frame larger than `max_frame_bytes` raises FrameTooLargeError before any of
-    its payload is buffered: at once from its length prefix, or, with
-    `oversized_header_bytes_max` > 0, once its header (if at most that long) has arrived, so
-    that the error carries the header and the caller can answer its correlation id. The rest
-    of that frame is then discarded as it arrives (never buffered: `discarding_bytes` counts
-    it down) and the stream goes on at the next frame.
-    """
+    __slots__ = ("_buf", "_frames", "_pos")
+    _SIZE = struct.Struct("<I")
 
-    __slots__ = (
-        "_buf",
-        "_discard",
-        "_frames",
-        "_max_frame_bytes",
-        "_oversized_header_bytes_max",
-        "_pos",
-    )
-
-    def __init__(
-        self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, oversized_header_bytes_max: int = 0
-    ):
+    def __init__(self) -> None:
         self._buf = bytearray()
         self._pos = 0
-        self._max_frame_bytes = max_frame_bytes
-        self._oversized_header_bytes_max = oversized_header_bytes_max
         # Frames taken by next_frame (or refused as oversized), for PartialFrame.number.
         self._frames = 0
-        # Bytes of a refused oversized frame still to come: dropped as they arrive.
-        self._discard = 0
 
-    def feed(self, data: bytes | bytearray | memoryview) -> None:
-        if self._discard:
-            skip = min(self._discard, len(data))
-            self._discard -= skip
-            if skip == len(data):
-                return
-            data = memoryview(data)[skip:]
+    def _append(self, data: bytes | bytearray | memoryview) -> None:
         # Payload views handed out earlier may still be alive: a bytearray with live views
         # cannot be resized, so the unconsumed tail moves to a new buffer instead.
         if self._pos == len(self._buf):
@@ -170,6 +146,58 @@ class FrameDecoder:
     @property
     def buffered_bytes(self) -> int:
         return len(self._buf) - self._pos
+
+    def partial_frame(self) -> PartialFrame | None:
+        """The incomplete frame at the end of the buffer, or None if the buffer ends where a
+        frame ends. Whole frames not taken yet are stepped over (one step when there are none,
+        the usual case)."""
+        buf, pos, end = self._buf, self._pos, len(self._buf)
+        number = self._frames
+        size_field = self._SIZE
+        while True:
+            avail = end - pos
+            if avail == 0:
+                return None
+            if avail < 4:
+                return PartialFrame(number, 0, avail)
+            frame_bytes = 4 + max(size_field.unpack_from(buf, pos)[0], 0)
+            if avail < frame_bytes:
+                return PartialFrame(number, frame_bytes, avail)
+            pos += frame_bytes
+            number += 1
+
+
+class FrameDecoder(FrameBuffer):
+    """Splits a byte stream into frames: (header, payload) pairs.
+
+    The decoder keeps at most one partial frame (and, until they are taken, the whole frames
+    before it). A frame larger than `max_frame_bytes` raises FrameTooLargeError before any of
+    its payload is buffered: at once from its length prefix, or, with
+    `oversized_header_bytes_max` > 0, once its header (if at most that long) has arrived, so
+    that the error carries the header and the caller can answer its correlation id. The rest
+    of that frame is then discarded as it arrives (never buffered: `discarding_bytes` counts
+    it down) and the stream goes on at the next frame.
+    """
+
+    __slots__ = ("_discard", "_max_frame_bytes", "_oversized_header_bytes_max")
+
+    def __init__(
+        self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, oversized_header_bytes_max: int = 0
+    ):
+        super().__init__()
+        self._max_frame_bytes = max_frame_bytes
+        self._oversized_header_bytes_max = oversized_header_bytes_max
+        # Bytes of a refused oversized frame still to come: dropped as they arrive.
+        self._discard = 0
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        if self._discard:
+            skip = min(self._discard, len(data))
+            self._discard -= skip
+            if skip == len(data):
+                return
+            data = memoryview(data)[skip:]
+        self._append(data)
 
     @property
     def discarding_bytes(self) -> int:
@@ -201,24 +229,6 @@ class FrameDecoder:
     @property
     def max_frame_bytes(self) -> int:
         return self._max_frame_bytes
-
-    def partial_frame(self) -> PartialFrame | None:
-        """The incomplete frame at the end of the buffer, or None if the buffer ends where a
-        frame ends. Whole frames not taken yet are stepped over (one step when there are none,
-        the usual case)."""
-        buf, pos, end = self._buf, self._pos, len(self._buf)
-        number = self._frames
-        while True:
-            avail = end - pos
-            if avail == 0:
-                return None
-            if avail < 4:
-                return PartialFrame(number, 0, avail)
-            frame_bytes = 4 + struct.unpack_from("<I", buf, pos)[0]
-            if avail < frame_bytes:
-                return PartialFrame(number, frame_bytes, avail)
-            pos += frame_bytes
-            number += 1
 
     def next_frame(self) -> tuple[list[Any], memoryview] | None:
         """The next whole frame as (decoded header array, payload view), or None for "need more".

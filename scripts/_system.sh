@@ -3,6 +3,8 @@
 # iptables: the chaos suite's network faults (chaos/netns.py) drop packets with iptables inside
 # network namespaces. Installed when missing and we are root with apt (CI, the dev machines);
 # elsewhere the tests that need it are skipped, saying what is missing.
+# kcat and Go + Sarama: the Kafka-protocol tests (tests/kafka) drive raftlog's Kafka listener
+# with them (ensure_kafka_tools).
 ensure_system_tools() {
     if command -v iptables >/dev/null 2>&1; then
         return 0
@@ -37,4 +39,29 @@ ensure_java() {
         echo "== installing openjdk-17-jre-headless failed: Spark cannot run" >&2
         return 1
     }
+}
+
+# kcat (librdkafka's command-line client) and Go with Sarama 1.22 (a Go service's client, built
+# offline in GOPATH mode by tests/kafka/golang.py) for the Kafka-protocol tests. Installed when
+# missing and we are root with apt; elsewhere those tests skip, naming what is missing; where
+# we are root with apt and they are still missing, the tests fail (an install step failed).
+ensure_kafka_tools() {
+    local missing=()
+    command -v kcat >/dev/null 2>&1 || missing+=(kcat)
+    command -v go >/dev/null 2>&1 || missing+=(golang-go)
+    # cgo: Sarama's zstd codec is DataDog/zstd, C code over libzstd.
+    command -v gcc >/dev/null 2>&1 || missing+=(gcc)
+    [ -d /usr/share/gocode/src/github.com/Shopify/sarama ] \
+        || missing+=(golang-github-shopify-sarama-dev)
+    if [ "${#missing[@]}" -eq 0 ]; then
+        return 0
+    fi
+    if [ "$(id -u)" != "0" ] || ! command -v apt-get >/dev/null 2>&1; then
+        echo "== ${missing[*]} missing (needs root and apt-get): the kcat and Go Kafka tests" \
+            "will skip"
+        return 0
+    fi
+    echo "== installing ${missing[*]} (Kafka-protocol tests)"
+    _apt_install "${missing[@]}" \
+        || echo "== installing ${missing[*]} failed: the kcat and Go Kafka tests will fail"
 }

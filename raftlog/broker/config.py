@@ -31,6 +31,13 @@ class BrokerConfig:
     # none (followers then fetch through the client listener). Port 0 picks one
     # (Broker.replication_port).
     replication_listener: tuple[str, int] | None = None
+    # (host, port) of the Kafka listener, speaking Kafka's wire protocol (Kafka's clients and
+    # tools: raftlog/broker/kafka_connection.py), and of an external one whose clients are
+    # told the brokers' external Kafka addresses. None: none. Port 0 picks one
+    # (Broker.kafka_port, Broker.kafka_external_port). Both share the client listeners'
+    # connection limits and request memory.
+    kafka_listener: tuple[str, int] | None = None
+    kafka_external_listener: tuple[str, int] | None = None
     # Kafka's socket.request.max.bytes: a bigger frame closes the connection.
     request_bytes_max: int = protocol.DEFAULT_MAX_FRAME_BYTES
     # Kafka's queued.max.request.bytes (unbounded there by default): the request bytes all

@@ -127,13 +127,17 @@ class _Slot:
 
 
 class Listener(enum.Enum):
-    """Which listener accepted a connection (raftlog/node.py has the three)."""
+    """Which listener accepted a connection (raftlog/node.py has them all)."""
 
     CLIENT = "client"
     # Metadata and FindCoordinator name the brokers' external addresses.
     EXTERNAL = "external"
     # Followers' fetches: its own Connections, and only REPLICATION_APIS.
     REPLICATION = "replication"
+    # Kafka's wire protocol (raftlog/broker/kafka_connection.py), sharing the client
+    # listeners' Connections; the external one names the brokers' external Kafka addresses.
+    KAFKA = "kafka"
+    KAFKA_EXTERNAL = "kafka_external"
 
 
 # What the replication listener serves: a follower's fetches, and what it may ask first.
@@ -274,6 +278,12 @@ class ConnectionHost(Protocol):
         """API key -> handler(body, payload, connection), the broker bound in."""
         ...
 
+    @property
+    def kafka_handlers(self) -> dict[int, Any]:
+        """Kafka API key -> handler(request, version, connection), the broker bound in
+        (raftlog/kafka/handlers/registry.py)."""
+        ...
+
     def produce_group(self) -> ProduceGroup:
         """A group for the Produce requests of one socket read (handlers/produce.py)."""
         ...
@@ -287,7 +297,7 @@ class Connection(asyncio.Protocol):
         self.listener = listener
         # Accepted by the external listener: Metadata and FindCoordinator then name the
         # brokers' external addresses.
-        self.external = listener is Listener.EXTERNAL
+        self.external = listener in (Listener.EXTERNAL, Listener.KAFKA_EXTERNAL)
         self._replication = listener is Listener.REPLICATION
         self.connections: Connections = (
             broker.replication_connections
@@ -354,17 +364,9 @@ class Connection(asyncio.Protocol):
             self.connections.refusals.note(
                 f"refusing connection from {self.peer}: {refused}", f"{self.peer}: {refused}"
             )
-            # One frame saying why, so the client reports the limit rather than a reset.
-            transport.write(
-                protocol.encode_response_header(
-                    REFUSAL_CORRELATION_ID,
-                    {
-                        "error": PolicyViolationError.code,
-                        "message": f"connection refused: {refused}",
-                    },
-                    0,
-                )
-            )
+            frame = self._refusal_frame(refused)
+            if frame:
+                transport.write(frame)
             transport.close()
             return
         loop = asyncio.get_running_loop()
@@ -373,6 +375,15 @@ class Connection(asyncio.Protocol):
             self._received_at + self.connections.idle_s, self._check_idle
         )
         log.debug("connection from %s", self.peer)
+
+    def _refusal_frame(self, refused: str) -> bytes:
+        """One frame saying why a connection is refused, so the client reports the limit
+        rather than a reset (b"": the protocol has no such frame, just close)."""
+        return protocol.encode_response_header(
+            REFUSAL_CORRELATION_ID,
+            {"error": PolicyViolationError.code, "message": f"connection refused: {refused}"},
+            0,
+        )
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True

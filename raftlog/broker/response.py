@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import os
+import struct
 from collections.abc import Sequence
 from typing import Any
 
@@ -81,3 +82,28 @@ class Response:
 
 def error_response(error: RaftlogError) -> Response:
     return Response({"error": error.code, "message": str(error)})
+
+
+_KAFKA_HEADER_V0 = struct.Struct(">ii")  # size, correlation_id
+_KAFKA_HEADER_V1 = struct.Struct(">iib")  # size, correlation_id, empty tagged fields
+
+
+class KafkaResponse(Response):
+    """A response on a Kafka listener: its body is all in `parts` (encoded fields, record
+    data passed through, file slices), framed by `header` with Kafka's size field and
+    response header of version `header_version` (0, or 1 with tagged fields)."""
+
+    __slots__ = ("header_version",)
+
+    def __init__(self, parts: Sequence[Any], header_version: int = 0):
+        # Parts as the Kafka messages encode them (typed `object` there): bytes, memoryviews
+        # and file slices, the only kinds a record field carries.
+        super().__init__({}, parts)
+        self.header_version = header_version
+
+    def header(self, correlation_id: int) -> bytes:
+        """The frame's size field and the response header, for a body of `parts`."""
+        size = sum(p.size if isinstance(p, SendfileSlice) else len(p) for p in self.parts)
+        if self.header_version == 0:
+            return _KAFKA_HEADER_V0.pack(4 + size, correlation_id)
+        return _KAFKA_HEADER_V1.pack(5 + size, correlation_id, 0)

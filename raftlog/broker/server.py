@@ -62,6 +62,7 @@ from raftlog.broker.config import BrokerConfig
 from raftlog.broker.connection import Connection, Connections, Listener
 from raftlog.broker.context import HandlerContext
 from raftlog.broker.handlers import admin, fetch, groups, produce, producer_ids
+from raftlog.broker.kafka_connection import KafkaConnection
 from raftlog.broker.logs import LogManager
 from raftlog.errors import (
     LogOfflineError,
@@ -70,6 +71,7 @@ from raftlog.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from raftlog.invariants import InvariantError
 from raftlog.metadata.cluster import ClusterMetadata
 from raftlog.metadata.coordinator import GroupCoordinator
 from raftlog.metadata.model import TopicInfo
@@ -117,6 +119,7 @@ class Broker:
         config: BrokerConfig,
         metadata: ClusterMetadata,
         coordinator: GroupCoordinator | None = None,
+        kafka_handlers: Callable[[HandlerContext], dict[int, Any]] | None = None,
     ):
         self.config = config
         # The group coordinator of this node (controllers only); active on the Raft leader.
@@ -184,6 +187,12 @@ class Broker:
             (protocol.ApiKey.INIT_PRODUCER_ID, producer_ids.handle_init_producer_id),
         ):
             self.handlers[int(key)] = functools.partial(fn, context)
+        # The Kafka listeners' handlers, (request, version, connection) -> answer, from the
+        # factory the node passes in (raftlog/kafka/handlers/registry.py's kafka_handlers):
+        # the Kafka handlers build on this package's, so this package cannot import them.
+        if kafka_handlers is None and (config.kafka_listener or config.kafka_external_listener):
+            raise InvariantError("a Kafka listener without Kafka handlers (kafka_handlers)")
+        self.kafka_handlers = {} if kafka_handlers is None else kafka_handlers(context)
         # The client and external listeners' connections, and the replication listener's.
         self.connections = Connections(config)
         self.replication_connections = Connections(config, "replication")
@@ -195,11 +204,26 @@ class Broker:
         # caught inside) is logged at once rather than at shutdown.
         self._tasks = TaskSet(f"broker {config.node_id}")
         self.port = config.port
-        self._external_server: asyncio.Server | None = None
-        self.external_port: int | None = None
-        self._replication_server: asyncio.Server | None = None
-        self.replication_port: int | None = None
+        # The listeners beyond the client one, and the ports they bound.
+        self._listeners: dict[Listener, asyncio.Server] = {}
+        self.listener_ports: dict[Listener, int] = {}
         self.stopping = False
+
+    @property
+    def external_port(self) -> int | None:
+        return self.listener_ports.get(Listener.EXTERNAL)
+
+    @property
+    def replication_port(self) -> int | None:
+        return self.listener_ports.get(Listener.REPLICATION)
+
+    @property
+    def kafka_port(self) -> int | None:
+        return self.listener_ports.get(Listener.KAFKA)
+
+    @property
+    def kafka_external_port(self) -> int | None:
+        return self.listener_ports.get(Listener.KAFKA_EXTERNAL)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -210,21 +234,21 @@ class Broker:
             lambda: Connection(self), self.config.host, self.config.port, reuse_address=True
         )
         self.port = self._server.sockets[0].getsockname()[1]
-        for listener, address in (
-            (Listener.EXTERNAL, self.config.external_listener),
-            (Listener.REPLICATION, self.config.replication_listener),
+        for listener, address, factory in (
+            (Listener.EXTERNAL, self.config.external_listener, Connection),
+            (Listener.REPLICATION, self.config.replication_listener, Connection),
+            (Listener.KAFKA, self.config.kafka_listener, KafkaConnection),
+            (Listener.KAFKA_EXTERNAL, self.config.kafka_external_listener, KafkaConnection),
         ):
             if address is None:
                 continue
             host, port = address
             server = await loop.create_server(
-                functools.partial(Connection, self, listener), host, port, reuse_address=True
+                functools.partial(factory, self, listener), host, port, reuse_address=True
             )
             bound = server.sockets[0].getsockname()[1]
-            if listener is Listener.EXTERNAL:
-                self._external_server, self.external_port = server, bound
-            else:
-                self._replication_server, self.replication_port = server, bound
+            self._listeners[listener] = server
+            self.listener_ports[listener] = bound
             log.info(
                 "broker %d: %s listener on %s:%d",
                 self.config.node_id,
@@ -252,7 +276,7 @@ class Broker:
         """Graceful stop: no new connections, in-flight requests finish, logs flush and close."""
         self.stopping = True
         try:
-            servers = (self._server, self._external_server, self._replication_server)
+            servers = (self._server, *self._listeners.values())
             for server in servers:
                 if server is not None:
                     server.close()

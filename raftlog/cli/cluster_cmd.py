@@ -4,7 +4,8 @@
 derived from its partitions: `offline_partitions` (no leader) and `under_replicated_partitions`
 (ISR smaller than the replica list), each as [topic, partition]. Each broker's `replication` is
 where followers fetch from it ([host, port] of its replication listener; null: its client
-listener). The human form marks the same
+listener); its `kafka` and `kafka_external` are [host, port] of its Kafka-protocol listeners
+(absent or null: none). The human form marks the same
 (OFFLINE, UNDER-REPLICATED) and replicas whose logs their broker reported offline (damaged data,
 a full disk), with the broker's reason.
 """
@@ -68,8 +69,14 @@ def format_status(st: dict[str, Any]) -> str:
         # Where followers fetch from it (brokers without a replication listener: the client's).
         replication = b.get("replication")
         fetched_at = f"{replication[0]}:{replication[1]}" if replication else "client listener"
+        # Its Kafka listener(s), for Kafka's clients and tools.
+        kafka = "".join(
+            f"  {name.replace('_', ' ')} {b[name][0]}:{b[name][1]}"
+            for name in ("kafka", "kafka_external")
+            if b.get(name)
+        )
         lines.append(
-            f"  broker {b['node_id']}  {b['host']}:{b['port']}  replication {fetched_at}  "
+            f"  broker {b['node_id']}  {b['host']}:{b['port']}  replication {fetched_at}{kafka}  "
             f"rack={b['rack'] or '-'}  epoch={b['broker_epoch']}  "
             f"{'FENCED' if b['fenced'] else 'alive'}"
         )

@@ -34,6 +34,7 @@ from raftlog.cli.client_cmd import non_negative_int
 from raftlog.client import Admin
 from raftlog.errors import InvalidConfigError, RaftlogError
 from raftlog.launcher import (
+    KAFKA_PORT_OFFSET,
     PROFILE_DIR_ENV,
     NodeProcess,
     PortPlan,
@@ -61,6 +62,13 @@ def register(sub: Any) -> None:
         type=int,
         default=9092,
         help="client port of node 1; node i uses PORT+i-1 (0 = any free ports)",
+    )
+    p.add_argument(
+        "--kafka",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="open a Kafka-protocol listener on every node, for Kafka's own clients and tools "
+        "(the default; node i's on PORT+300+i-1, or any free port with --port 0)",
     )
     p.add_argument(
         "--auto-create-topics",
@@ -206,6 +214,11 @@ def _dev(args: argparse.Namespace) -> int:
             data_dir=args.data_dir,
             controller_voters=[f"1@{raft_address}"],
             client_listener=f"{args.host}:{args.port}",
+            kafka_listener=(
+                f"{args.host}:{args.port + KAFKA_PORT_OFFSET if args.port else 0}"
+                if args.kafka
+                else None
+            ),
             auto_create_topics=args.auto_create_topics,
             fetch_zero_copy=args.fetch_zero_copy,
             fetch_zero_copy_min_bytes=args.fetch_zero_copy_min_bytes,
@@ -236,14 +249,18 @@ def replication_defaults(nodes: int) -> dict[str, Any]:
 def _announce_when_ready(nodes: list[NodeProcess]) -> bool:
     """Print the bootstrap servers once every node has written its ready file; True if so."""
     addresses = []
+    kafka = []
     for node in nodes:
         infos = node.ready_infos()
         if infos is None:
             return False  # not ready yet, or a file from an earlier start
         addresses.append(str(infos[0]["client_address"]))
+        if infos[0].get("kafka_address"):
+            kafka.append(str(infos[0]["kafka_address"]))
+    also = f"; Kafka protocol bootstrap servers {','.join(kafka)}" if kafka else ""
     write_line(
         sys.stdout,
-        f"raftlog dev: {len(nodes)} nodes ready; bootstrap servers {','.join(addresses)}",
+        f"raftlog dev: {len(nodes)} nodes ready; bootstrap servers {','.join(addresses)}{also}",
     )
     return True
 
@@ -252,7 +269,11 @@ def _run_cluster(args: argparse.Namespace) -> int:
     n = args.nodes
     paths = [node_dir(args.data_dir, i) / "node.toml" for i in range(1, n + 1)]
     if not all(p.exists() for p in paths):
-        ports = PortPlan.picked(n, args.host) if args.port == 0 else PortPlan.based(args.port, n)
+        ports = (
+            PortPlan.picked(n, args.host, args.kafka)
+            if args.port == 0
+            else PortPlan.based(args.port, n, args.kafka)
+        )
         write_cluster_configs(
             args.data_dir,
             ports,

@@ -3,8 +3,11 @@
 Rules this package keeps:
 - Pure: encode and decode bytes, nothing else. No sockets, no files, no asyncio, no clock;
   the broker's connection reads frames and hands them here, then writes what comes back.
-- No imports from `raftlog.broker` (the broker imports this package, never the reverse), and
-  never from kafka-python or any other Kafka library: those are test oracles only.
+- The codec (`wire`, `api`, `errors`, `frames`, `messages`) imports nothing of the broker;
+  `handlers` is the broker-side shell: it calls the broker's operations through
+  raftlog/broker/context.py's HandlerContext and reuses the native handlers' building blocks
+  (ProduceGroup, long_poll, Response), so nothing about partitions is written twice. Nothing
+  here imports kafka-python or any other Kafka library: those are test oracles only.
 - Bad input from the network is a `wire.KafkaDecodeError` (a `RemoteProtocolError`) naming the
   API, version and field, never an IndexError or struct.error, and never a huge allocation.
 - Record data (a partition's record batches) passes through as memoryview slices of the
@@ -12,5 +15,7 @@ Rules this package keeps:
 
 Modules: `wire` (primitives: Reader and Writer), `errors` (Kafka's error codes and the mapping
 from raftlog's errors), `api` (API keys, supported versions, request and response headers),
-`messages` (one module per API: typed requests and responses at every supported version).
+`frames` (Kafka's framing, for the connection), `messages` (one module per API: typed requests
+and responses at every supported version), `handlers` (the Kafka listener's request handlers,
+registry.py binds them). The connection is raftlog/broker/kafka_connection.py.
 """

@@ -99,6 +99,9 @@ class ClusterMetadata:
         # The live brokers as clients of the external listeners reach them (each broker's
         # external address, or its client listener's where it has none).
         self._external_brokers: list[BrokerInfo] = []
+        # The live brokers' Kafka listeners (internal, external), for the Kafka listener's
+        # Metadata answers: brokers without one are left out (a Kafka client cannot use them).
+        self._kafka_brokers: tuple[list[BrokerInfo], list[BrokerInfo]] = ([], [])
         self._all_brokers: dict[int, BrokerInfo] = {}
         # Where followers reach each registered broker: its replication listener, or its
         # client listener where it registered none (a broker started before it existed).
@@ -127,6 +130,7 @@ class ClusterMetadata:
                     self._topics,
                     self._brokers,
                     self._external_brokers,
+                    self._kafka_brokers,
                     self._all_brokers,
                     self._replication_endpoints,
                     self._broker_epochs,
@@ -146,6 +150,16 @@ class ClusterMetadata:
                 for n, b in sorted(s.brokers.items())
                 if not b["fenced"]
             ]
+            kafka = [
+                BrokerInfo(n, str(b["kafka"][0]), int(b["kafka"][1]), b["rack"])
+                for n, b in sorted(s.brokers.items())
+                if not b["fenced"] and b.get("kafka")
+            ]
+            kafka_external = [
+                BrokerInfo(n, str(a[0]), int(a[1]), b["rack"])
+                for n, b in sorted(s.brokers.items())
+                if not b["fenced"] and (a := b.get("kafka_external") or b.get("kafka"))
+            ]
             replication = {
                 n: BrokerInfo(n, str(b["replication"][0]), int(b["replication"][1]), b["rack"])
                 if b.get("replication")
@@ -154,13 +168,15 @@ class ClusterMetadata:
             }
             epochs = {n: int(b["broker_epoch"]) for n, b in s.brokers.items()}
             voters = {n: b.get("controller_voters") for n, b in s.brokers.items()}
-            return version, topics, live, external, every, replication, epochs, voters
+            kafkas = (kafka, kafka_external)
+            return version, topics, live, external, kafkas, every, replication, epochs, voters
 
         (
             self._cache_version,
             self._topics,
             self._brokers,
             self._external_brokers,
+            self._kafka_brokers,
             self._all_brokers,
             self._replication_endpoints,
             self._broker_epochs,
@@ -193,6 +209,12 @@ class ClusterMetadata:
         `external`, those of the external listeners)."""
         self._refresh()
         return list(self._external_brokers if external else self._brokers)
+
+    def kafka_brokers(self, external: bool = False) -> list[BrokerInfo]:
+        """The live brokers' Kafka listeners (with `external`, their external Kafka listeners,
+        or the internal one where a broker has no external one)."""
+        self._refresh()
+        return list(self._kafka_brokers[1 if external else 0])
 
     def broker_voters(self) -> dict[int, list[str] | None]:
         """Every registered broker's controller_voters (None: it did not say)."""
@@ -361,6 +383,8 @@ class ClusterMetadata:
                         "port": b["port"],
                         "external": b.get("external"),
                         "replication": b.get("replication"),
+                        "kafka": b.get("kafka"),
+                        "kafka_external": b.get("kafka_external"),
                         "rack": b["rack"],
                         "broker_epoch": b["broker_epoch"],
                         "fenced": b["fenced"],

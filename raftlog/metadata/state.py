@@ -213,20 +213,28 @@ class MetadataState:
         external: list[Any] | None = None,
         controller_voters: list[str] | None = None,
         replication: list[Any] | None = None,
+        kafka: list[Any] | None = None,
+        kafka_external: list[Any] | None = None,
     ) -> Result:
         """A broker (re)starts: a new epoch fences any older incarnation still running.
 
-        `external` and `replication` are [host, port] of its external and replication
-        listeners (raftlog/node.py), if it has them (followers reach a broker without a
-        replication listener at its client listener); `controller_voters` the voter list it
-        was configured with (nodes compare them).
+        `external`, `replication`, `kafka` and `kafka_external` are [host, port] of its
+        external, replication and Kafka-protocol listeners (raftlog/node.py), if it has them
+        (followers reach a broker without a replication listener at its client listener);
+        `controller_voters` the voter list it was configured with (nodes compare them).
 
         A restart is a leadership change: the old incarnation leaves every ISR it was in (as
         if fenced), so its partitions move to other in-sync replicas at a new leader epoch, and
         it rejoins each ISR only after catching up again (its log may have lost an unflushed
         tail). Where it was the last ISR member it stays, and leads again at a new epoch.
         """
-        for name, address in (("external", external), ("replication", replication)):
+        listeners = {
+            "external": external,
+            "replication": replication,
+            "kafka": kafka,
+            "kafka_external": kafka_external,
+        }
+        for name, address in listeners.items():
             if address is not None and (
                 len(address) != 2 or type(address[0]) is not str or type(address[1]) is not int
             ):
@@ -250,6 +258,10 @@ class MetadataState:
             "controller_voters": None if controller_voters is None else list(controller_voters),
             "replication": None if replication is None else [replication[0], replication[1]],
         }
+        for name in ("kafka", "kafka_external"):
+            address = listeners[name]
+            if address is not None:  # absent, not None, in brokers registered without one
+                self.brokers[node_id][name] = [address[0], address[1]]
         self._elect_for_returning(node_id)
         return _ok(epoch)
 

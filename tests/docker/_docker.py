@@ -58,12 +58,14 @@ class DockerCluster:
 
     def __init__(self, log_dir: Path):
         self.project = f"rltest{os.getpid()}x{next(_projects)}"
-        self.ports = free_ports(3)
+        ports = free_ports(6)
+        self.ports, self.kafka_ports = ports[:3], ports[3:]
         self.log_dir = log_dir
         self.env = {
             **os.environ,
             "RAFTLOG_COMPOSE_PROJECT": self.project,
             **{f"RAFTLOG_PORT_{i + 1}": str(p) for i, p in enumerate(self.ports)},
+            **{f"RAFTLOG_KAFKA_PORT_{i + 1}": str(p) for i, p in enumerate(self.kafka_ports)},
         }
         self.image = os.environ.get("RAFTLOG_IMAGE", "raftlog:local")
         self.up_s: float | None = None
@@ -91,6 +93,9 @@ class DockerCluster:
         self.up_s = time.monotonic() - started
         assert proc.returncode == 0, f"docker/cluster up failed:\n{proc.stdout}\n{proc.stderr}"
         assert f"bootstrap servers: {self.bootstrap}" in proc.stdout, proc.stdout
+        assert f"Kafka protocol bootstrap servers: {self.kafka_bootstrap}" in proc.stdout, (
+            proc.stdout
+        )
 
     def down(self) -> list[str]:
         """Save the logs, remove everything with its data; list tracebacks found in the logs."""
@@ -111,6 +116,11 @@ class DockerCluster:
     @property
     def bootstrap(self) -> str:
         return ",".join(f"127.0.0.1:{p}" for p in self.ports)
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """The external Kafka listeners, as a Kafka client on the host reaches them."""
+        return ",".join(f"127.0.0.1:{p}" for p in self.kafka_ports)
 
     def external(self, node_id: int) -> str:
         return f"127.0.0.1:{self.ports[node_id - 1]}"

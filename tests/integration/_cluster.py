@@ -82,6 +82,7 @@ class NodeProcess(BrokerProcess):
         assert got == (self.node_id, self.bootstrap), (
             f"ready file says {info}, expected node {self.node_id} on {self.bootstrap}"
         )
+        self.kafka_address = info.get("kafka_address")
         # The node writes its pid where `raftlog dev` users (and scripts) look for it.
         pid = int((self.data_dir / "node.pid").read_text())
         assert self.proc is not None and pid == self.proc.pid, (
@@ -105,6 +106,11 @@ class Cluster:
     def bootstrap(self) -> str:
         """Every node's client address: what a client that survives any one failure uses."""
         return ",".join(node.bootstrap for node in self.nodes.values())
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """Every node's Kafka listener address (from its config): Kafka's clients' bootstrap."""
+        return ",".join(str(node.config.kafka_listener) for node in self.nodes.values())
 
     def start(self, *node_ids: int) -> None:
         """Start the given nodes (all if none) together: each waits for a quorum to form."""

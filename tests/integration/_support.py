@@ -115,6 +115,7 @@ class BrokerProcess(NodeProcess):
         super().__init__(name, [], [data_dir], log_dir=log_dir, log_stem="broker", env=_child_env())
         self.host = HOST
         self.port = 0  # the first start asks for any free port; restarts reuse the bound one
+        self.kafka_address: str | None = None  # its Kafka listener's, from its ready file
         self.data_dir = data_dir
         self.extra_args = list(extra_args)
 
@@ -170,6 +171,13 @@ class BrokerProcess(NodeProcess):
         host, _, port = str(info["client_address"]).rpartition(":")
         assert host == self.host, f"broker listens on {info['client_address']}, not {self.host}"
         self.port = int(port)
+        self.kafka_address = info.get("kafka_address")
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """Its Kafka listener's address (Kafka's clients bootstrap from it)."""
+        assert self.kafka_address, f"{self.name} has no Kafka listener"
+        return self.kafka_address
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S, sig: signal.Signals = signal.SIGTERM) -> int:
         """SIGTERM, wait for a graceful exit; SIGKILL and fail if it does not come in time."""

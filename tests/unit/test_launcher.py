@@ -37,6 +37,7 @@ def test_a_based_plan_is_raftlog_devs_fixed_layout() -> None:
     assert plan.client == (9092, 9093, 9094)
     assert plan.raft == (9192, 9193, 9194)
     assert plan.replication == (9292, 9293, 9294)
+    assert plan.kafka == (9392, 9393, 9394)
     assert plan.nodes == 3
 
 

@@ -142,6 +142,8 @@ def test_describe_cluster_names_every_field() -> None:
         "port": 9001,
         "external": None,
         "replication": None,
+        "kafka": None,
+        "kafka_external": None,
         "rack": None,
         "broker_epoch": epochs[1],
         "fenced": False,

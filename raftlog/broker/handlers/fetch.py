@@ -95,7 +95,7 @@ def handle_fetch(
     replicas = broker.replicas
     tps = [w.tp for w in wanted]
     replicas.add_waiter(tps, woken, follower)
-    return _long_poll(
+    return long_poll(
         broker,
         deadline,
         min_bytes,
@@ -158,7 +158,7 @@ def _session_fetch(
         news = _session_news(broker, session, listed_tps, replicas.clock_ms())
         return _read(broker, listed + news, max_bytes, True, session)
 
-    return _long_poll(
+    return long_poll(
         broker,
         deadline,
         min_bytes,
@@ -253,7 +253,7 @@ def _check_follower(
     want.diverging = answer.diverging
 
 
-async def _long_poll(
+async def long_poll(
     broker: HandlerContext,
     deadline: float,
     min_bytes: int,

@@ -27,7 +27,7 @@ callback, and the last one answers the request.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from raftlog.broker.response import Response
@@ -194,18 +194,33 @@ class ProduceGroup:
         """Take one request (acks already checked). Raises for a request that is malformed
         as a whole (then nothing of it is kept); partition-level errors go in its results.
         Returns its response's results and, for acks=all, its wait for commits."""
-        chunks = split_payload(payload, request.sizes())
+        chunks = iter(split_payload(payload, request.sizes()))
+        return self.add_chunks(
+            acks,
+            [
+                (topic, [(p.partition, next(chunks)) for p in parts])
+                for topic, parts in request.topics
+            ],
+            topic_errors,
+            timeout_ms,
+        )
+
+    def add_chunks(
+        self,
+        acks: int,
+        topics: Iterable[tuple[str, Iterable[tuple[int, memoryview]]]],
+        topic_errors: dict[str, RaftlogError] | None = None,
+        timeout_ms: int = DEFAULT_PRODUCE_TIMEOUT_MS,
+    ) -> tuple[Results, CommitWait | None]:
+        """`add` for a request already split into its partitions' chunks (the Kafka
+        listener's Produce: raftlog/kafka/handlers/produce.py), in request order."""
         self._requests += 1
         results: Results = []
         pending = self._pending
         wait = CommitWait() if acks == -1 else None
-        i = 0
-        for topic, parts in request.topics:
+        for topic, parts in topics:
             out: list[ProducePartitionResult] = []
-            for part in parts:
-                partition = part.partition
-                chunk = chunks[i]
-                i += 1
+            for partition, chunk in parts:
                 if topic_errors and topic in topic_errors:
                     out.append(_failed(partition, topic_errors[topic]))
                     continue

@@ -13,8 +13,9 @@ A handler is `handle_x(ctx, request, version, source)`:
   has an error_message field). Per-partition and per-topic errors go inside the response;
   a handler does not raise a RaftlogError out.
 
-This is the one part of raftlog.kafka that knows the broker, and only through those two
-Protocols, imported for typing alone: nothing here imports raftlog.broker at run time.
+This is the one part of raftlog.kafka that knows the broker: through those two Protocols,
+and, for Produce and Fetch, the native handlers' building blocks (ProduceGroup, long_poll,
+Response), so that the two listeners share one produce and one fetch path.
 
-Each module ends with `HANDLERS`, {api key: handler}, for the connection to combine.
+Each module names its APIs in `HANDLERS`, {api key: handler}; registry.py combines them.
 """

@@ -20,10 +20,14 @@ from typing import Any, Protocol
 
 from raftlog.kafka.api import SUPPORTED_VERSIONS, ApiKey, api_name
 from raftlog.kafka.messages.api_versions import ApiVersionsRequest
+from raftlog.kafka.messages.configs import DescribeConfigsRequest
 from raftlog.kafka.messages.fetch import FetchRequest
 from raftlog.kafka.messages.list_offsets import ListOffsetsRequest
 from raftlog.kafka.messages.metadata import MetadataRequest
+from raftlog.kafka.messages.offsets_for_leader_epoch import OffsetForLeaderEpochRequest
 from raftlog.kafka.messages.produce import ProduceRequest
+from raftlog.kafka.messages.producer_ids import InitProducerIdRequest
+from raftlog.kafka.messages.topics import CreateTopicsRequest, DeleteTopicsRequest
 from raftlog.kafka.wire import KafkaDecodeError, Reader
 
 
@@ -45,6 +49,11 @@ REQUEST_TYPES: dict[ApiKey, type[KafkaRequest]] = {
     ApiKey.PRODUCE: ProduceRequest,
     ApiKey.FETCH: FetchRequest,
     ApiKey.LIST_OFFSETS: ListOffsetsRequest,
+    ApiKey.INIT_PRODUCER_ID: InitProducerIdRequest,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: OffsetForLeaderEpochRequest,
+    ApiKey.CREATE_TOPICS: CreateTopicsRequest,
+    ApiKey.DELETE_TOPICS: DeleteTopicsRequest,
+    ApiKey.DESCRIBE_CONFIGS: DescribeConfigsRequest,
 }
 
 
