@@ -15,6 +15,7 @@ from raftlog.client.producer_config import COMPRESSION_TYPES
 from raftlog.client.reader import RangeReader
 from raftlog.topics import TopicPartition
 from tests.integration._support import BrokerProcess, consume_exactly, run_cli
+from tests.kafka import clients
 
 PARTITIONS = 2
 T0 = 1_764_000_000_000
@@ -96,3 +97,86 @@ def test_raftlog_produce_compresses_and_places_keys_by_murmur2(
         assert r["partition"] == murmur2_partitioner(r["key"].encode(), 6), r
     res = run_cli("produce", "cli-zstd", "--compression-type", "brotli", *b, input=b"x\n")
     assert res.returncode != 0 and "brotli" in res.stderr
+
+
+# -- through the other door: Kafka's clients on the node's Kafka listener -----------------------
+
+
+@pytest.mark.parametrize("compression_type", ["gzip", "snappy", "lz4", "zstd"])
+def test_kafkas_clients_read_what_a_compressing_producer_wrote(
+    module_broker: BrokerProcess, compression_type: str
+) -> None:
+    """raftlog's compressed batches are Kafka's v2 as stored: confluent-kafka (librdkafka) and
+    kafka-python read them as they are, records, headers and timestamps intact."""
+    topic = f"to-kafka-{compression_type}"
+    with Admin(module_broker.bootstrap) as admin:
+        admin.create_topic(topic, 1)
+    records = clients.keyed_records(500, compression_type)
+    with Producer(
+        bootstrap_servers=module_broker.bootstrap, compression_type=compression_type
+    ) as p:
+        futures = [
+            p.send(topic, v, key=k, headers=list(h), timestamp_ms=T0 + i)
+            for i, (k, v, h) in enumerate(records)
+        ]
+        p.flush()
+        assert [f.result(30).offset for f in futures] == list(range(len(records)))
+    readers = [clients.confluent_consume]
+    if compression_type != "snappy":  # kafka-python's snappy needs python-snappy
+        readers.append(clients.kafka_python_consume)
+    for consume in readers:
+        got = consume(module_broker.kafka_bootstrap, topic, end_offset=len(records))
+        assert clients.payloads(got) == records, consume.__name__
+        assert [(r.offset, r.timestamp) for r in got] == [
+            (i, T0 + i) for i in range(len(records))
+        ], consume.__name__
+
+
+@pytest.mark.parametrize("compression_type", ["gzip", "snappy", "lz4", "zstd"])
+def test_raftlogs_consumer_reads_what_librdkafka_compressed(
+    module_broker: BrokerProcess, compression_type: str
+) -> None:
+    topic = f"from-kafka-{compression_type}"
+    with Admin(module_broker.bootstrap) as admin:
+        admin.create_topic(topic, 1)
+    records = clients.keyed_records(500, compression_type)
+    end = clients.confluent_produce(
+        module_broker.kafka_bootstrap, topic, records, compression=compression_type
+    )
+    assert end == len(records)
+    got = consume_exactly(module_broker.bootstrap, topic, {0: end})[0]
+    assert [(r.key, r.value, r.headers) for r in got] == records
+
+
+def test_murmur2_places_keys_where_kafkas_clients_do(module_broker: BrokerProcess) -> None:
+    """The same keys from raftlog's Producer (partitioner="murmur2"), kafka-python (its
+    default) and confluent-kafka (partitioner=murmur2_random) land in the same partitions."""
+    topic = "placement"
+    partitions = 7
+    with Admin(module_broker.bootstrap) as admin:
+        admin.create_topic(topic, partitions)
+    keys = [f"customer-{i}".encode() for i in range(60)]
+    with Producer(bootstrap_servers=module_broker.bootstrap, partitioner="murmur2") as p:
+        ours = [p.send(topic, b"raftlog", key=k).result(30).partition for k in keys]
+    from kafka import KafkaProducer
+
+    kp = KafkaProducer(bootstrap_servers=module_broker.kafka_bootstrap, linger_ms=5)
+    try:
+        theirs = [kp.send(topic, b"kafka-python", key=k).get(30).partition for k in keys]
+    finally:
+        kp.close(timeout=10)
+    from confluent_kafka import Producer as ConfluentProducer
+
+    placed: dict[bytes, int] = {}
+    cp = ConfluentProducer(
+        {"bootstrap.servers": module_broker.kafka_bootstrap, "partitioner": "murmur2_random"}
+    )
+    for k in keys:
+        cp.produce(
+            topic, b"librdkafka", k,
+            on_delivery=lambda err, msg: placed.__setitem__(msg.key(), msg.partition()),
+        )  # fmt: skip
+    assert cp.flush(30) == 0
+    assert ours == theirs == [placed[k] for k in keys]
+    assert ours == [murmur2_partitioner(k, partitions) for k in keys]
+    assert len(set(ours)) == partitions  # the keys spread: the comparison means something
