@@ -32,7 +32,7 @@ import zlib
 from typing import NoReturn
 
 import cramjam
-import lz4.frame  # type: ignore[import-untyped]
+import lz4.frame
 import zstandard
 
 from raftlog.errors import CorruptRecordError

@@ -88,10 +88,10 @@ from raftlog.record_types import PREFIX_SIZE as PREFIX_SIZE
 from raftlog.record_types import BatchHeader as BatchHeader
 from raftlog.record_types import Record as Record
 from raftlog.records_v2 import (
-    HEADER_V2,
     HEADER_V2_SIZE,
     decode_records_v2,
     encode_batch_v2,
+    unpack_header_v2,
     validate_batch_v2,
 )
 from raftlog.records_v2 import MAGIC_V2 as MAGIC_V2
@@ -491,7 +491,7 @@ def unpack_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[in
                 return HEADER.unpack_from(buf, pos)
         elif magic == MAGIC_V2:
             if avail >= HEADER_V2_SIZE:
-                return HEADER_V2.unpack_from(buf, pos)
+                return unpack_header_v2(buf, pos)
         else:
             raise CorruptRecordError(f"unknown magic {magic} in batch at byte {pos}")
     raise CorruptRecordError(f"torn batch header at byte {pos} ({avail} bytes)")

@@ -92,6 +92,25 @@ def crc32c(data: bytes | bytearray | memoryview) -> int:
     return int(_crc32c(data if type(data) is bytes else bytes(data)))
 
 
+_MAX_TIMESTAMP_FIELD = 8  # BatchHeader's max_timestamp, after first_timestamp (7)
+
+
+def unpack_header_v2(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, ...]:
+    """The v2 header's fields at `pos` (BatchHeader's order), with one repair: a max timestamp
+    below the base timestamp (Kafka's NO_TIMESTAMP, -1, which Sarama 1.22 writes: Kafka's
+    broker recomputes it from the records) reads as the base timestamp. The stored bytes keep
+    what the client sent (its CRC covers them); every reader of the header (validation, the
+    time index, retention, recovery) sees the repaired value, so a batch is never taken for
+    one from 1970 and deleted by retention. It can be earlier than the batch's true largest
+    record timestamp by the batch's own time span (the records are not read)."""
+    fields = HEADER_V2.unpack_from(buf, pos)
+    if fields[_MAX_TIMESTAMP_FIELD] < fields[_MAX_TIMESTAMP_FIELD - 1]:
+        repaired = list(fields)
+        repaired[_MAX_TIMESTAMP_FIELD] = fields[_MAX_TIMESTAMP_FIELD - 1]
+        return tuple(repaired)
+    return fields
+
+
 def validate_batch_v2(
     buf: bytes | bytearray | memoryview,
     pos: int = 0,
@@ -113,7 +132,7 @@ def validate_batch_v2(
         raise CorruptRecordError(
             f"truncated batch at byte {pos}: {avail} bytes, a v2 header needs {HEADER_V2_SIZE}"
         )
-    h = BatchHeader._make(HEADER_V2.unpack_from(buf, pos))
+    h = BatchHeader._make(unpack_header_v2(buf, pos))
     size = h.batch_length + LOG_OVERHEAD
     if size < HEADER_V2_SIZE or size > avail:
         raise CorruptRecordError(
@@ -301,7 +320,7 @@ def decode_records_v2(
 
     Raises CorruptRecordError when the records do not fit the stream or their count."""
     if header is None:
-        header = BatchHeader._make(HEADER_V2.unpack_from(buf, pos))
+        header = BatchHeader._make(unpack_header_v2(buf, pos))
     start, end = pos + HEADER_V2_SIZE, pos + header.batch_length + LOG_OVERHEAD
     data = bytes(memoryview(buf)[start:end]) if type(buf) is not bytes else buf[start:end]
     codec = header.attributes & COMPRESSION_MASK

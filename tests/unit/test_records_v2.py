@@ -261,7 +261,7 @@ def test_validate_batch_v2_names_what_is_wrong() -> None:
         "unknown compression codec 5": recrc(_with(good, ">h", 21, 5)),
         "does not fit v2 batch": recrc(_with(_with(good, ">i", 57, 50), ">i", 23, 49)),
         "CRC-32C": bytes(_with(good, ">i", 57, 2)),
-        "timestamps out of order": recrc(_with(good, ">q", 35, 4)),
+        "timestamps out of order": recrc(_with(good, ">q", 27, -5)),
         "unknown magic 3": bytes(_with(good, ">b", 16, 3)),
     }
     for reason, raw in cases.items():
@@ -402,3 +402,16 @@ def test_convert_to_v2_converts_every_raftlog_batch_of_a_read() -> None:
     assert convert_to_v2(read[:-5]) == converted[: -headers[2].size]
     partial_v2 = batches[1][:-5]
     assert convert_to_v2(batches[0] + partial_v2) == converted[: headers[0].size] + partial_v2
+
+
+def test_a_max_timestamp_below_the_base_reads_as_the_base() -> None:
+    """Sarama 1.22 writes max_timestamp -1 (Kafka's NO_TIMESTAMP; Kafka's broker recomputes
+    it): the batch is accepted and every header reader sees the base timestamp, so the time
+    index and retention never take it for a batch from 1970."""
+    batch = bytearray(encode_batch_v2([Record(b"k", b"v", (), 1_700_000_000_000)]))
+    struct.pack_into(">q", batch, 35, -1)  # max_timestamp
+    struct.pack_into(">I", batch, 17, crc32c(bytes(batch[21:])))
+    header = validate_batch_v2(bytes(batch))
+    assert (header.first_timestamp, header.max_timestamp) == (1_700_000_000_000,) * 2
+    assert read_header(bytes(batch)).max_timestamp == 1_700_000_000_000
+    assert [r.value for r in decode_records_v2(bytes(batch))] == [b"v"]
