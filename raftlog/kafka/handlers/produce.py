@@ -9,8 +9,8 @@ commit waits. Nothing about replication, acks or idempotence is written here.
 
 Kafka's rules kept here: acks is 0, 1 or -1 (else INVALID_REQUIRED_ACKS for every partition,
 as Kafka answers); acks=0 is never answered; a transactional produce is refused
-(transactions are not supported: TRANSACTIONAL_ID_AUTHORIZATION_FAILED is what Kafka answers a
-transactional id it will not serve, and clients report it as fatal); a partition without
+(transactions are not supported: UNSUPPORTED_VERSION, as InitProducerId answers a transactional
+id, handlers/producer_ids.py says why; clients report it as fatal); a partition without
 records is CORRUPT_MESSAGE. Error codes are Kafka's (raftlog/kafka/errors.py).
 """
 
@@ -51,7 +51,7 @@ def handle_produce(
         code = (
             ErrorCode.INVALID_REQUIRED_ACKS
             if acks not in (1, -1)
-            else ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            else ErrorCode.UNSUPPORTED_VERSION
         )
         message = (
             f"acks must be 0, 1 or -1 (all), got {acks}"
