@@ -160,8 +160,30 @@ def _check_min_insync(key: str, value: Any) -> None:
 
 # Topic configs that are not the log's: their checks. Replication and the metadata's
 # elections read the last three.
+# Kafka's compression.type values. `producer` (Kafka's default) keeps each batch as its
+# producer compressed it, which is all the broker does: re-compressing on the broker would
+# be per-record work on the produce path. The others are Kafka's, and refused by name.
+COMPRESSION_TYPE_DEFAULT = "producer"
+_KAFKA_COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
+
+
+def _check_compression_type(key: str, value: Any) -> None:
+    if value == COMPRESSION_TYPE_DEFAULT:
+        return
+    if value in _KAFKA_COMPRESSION_TYPES:
+        raise InvalidConfigError(
+            f"{key}={value!r}: not supported; only 'producer' is (batches are stored as their "
+            "producer compressed them: set compression_type on the producer instead)"
+        )
+    raise InvalidConfigError(
+        f"{key}={value!r}: must be one of Kafka's {', '.join(_KAFKA_COMPRESSION_TYPES)} "
+        "(raftlog supports 'producer')"
+    )
+
+
 _OTHER_KEYS = {
     "cleanup.policy": _check_cleanup_policy,
+    "compression.type": _check_compression_type,
     "unclean.leader.election.enable": _check_bool,
     "min.insync.replicas": _check_min_insync,
     "durability.policy": _check_durability_policy,

@@ -165,6 +165,16 @@ def test_confluent_admin_client_creates_and_deletes_topics(cluster: Cluster) -> 
     again = admin.create_topics([NewTopic("admin-made", num_partitions=3, replication_factor=3)])
     with pytest.raises(Exception, match=r"TOPIC_ALREADY_EXISTS|already exists"):
         again["admin-made"].result(timeout=30)
+    # compression.type takes Kafka's values; raftlog implements `producer` and says so.
+    refused = admin.create_topics(
+        [NewTopic("zstd-topic", 1, 1, config={"compression.type": "zstd"})]
+    )
+    with pytest.raises(Exception, match=r"compression.type='zstd': not supported; only 'producer'"):
+        refused["zstd-topic"].result(timeout=30)
+    kept = admin.create_topics(
+        [NewTopic("producer-topic", 1, 1, config={"compression.type": "producer"})]
+    )
+    kept["producer-topic"].result(timeout=30)
     admin.delete_topics(["admin-made"])["admin-made"].result(timeout=30)
     metadata = admin.list_topics(timeout=30)
     assert "admin-made" not in metadata.topics

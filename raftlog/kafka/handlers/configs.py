@@ -43,7 +43,12 @@ from raftlog.kafka.messages.configs import (
     ResourceType,
 )
 from raftlog.metadata.partition_state import TopicRules
-from raftlog.storage.config import TOPIC_CONFIG_KEYS, LogConfig, field_name
+from raftlog.storage.config import (
+    COMPRESSION_TYPE_DEFAULT,
+    TOPIC_CONFIG_KEYS,
+    LogConfig,
+    field_name,
+)
 
 if TYPE_CHECKING:
     from raftlog.broker.config import BrokerConfig
@@ -63,6 +68,7 @@ BROKER_NAMES = {
     "flush.ms": "log.flush.interval.ms",
     "max.message.bytes": "message.max.bytes",
     "cleanup.policy": "log.cleanup.policy",
+    "compression.type": "compression.type",
     "recovery.point.checkpoint.ms": "log.flush.offset.checkpoint.interval.ms",
 }
 
@@ -71,6 +77,7 @@ _RULES = TopicRules()
 # them default the same way: TopicRules, the log's cleanup, replication's durability).
 _OTHER_DEFAULTS = {
     "cleanup.policy": "delete",
+    "compression.type": COMPRESSION_TYPE_DEFAULT,
     "min.insync.replicas": str(_RULES.min_insync_replicas),
     "unclean.leader.election.enable": "true" if _RULES.unclean_election else "false",
     "durability.policy": "fsync" if _RULES.fsync else "replication",

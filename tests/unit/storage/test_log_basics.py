@@ -562,6 +562,7 @@ def test_log_config_from_topic_config_accepts_kafka_names() -> None:
             "recovery.point.checkpoint.ms": "10",
             # Not the log's: checked, then left out.
             "cleanup.policy": "delete",
+            "compression.type": "producer",
             "unclean.leader.election.enable": "false",
             "min.insync.replicas": "2",
             "durability.policy": "fsync",
@@ -593,6 +594,8 @@ def test_log_config_from_topic_config_accepts_kafka_names() -> None:
         ({"retention.msx": "1"}, "unknown topic config 'retention.msx' (did you mean "),
         ({"retention_ms": "1"}, "unknown topic config 'retention_ms' (did you mean 'retention"),
         ({"cleanup.policy": "compact"}, "cleanup.policy='compact': only 'delete' is supported"),
+        ({"compression.type": "zstd"}, "compression.type='zstd': not supported; only 'producer'"),
+        ({"compression.type": "brotli"}, "compression.type='brotli': must be one of Kafka's"),
         ({"min.insync.replicas": "0"}, "min.insync.replicas=0: must be >= 1"),
         ({"min.insync.replicas": "two"}, "min.insync.replicas='two': must be an integer"),
         ({"durability.policy": "always"}, "durability.policy='always': must be 'replication'"),
