@@ -63,6 +63,9 @@ KAFKA_DOOR = "kafka"
 RAFTLOG_DOOR = "raftlog"
 # How long the end of step 3 waits for confluent-kafka's last acknowledgements.
 KAFKA_FLUSH_TIMEOUT_S = 60
+# Delivery callbacks are run (poll) once per this many records sent: per record, the calls
+# cost more than the sending.
+KAFKA_POLL_EVERY = 1000
 
 
 def door_of(user_number: int) -> str:
@@ -222,13 +225,16 @@ class _KafkaDoor:
     """confluent-kafka's Producer (librdkafka) on the brokers' Kafka listeners: acks=all,
     idempotent, keys hashed with murmur2 as raftlog's Producer(partitioner="murmur2") does.
     `acked` counts the records the brokers acknowledged; `failures` holds each failed
-    delivery's error (librdkafka retries on its own first)."""
+    delivery's error (librdkafka retries on its own first). Used as a context manager: on
+    exit, whatever is still queued is dropped and librdkafka closed, so it neither waits on
+    nor logs lost connections to a cluster that is stopping (confluent-kafka 2.13+)."""
 
     def __init__(self, bootstrap: str) -> None:
         from confluent_kafka import Producer as KafkaProducer
 
         self.acked = 0
         self.failures: list[str] = []
+        self._sent = 0
         self._producer = KafkaProducer(
             {
                 "bootstrap.servers": bootstrap,
@@ -252,11 +258,20 @@ class _KafkaDoor:
                 break
             except BufferError:  # librdkafka's queue is full: let it send some
                 self._producer.poll(0.05)
-        self._producer.poll(0)  # run the delivery callbacks that are due
+        self._sent += 1
+        if self._sent % KAFKA_POLL_EVERY == 0:
+            self._producer.poll(0)  # run the delivery callbacks that are due
 
     def flush(self) -> int:
         """Wait for every acknowledgement; the number of records still undelivered."""
         return int(self._producer.flush(KAFKA_FLUSH_TIMEOUT_S))
+
+    def __enter__(self) -> _KafkaDoor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._producer.purge()
+        self._producer.close()
 
 
 def _pipeline(bootstraps: Bootstraps, events: int, partitions: int, spark: _SparkStarter) -> int:
@@ -285,10 +300,12 @@ def _pipeline(bootstraps: Bootstraps, events: int, partitions: int, spark: _Spar
     sent_per_door: collections.Counter[str] = collections.Counter()
     started = time.monotonic()
     last_shown = 0.0
-    kafka_door = _KafkaDoor(bootstraps.kafka)
-    with Producer(
-        bootstrap_servers=bootstrap, acks="all", linger_ms=5, partitioner="murmur2"
-    ) as producer:
+    with (
+        _KafkaDoor(bootstraps.kafka) as kafka_door,
+        Producer(
+            bootstrap_servers=bootstrap, acks="all", linger_ms=5, partitioner="murmur2"
+        ) as producer,
+    ):
         futures = []
         for i in range(events):
             number = rng.randrange(1000)
@@ -314,7 +331,7 @@ def _pipeline(bootstraps: Bootstraps, events: int, partitions: int, spark: _Spar
         producer.flush()
         for f in futures:
             f.result()
-    undelivered = kafka_door.flush()
+        undelivered = kafka_door.flush()
     if undelivered or kafka_door.failures or kafka_door.acked != sent_per_door[KAFKA_DOOR]:
         raise RaftlogError(
             f"confluent-kafka delivered {kafka_door.acked:,} of {sent_per_door[KAFKA_DOOR]:,} "
