@@ -634,6 +634,15 @@ def bootstrap_of(infos: Sequence[Mapping[str, Any]]) -> str:
     return ",".join(str(info["client_address"]) for info in infos)
 
 
+def kafka_bootstrap_of(infos: Sequence[Mapping[str, Any]]) -> str | None:
+    """ "host:port,..." of the Kafka listeners of the nodes whose ready files these are (what
+    Kafka's clients are given as bootstrap servers); None if any node has none."""
+    addresses = [info.get("kafka_address") for info in infos]
+    if not all(addresses):
+        return None
+    return ",".join(str(a) for a in addresses)
+
+
 def stop_all(procs: Sequence[NodeProcess], timeout_s: float = STOP_TIMEOUT_S) -> list[str]:
     """Stop every running process: signal all first, then wait for each against one deadline,
     SIGKILL at it. What went wrong: a slow exit, a non-zero status on SIGTERM."""

@@ -1,9 +1,21 @@
 """`raftlog demo`: the main job end to end on the local default.
 
 Starts a local node as its own process, creates the `pageviews` topic, produces a stream of
-page-view events keyed by user (acks=all), consumes the whole topic back, checks that every
-record arrived once and in order per partition, prints what happened, and stops the node with
-SIGTERM (a clean shutdown). Exit status 0 means the pipeline moved every event.
+page-view events keyed by user (acks=all, idempotent) through both of the brokers' doors,
+consumes the whole topic back, checks that every record arrived once and in order per
+partition, prints what happened, and stops the node with SIGTERM (a clean shutdown). Exit
+status 0 means the pipeline moved every event.
+
+The two doors: the events of even-numbered users (user-0000, user-0002, ...) are produced with
+confluent-kafka (librdkafka) through the brokers' Kafka-protocol listeners, those of
+odd-numbered users with raftlog's own Producer through the native listeners; about half of
+the events come through each. A user's events all take one door, so per-user order is one
+producer's order (two producers never race on one key). Both producers hash keys with Kafka's
+murmur2 (librdkafka's "murmur2_random", raftlog's partitioner="murmur2"), so a user lands in
+the same partition whichever door it takes: the consumer checks every record's partition
+against murmur2 of its key. Each event names its door (`"door": "kafka"` or `"raftlog"`); the
+report gives the count per door, produced and consumed, and Spark's total must equal the sum
+of both (a Spark that read one door only fails the run).
 """
 
 from __future__ import annotations
@@ -21,10 +33,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    import confluent_kafka
 
 from raftlog.cli.client_cmd import positive_int
 from raftlog.client import Admin, Consumer, Producer
+from raftlog.client.partitioner import murmur2_partitioner
 from raftlog.errors import RaftlogError
 from raftlog.launcher import (
     ExitedBeforeReadyError,
@@ -32,6 +48,7 @@ from raftlog.launcher import (
     NodeProcess,
     bootstrap_of,
     dev_process,
+    kafka_bootstrap_of,
 )
 from raftlog.topics import TopicPartition
 
@@ -40,6 +57,20 @@ PAGES = ["/", "/pricing", "/docs", "/blog", "/signup", "/login", "/docs/install"
 READY_TIMEOUT_S = 60
 # `raftlog dev` stops its nodes within its own 30 s; past this the demo kills the group.
 STOP_TIMEOUT_S = 30
+# The doors an event can take (its "door" field): Kafka's wire protocol (confluent-kafka) for
+# even-numbered users, raftlog's own protocol (raftlog's Producer) for odd-numbered ones.
+KAFKA_DOOR = "kafka"
+RAFTLOG_DOOR = "raftlog"
+# How long the end of step 3 waits for confluent-kafka's last acknowledgements.
+KAFKA_FLUSH_TIMEOUT_S = 60
+# Delivery callbacks are run (poll) once per this many records sent: per record, the calls
+# cost more than the sending.
+KAFKA_POLL_EVERY = 1000
+
+
+def door_of(user_number: int) -> str:
+    """The door user `user_number`'s events take: Kafka's for even numbers, raftlog's for odd."""
+    return KAFKA_DOOR if user_number % 2 == 0 else RAFTLOG_DOOR
 
 
 def register(sub: Any) -> None:
@@ -65,8 +96,16 @@ def _progress(label: str, done: int, total: int, started: float) -> None:
     sys.stderr.flush()
 
 
-def start_cluster(data_dir: str, nodes: int) -> tuple[NodeProcess, str]:
-    """Start `raftlog dev` on free ports; returns (process, "host:port,...") once every node
+class Bootstraps(NamedTuple):
+    """Where clients reach the cluster: raftlog's own listeners and the Kafka-protocol ones
+    ("host:port,..." each, one address per node)."""
+
+    raftlog: str
+    kafka: str
+
+
+def start_cluster(data_dir: str, nodes: int) -> tuple[NodeProcess, Bootstraps]:
+    """Start `raftlog dev` on free ports; returns (process, its Bootstraps) once every node
     is ready. The cluster runs in its own process group, so stop_cluster (or a failure here)
     takes every node down with it. The nodes' stderr goes to ours.
 
@@ -81,11 +120,16 @@ def start_cluster(data_dir: str, nodes: int) -> tuple[NodeProcess, str]:
         new_session=True,
     )
     try:
-        return dev, bootstrap_of(dev.start(READY_TIMEOUT_S))
+        infos = dev.start(READY_TIMEOUT_S)
     except ExitedBeforeReadyError:
         raise  # `_demo` decides whether to retry on new ports or to report it
     except LaunchError as e:
         raise RaftlogError(str(e)) from None
+    kafka = kafka_bootstrap_of(infos)
+    if kafka is None:  # a --data-dir whose configs were written without Kafka listeners
+        stop_cluster(dev)
+        raise RaftlogError("the cluster's nodes have no Kafka listener: the demo needs one each")
+    return dev, Bootstraps(bootstrap_of(infos), kafka)
 
 
 def stop_cluster(dev: NodeProcess) -> int:
@@ -145,7 +189,7 @@ def _demo_with(args: argparse.Namespace, data_dir: str, spark: _SparkStarter) ->
     t0 = time.monotonic()
     try:
         try:
-            dev, bootstrap = start_cluster(data_dir, args.nodes)
+            dev, bootstraps = start_cluster(data_dir, args.nodes)
         except ExitedBeforeReadyError as e:
             if args.data_dir is not None:
                 # Its configs fix the ports: the user must free them.
@@ -157,16 +201,19 @@ def _demo_with(args: argparse.Namespace, data_dir: str, spark: _SparkStarter) ->
             shutil.rmtree(data_dir, ignore_errors=True)
             data_dir = tempfile.mkdtemp(prefix="raftlog-demo-")
             try:
-                dev, bootstrap = start_cluster(data_dir, args.nodes)
+                dev, bootstraps = start_cluster(data_dir, args.nodes)
             except ExitedBeforeReadyError as again:
                 raise RaftlogError(str(again)) from None
     except BaseException:
         if args.data_dir is None:
             shutil.rmtree(data_dir, ignore_errors=True)
         raise
-    print(f"   brokers ready on {bootstrap} in {time.monotonic() - t0:.1f} s")
+    print(
+        f"   brokers ready on {bootstraps.raftlog} (Kafka protocol on {bootstraps.kafka}) "
+        f"in {time.monotonic() - t0:.1f} s"
+    )
     try:
-        return _pipeline(bootstrap, args.events, args.partitions, spark)
+        return _pipeline(bootstraps, args.events, args.partitions, spark)
     finally:
         status = stop_cluster(dev)
         print(f"7. stopped the cluster cleanly (exit status {status})")
@@ -174,8 +221,62 @@ def _demo_with(args: argparse.Namespace, data_dir: str, spark: _SparkStarter) ->
             shutil.rmtree(data_dir, ignore_errors=True)
 
 
-def _pipeline(bootstrap: str, events: int, partitions: int, spark: _SparkStarter) -> int:
+class _KafkaDoor:
+    """confluent-kafka's Producer (librdkafka) on the brokers' Kafka listeners: acks=all,
+    idempotent, keys hashed with murmur2 as raftlog's Producer(partitioner="murmur2") does.
+    `acked` counts the records the brokers acknowledged; `failures` holds each failed
+    delivery's error (librdkafka retries on its own first). Used as a context manager: on
+    exit, whatever is still queued is dropped and librdkafka closed, so it neither waits on
+    nor logs lost connections to a cluster that is stopping (confluent-kafka 2.13+)."""
+
+    def __init__(self, bootstrap: str) -> None:
+        from confluent_kafka import Producer as KafkaProducer
+
+        self.acked = 0
+        self.failures: list[str] = []
+        self._sent = 0
+        self._producer = KafkaProducer(
+            {
+                "bootstrap.servers": bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
+                "partitioner": "murmur2_random",
+                "linger.ms": 5,
+            }
+        )
+
+    def _delivered(self, err: confluent_kafka.KafkaError | None, _msg: object) -> None:
+        if err is None:
+            self.acked += 1
+        else:
+            self.failures.append(str(err))
+
+    def send(self, topic: str, value: bytes, key: bytes) -> None:
+        while True:
+            try:
+                self._producer.produce(topic, value, key, on_delivery=self._delivered)
+                break
+            except BufferError:  # librdkafka's queue is full: let it send some
+                self._producer.poll(0.05)
+        self._sent += 1
+        if self._sent % KAFKA_POLL_EVERY == 0:
+            self._producer.poll(0)  # run the delivery callbacks that are due
+
+    def flush(self) -> int:
+        """Wait for every acknowledgement; the number of records still undelivered."""
+        return int(self._producer.flush(KAFKA_FLUSH_TIMEOUT_S))
+
+    def __enter__(self) -> _KafkaDoor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._producer.purge()
+        self._producer.close()
+
+
+def _pipeline(bootstraps: Bootstraps, events: int, partitions: int, spark: _SparkStarter) -> int:
     topic = "pageviews"
+    bootstrap = bootstraps.raftlog
     with Admin(bootstrap) as admin:
         if topic not in admin.list_topics():
             admin.create_topic(topic, partitions, config={"retention.ms": str(7 * 86400000)})
@@ -189,29 +290,54 @@ def _pipeline(bootstrap: str, events: int, partitions: int, spark: _SparkStarter
         + ", ".join(f"{tp.partition}:{o}" for tp, o in sorted(start.items()))
     )
 
-    print(f"3. producing {events:,} page-view events keyed by user (acks=all)")
+    print(
+        f"3. producing {events:,} page-view events keyed by user (acks=all, idempotent, murmur2 "
+        "keys): even-numbered users with confluent-kafka through the Kafka listeners, "
+        "odd-numbered ones with raftlog's Producer"
+    )
     rng = random.Random(7)
     sent_per_user: dict[str, int] = collections.Counter()
+    sent_per_door: collections.Counter[str] = collections.Counter()
     started = time.monotonic()
     last_shown = 0.0
-    with Producer(bootstrap_servers=bootstrap, acks="all", linger_ms=5) as producer:
+    with (
+        _KafkaDoor(bootstraps.kafka) as kafka_door,
+        Producer(
+            bootstrap_servers=bootstrap, acks="all", linger_ms=5, partitioner="murmur2"
+        ) as producer,
+    ):
         futures = []
         for i in range(events):
-            user = f"user-{rng.randrange(1000):04d}"
+            number = rng.randrange(1000)
+            user = f"user-{number:04d}"
+            door = door_of(number)
             event = {
                 "user": user,
                 "page": rng.choice(PAGES),
                 "seq": sent_per_user[user],
                 "ts": int(time.time() * 1000),
+                "door": door,
             }
             sent_per_user[user] += 1
-            futures.append(producer.send(topic, json.dumps(event).encode(), key=user.encode()))
+            sent_per_door[door] += 1
+            value, key = json.dumps(event).encode(), user.encode()
+            if door == KAFKA_DOOR:
+                kafka_door.send(topic, value, key)
+            else:
+                futures.append(producer.send(topic, value, key=key))
             if time.monotonic() - last_shown > 0.25:
                 _progress("produce", i + 1, events, started)
                 last_shown = time.monotonic()
         producer.flush()
         for f in futures:
             f.result()
+        undelivered = kafka_door.flush()
+    if undelivered or kafka_door.failures or kafka_door.acked != sent_per_door[KAFKA_DOOR]:
+        raise RaftlogError(
+            f"confluent-kafka delivered {kafka_door.acked:,} of {sent_per_door[KAFKA_DOOR]:,} "
+            f"events ({undelivered:,} still queued after {KAFKA_FLUSH_TIMEOUT_S} s)"
+            + (f"; first error: {kafka_door.failures[0]}" if kafka_door.failures else "")
+        )
     _progress("produce", events, events, started)
     produce_s = time.monotonic() - started
 
@@ -219,6 +345,9 @@ def _pipeline(bootstrap: str, events: int, partitions: int, spark: _SparkStarter
     started = time.monotonic()
     pages: collections.Counter[str] = collections.Counter()
     per_partition: collections.Counter[int] = collections.Counter()
+    seen_per_door: collections.Counter[str] = collections.Counter()
+    partition_of: dict[bytes, int] = {}  # murmur2 of each user's key, computed once per user
+    misplaced = 0
     next_seq: dict[str, int] = collections.defaultdict(int)
     last_offset: dict[int, int] = {}
     problems = 0
@@ -251,6 +380,12 @@ def _pipeline(bootstrap: str, events: int, partitions: int, spark: _SparkStarter
                     last_offset[tp.partition] = r.offset
                     if e["seq"] != next_seq[e["user"]]:
                         problems += 1  # per-key order broken
+                    key = r.key or b""
+                    if key not in partition_of:
+                        partition_of[key] = murmur2_partitioner(key, partitions)
+                    if partition_of[key] != tp.partition:
+                        misplaced += 1  # the two doors put this key in different partitions
+                    seen_per_door[e.get("door", "?")] += 1
                     next_seq[e["user"]] = e["seq"] + 1
                     pages[e["page"]] += 1
                     per_partition[tp.partition] += 1
@@ -270,12 +405,21 @@ def _pipeline(bootstrap: str, events: int, partitions: int, spark: _SparkStarter
     consume_s = time.monotonic() - started
 
     spark_ok, spark_line = _spark_report(bootstrap, topic, start, pages, spark)
+    doors_ok = seen_per_door == sent_per_door and misplaced == 0
 
     print("\nWhat happened:")
     print(
         f"  produced  {events:>10,} events in {produce_s:6.2f} s "
         f"({events / produce_s:,.0f} events/s, every one acknowledged)"
     )
+    for door, how in (
+        (KAFKA_DOOR, "with confluent-kafka through the Kafka listeners (even-numbered users)"),
+        (RAFTLOG_DOOR, "with raftlog's Producer through its own listeners (odd-numbered users)"),
+    ):
+        print(
+            f"  door {door + ':':<8} {sent_per_door[door]:>7,} events produced {how}, "
+            f"{seen_per_door[door]:,} consumed"
+        )
     print(
         f"  consumed  {seen:>10,} events in {consume_s:6.2f} s "
         f"({seen / max(consume_s, 1e-9):,.0f} events/s)"
@@ -295,16 +439,26 @@ def _pipeline(bootstrap: str, events: int, partitions: int, spark: _SparkStarter
         + ", ".join(f"{n}: {c}" for n, c in sorted(leaders.items()))
     )
     print("  top pages: " + ", ".join(f"{page} {n:,}" for page, n in pages.most_common(4)))
-    print(f"  spark: {spark_line}")
+    print(
+        f"  spark: {spark_line} (both doors: {sent_per_door[KAFKA_DOOR]:,} + "
+        f"{sent_per_door[RAFTLOG_DOOR]:,})"
+    )
     ok = (
         seen == events
         and problems == 0
+        and doors_ok
         and lag == 0
         and sum(ends[tp] - start[tp] for tp in tps) == events
     )
     print(
         f"  check: {'every event arrived once, in order per user' if ok else 'FAILED'}"
-        + ("" if ok else f" ({problems} order problems, {seen:,}/{events:,} seen)")
+        + (
+            ""
+            if ok
+            else f" ({problems} order problems, {misplaced} records in another partition than "
+            f"murmur2 of their key, {seen:,}/{events:,} seen, per door {dict(seen_per_door)} "
+            f"of {dict(sent_per_door)})"
+        )
         + ("; Spark counted the same" if spark_ok else "; Spark's counts DIFFER")
     )
     return 0 if ok and spark_ok else 1
@@ -356,6 +510,8 @@ def _spark_report(
         raise
     summary["session_start_s"] = spark.start_s
     summary["session_wait_s"] = time.monotonic() - waited - summary["job_s"]
+    # `pages` is what the consumer counted, both doors' events (step 4 checks it read every
+    # event of each door): a Spark that read only one door's records counts fewer per page.
     ok = summary["pages"] == dict(pages)
     line = (
         f"{summary['events']:,} events over {len(summary['pages'])} pages in "

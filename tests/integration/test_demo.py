@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -15,11 +16,16 @@ from raftlog.node import NodeConfig
 from raftlog.readiness import READY_FILE
 from tests.integration._cluster import write_cluster_configs
 
+DEMO = [sys.executable, "-m", "raftlog.cli", "demo"]
+EVENTS = 3000
+# The report's line per door: "door kafka:  1,509 events produced with ..., 1,509 consumed".
+DOOR_LINE = re.compile(r"door (kafka|raftlog): +([\d,]+) events produced .*, ([\d,]+) consumed")
+
 
 def run_demo(data: Path) -> subprocess.CompletedProcess[str]:
     """Run the demo in its own process group, so a timeout kills its cluster too."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "raftlog.cli", "demo", "--events", "3000", "--data-dir", str(data)],
+        [*DEMO, "--events", str(EVENTS), "--data-dir", str(data)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -33,9 +39,27 @@ def run_demo(data: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
+def door_counts(out: str) -> dict[str, tuple[int, int]]:
+    """{door: (produced, consumed)} from the demo's report."""
+    return {
+        door: (int(produced.replace(",", "")), int(consumed.replace(",", "")))
+        for door, produced, consumed in DOOR_LINE.findall(out)
+    }
+
+
 def check_demo_output(proc: subprocess.CompletedProcess[str], run: int) -> None:
     assert proc.returncode == 0, f"run {run}:\n{proc.stdout}\n{proc.stderr}"
     assert "every event arrived once, in order per user" in proc.stdout
+    # Both doors carried part of the events (confluent-kafka to the Kafka listeners, raftlog's
+    # Producer to its own), each consumed whole, and Spark counted the sum of both.
+    doors = door_counts(proc.stdout)
+    assert sorted(doors) == ["kafka", "raftlog"], proc.stdout
+    kafka, raftlog = doors["kafka"][0], doors["raftlog"][0]
+    assert kafka > EVENTS // 4 and raftlog > EVENTS // 4 and kafka + raftlog == EVENTS
+    assert all(produced == consumed for produced, consumed in doors.values()), doors
+    assert f"spark: {EVENTS:,} events over" in proc.stdout
+    assert f"(both doors: {kafka:,} + {raftlog:,})" in proc.stdout
+    assert "Spark counted the same" in proc.stdout
     assert "total lag 0" in proc.stdout
     assert "stopped the cluster cleanly (exit status 0)" in proc.stdout
     assert "Traceback" not in proc.stderr

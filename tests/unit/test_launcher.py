@@ -23,6 +23,7 @@ from raftlog.launcher import (
     cluster_settings,
     dev_data_dirs,
     dev_process,
+    kafka_bootstrap_of,
     node_command,
     node_config_text,
     write_cluster_configs,
@@ -158,6 +159,15 @@ def test_node_and_dev_command_lines() -> None:
     assert dev.data_dirs == [Path("/d/node-1"), Path("/d/node-2"), Path("/d/node-3")]
     assert not dev.ready_pid_is_own  # its nodes are its children
     assert dev_process("/d").ready_pid_is_own  # one node runs in `raftlog dev` itself
+
+
+def test_kafka_bootstrap_names_every_nodes_kafka_listener_or_none() -> None:
+    infos = [
+        {"node_id": 1, "client_address": "127.0.0.1:1", "kafka_address": "127.0.0.1:301"},
+        {"node_id": 2, "client_address": "127.0.0.1:2", "kafka_address": "127.0.0.1:302"},
+    ]
+    assert kafka_bootstrap_of(infos) == "127.0.0.1:301,127.0.0.1:302"
+    assert kafka_bootstrap_of([*infos, {"node_id": 3, "client_address": "127.0.0.1:3"}]) is None
 
 
 def test_dev_data_dirs() -> None:

@@ -1,7 +1,9 @@
 """The page-view pipeline: views per page per one-minute window, distinct users per page.
 
 Input: the `pageviews` topic as `raftlog demo` (scripts/run) writes it: JSON events
-`{"user": "user-0042", "page": "/docs", "seq": 17, "ts": 1700000000123}` keyed by user.
+`{"user": "user-0042", "page": "/docs", "seq": 17, "ts": 1700000000123, "door": "kafka"}`
+keyed by user (`door`, which producer wrote the event, is not read here: the job counts every
+event whichever door it came through).
 The minute of an event is its own `ts` (event time), truncated to the minute.
 
 Output (Parquet, under `out_dir`):
