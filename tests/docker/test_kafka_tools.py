@@ -10,10 +10,13 @@ factor 3 and min.insync.replicas=2; kcat and confluent-kafka read every partitio
 
 from __future__ import annotations
 
+from typing import Any
+
 from confluent_kafka.admin import AdminClient
 
 from raftlog.client.partitioner import murmur2_partitioner
 from tests.docker._docker import DockerCluster
+from tests.integration._support import wait_for
 from tests.kafka import clients
 from tests.kafka.tools import need_kcat
 
@@ -34,9 +37,14 @@ def test_kcat_writes_and_reads_keyed_records_through_the_external_kafka_listener
     c.create_topic(TOPIC, PARTITIONS)  # replication factor 3, every replica in the ISR
 
     # Every broker advertises its published host port, not its container's address.
-    metadata = AdminClient({"bootstrap.servers": c.kafka_bootstrap}).list_topics(
-        timeout=METADATA_TIMEOUT_S
-    )
+    admin = AdminClient({"bootstrap.servers": c.kafka_bootstrap})
+
+    def with_topic() -> Any:
+        # The node asked may not have applied the topic's creation yet: ask again.
+        md = admin.list_topics(timeout=METADATA_TIMEOUT_S)
+        return md if TOPIC in md.topics and len(md.topics[TOPIC].partitions) == 3 else None
+
+    metadata = wait_for(with_topic, METADATA_TIMEOUT_S, f"{TOPIC} in the Kafka metadata")
     assert sorted(f"{b.host}:{b.port}" for b in metadata.brokers.values()) == sorted(
         c.kafka_bootstrap.split(",")
     )
