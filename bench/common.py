@@ -68,3 +68,19 @@ def machine_facts(data_dir: str) -> dict[str, Any]:
         "data_fs": fs_of(data_dir),
         "git_commit": commit + (" (uncommitted changes)" if dirty else ""),
     }
+
+
+def report_head(title: str, command: str, note: str, facts: dict[str, Any]) -> list[str]:
+    """The first lines of a benchmark's markdown report: its title, the command that produced
+    it, the user's note (if any) and the machine facts, each followed by a blank line."""
+    return [
+        f"# {title}",
+        "",
+        f"Command: `{command}`",
+        "",
+        *([f"Note: {note}", ""] if note else []),
+        "Machine: "
+        + ", ".join(f"{k}={v}" for k, v in facts.items() if k != "date")
+        + f", date={facts['date']}",
+        "",
+    ]

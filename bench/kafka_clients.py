@@ -153,14 +153,24 @@ def _cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _broker_cpu_s(pid: int | None) -> float | None:
-    return None if pid is None else process_cpu_seconds(pid)
+def _broker_cpu_s(pid: int | Sequence[int] | None) -> float | None:
+    """The broker's CPU seconds: of one process, or summed over a cluster's node processes."""
+    if pid is None:
+        return None
+    total = 0.0
+    for one in (pid,) if isinstance(pid, int) else pid:
+        cpu = process_cpu_seconds(one)
+        if cpu is None:
+            return None
+        total += cpu
+    return total
 
 
-class _Meter:
-    """Wall time, this process's CPU and the broker's CPU between start() and stop()."""
+class Meter:
+    """Wall time, this process's CPU and the broker's CPU between start() and stop(); the
+    broker is one pid or a cluster's node pids (summed), or None (no broker figure)."""
 
-    def __init__(self, broker_pid: int | None):
+    def __init__(self, broker_pid: int | Sequence[int] | None):
         self.broker_pid = broker_pid
 
     def start(self) -> None:
@@ -209,7 +219,7 @@ def confluent_produce_run(
     partition: int = 0,
     linger_ms: int = LINGER_MS,
     batch_bytes: int = BATCH_BYTES,
-    broker_pid: int | None = None,
+    broker_pid: int | Sequence[int] | None = None,
     timeout_s: float = RUN_TIMEOUT_S,
 ) -> ClientRun:
     """Send `records` values of `value_bytes` to topic-partition and wait for every ack."""
@@ -242,7 +252,7 @@ def confluent_produce_run(
     value = os.urandom(value_bytes)
     produce = producer.produce
     deadline = time.monotonic() + timeout_s
-    meter = _Meter(broker_pid)
+    meter = Meter(broker_pid)
     meter.start()
     for _ in range(records):
         while True:
@@ -268,7 +278,7 @@ def confluent_consume_run(
     *,
     records: int = RECORDS,
     partition: int = 0,
-    broker_pid: int | None = None,
+    broker_pid: int | Sequence[int] | None = None,
     timeout_s: float = RUN_TIMEOUT_S,
 ) -> ClientRun:
     """Read `records` records of topic-partition from its beginning, assigned (no group)."""
@@ -288,7 +298,7 @@ def confluent_consume_run(
         deadline = time.monotonic() + timeout_s
         got = value_bytes = 0
         first_record_at = None
-        meter = _Meter(broker_pid)
+        meter = Meter(broker_pid)
         meter.start()
         consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
         while got < records:

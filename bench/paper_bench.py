@@ -97,7 +97,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, default_base_dir, machine_facts
+from bench.common import REPO, default_base_dir, machine_facts, report_head
 from raftlog.launcher import (
     LaunchError,
     NodeProcess,
@@ -1347,15 +1347,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
     facts["load_average_at_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
 
     md = [
-        f"# raftlog vs the Kafka paper ({facts['date']})",
-        "",
-        f"Command: `{command}`",
-        "",
-        *([f"Note: {args.note}", ""] if args.note else []),
-        "Machine: "
-        + ", ".join(f"{k}={v}" for k, v in facts.items() if k != "date")
-        + f", date={facts['date']}",
-        "",
+        *report_head(f"raftlog vs the Kafka paper ({facts['date']})", command, args.note, facts),
         table,
         targets_line(rows),
         "",

