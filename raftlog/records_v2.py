@@ -42,11 +42,11 @@ Decisions, and why:
   one `BatchHeader` serves both formats and storage never needs to know which it holds.
 - As in raftlog's batch, the checksum starts after `partition_leader_epoch`, so the leader
   stamps base offset and epoch by writing the first 16 bytes (`STAMP_V2`) without rehashing.
-- CRC-32C through google_crc32c, whose C function takes only `bytes`: the checked range is
-  copied once. Measured on 1 MiB batches: `value(bytes(view))` 62 us (17 GB/s, the copy
-  included); a ctypes call into the same library on the buffer's address 39 us, but it needs
-  the buffer's address, which a read-only memoryview slice does not give; for a 1 KiB batch
-  ctypes is the slower (0.56 us against 0.37 us). So: one copy.
+- CRC-32C through the `crc32c` package (hardware CRC instructions), which reads any buffer,
+  memoryview slices of a request frame included, without a copy. Measured here: 38 us for a
+  1 MiB batch and 0.14 us for 1 KiB, against 65 us and 0.27 us for google-crc32c, whose C
+  function takes only `bytes` and so needs a copy first (the broker's CPU per record on the
+  Kafka produce path was 0.23 us against the native path's 0.16, a third of it this copy).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
-import google_crc32c
+import crc32c as _crc32c_module
 
 from raftlog.compression import DECOMPRESSED_BYTES_MAX, compress, decompress
 from raftlog.errors import CorruptRecordError
@@ -84,12 +84,12 @@ NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
 NO_PARTITION_LEADER_EPOCH = -1
 
-_crc32c = google_crc32c.value
+_crc32c = _crc32c_module.crc32c
 
 
 def crc32c(data: bytes | bytearray | memoryview) -> int:
-    """CRC-32C of `data` (copied once when it is not `bytes`; see the module docstring)."""
-    return int(_crc32c(data if type(data) is bytes else bytes(data)))
+    """CRC-32C of `data`, read in place (see the module docstring)."""
+    return int(_crc32c(data))
 
 
 _MAX_TIMESTAMP_FIELD = 8  # BatchHeader's max_timestamp, after first_timestamp (7)
