@@ -453,7 +453,9 @@ def test_topic_is_usable_through_a_follower_right_after_creation(cluster: Cluste
 
 CONTROLLER_LINE = re.compile(r"^  controller (\d+)  (\S+)  (leader|follower)$", re.M)
 BROKER_LINE = re.compile(
-    r"^  broker (\d+)  (\S+)  replication (\S+)  rack=\S+  epoch=(\d+)  (alive|FENCED)$", re.M
+    r"^  broker (\d+)  (\S+)  replication (\S+)  kafka (\S+)  rack=\S+  epoch=(\d+)  "
+    r"(alive|FENCED)$",
+    re.M,
 )
 
 
@@ -477,8 +479,9 @@ def test_cluster_status_cli(cluster: Cluster) -> None:
         i: n.raft_address for i, n in cluster.nodes.items()
     }
     assert f"leader node {controller}," in text
-    assert [(int(b[0]), b[2], b[4]) for b in BROKER_LINE.findall(text)] == [
-        (i, n.config.replication_listener, "alive") for i, n in sorted(cluster.nodes.items())
+    assert [(int(b[0]), b[2], b[3], b[5]) for b in BROKER_LINE.findall(text)] == [
+        (i, n.config.replication_listener, n.config.kafka_listener, "alive")
+        for i, n in sorted(cluster.nodes.items())
     ], text
     assert "Partitions: 3, offline: 0" in text, text
     assert len(re.findall(r"^  shown-\d  leader \d", text, re.M)) == 3, text
@@ -495,9 +498,24 @@ def test_cluster_status_cli(cluster: Cluster) -> None:
     assert ["{}:{}".format(*b["replication"]) for b in st["brokers"]] == [
         n.config.replication_listener for _, n in sorted(cluster.nodes.items())
     ]
+    # ... and its Kafka listener (clients of Kafka's protocol), under keys that name kafka.
+    assert ["{}:{}".format(*b["kafka"]) for b in st["brokers"]] == [
+        n.config.kafka_listener for _, n in sorted(cluster.nodes.items())
+    ]
     assert all(
         set(b)
-        == {"node_id", "host", "port", "external", "replication", "rack", "broker_epoch", "fenced"}
+        == {
+            "node_id",
+            "host",
+            "port",
+            "external",
+            "replication",
+            "kafka",
+            "kafka_external",
+            "rack",
+            "broker_epoch",
+            "fenced",
+        }
         for b in st["brokers"]
     )
     assert sorted((p["topic"], p["partition"]) for p in st["partitions"]) == [
@@ -518,7 +536,7 @@ def test_cluster_status_cli(cluster: Cluster) -> None:
     )
     # The dead node's address stays in the bootstrap list: the CLI must get past it.
     text, st = cluster_status(cluster.bootstrap)
-    states = {int(b[0]): b[4] for b in BROKER_LINE.findall(text)}
+    states = {int(b[0]): b[5] for b in BROKER_LINE.findall(text)}
     assert states == {n: "FENCED" if n == victim else "alive" for n in cluster.nodes}, text
     assert "Partitions: 3, offline: 1" in text, text
     assert len(re.findall(r"^  shown-\d  OFFLINE ", text, re.M)) == 1, text
