@@ -57,6 +57,9 @@ PAGES = ["/", "/pricing", "/docs", "/blog", "/signup", "/login", "/docs/install"
 READY_TIMEOUT_S = 60
 # `raftlog dev` stops its nodes within its own 30 s; past this the demo kills the group.
 STOP_TIMEOUT_S = 30
+# How long the demo topic may take to settle (whole ISRs, high watermarks at the log ends).
+SETTLE_TIMEOUT_S = 60
+SETTLE_POLL_S = 0.1
 # The doors an event can take (its "door" field): Kafka's wire protocol (confluent-kafka) for
 # even-numbered users, raftlog's own protocol (raftlog's Producer) for odd-numbered ones.
 KAFKA_DOOR = "kafka"
@@ -274,13 +277,38 @@ class _KafkaDoor:
         self._producer.close()
 
 
+def _settled(admin: Admin, topic: str) -> int:
+    """Wait until every partition of `topic` has its whole ISR and a high watermark at its
+    leader's log end; its partition count. Right after a restart a leader's high watermark
+    is its checkpoint's, which may lag its log until the followers fetch (as in Kafka):
+    "latest" offsets taken then would count earlier runs' records as new."""
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    while True:
+        parts = admin.describe_topics([topic])[0].partitions
+        lagging = [
+            p.partition
+            for p in parts
+            if set(p.isr) != set(p.replicas)
+            or p.high_watermark is None
+            or p.high_watermark != p.log_end_offset
+        ]
+        if not lagging:
+            return len(parts)
+        if time.monotonic() > deadline:
+            raise RaftlogError(
+                f"partitions {lagging} of {topic!r} still lack their whole ISR or a high "
+                f"watermark at the log end after {SETTLE_TIMEOUT_S} s"
+            )
+        time.sleep(SETTLE_POLL_S)
+
+
 def _pipeline(bootstraps: Bootstraps, events: int, partitions: int, spark: _SparkStarter) -> int:
     topic = "pageviews"
     bootstrap = bootstraps.raftlog
     with Admin(bootstrap) as admin:
         if topic not in admin.list_topics():
             admin.create_topic(topic, partitions, config={"retention.ms": str(7 * 86400000)})
-        partitions = len(admin.describe_topics([topic])[0].partitions)
+        partitions = _settled(admin, topic)
         tps = [TopicPartition(topic, p) for p in range(partitions)]
         start = {
             tp: offset for tp, (offset, _) in admin.list_offsets({tp: -1 for tp in tps}).items()

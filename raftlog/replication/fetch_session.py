@@ -33,6 +33,11 @@ Rules:
   opens a new session with the full list. Only an answered request moves the epoch.
 - Bounded: one session per replica (a new one replaces the old), at most `sessions_max` in
   all (the least recently used goes), and a session unused for `idle_ms_max` is dropped.
+- Only what is sent counts as told. A long poll reads a session several times and sends its
+  last read; each read is a `SessionAnswer` that changes nothing in the session until
+  `LeaderSession.sent` takes it: the marks it looked at, the high watermarks and log starts
+  it carries. (A read that was not sent once recorded a high watermark as told: the follower
+  never heard it, and restarted with a stale checkpoint.)
 """
 
 from __future__ import annotations
@@ -68,6 +73,29 @@ class SessionPartition:
     # The high watermark and log start offset last sent (-1: nothing sent yet).
     high_watermark_sent: int = -1
     log_start_sent: int = -1
+
+
+class SessionAnswer:
+    """One read of a session for an answer that a long poll may replace with a later read:
+    what it looked at and what it would tell, applied by `LeaderSession.sent` if sent."""
+
+    __slots__ = ("candidates", "deferred", "marked", "session_id", "told")
+
+    def __init__(
+        self, session_id: int, candidates: list[TopicPartition], marked: set[TopicPartition] | None
+    ):
+        self.session_id = session_id
+        # The partitions to look at for news; with a full scan, `marked` holds the ones that
+        # were marked (news found in another is a missed mark), else None.
+        self.candidates = candidates
+        self.marked = marked
+        # (partition, high watermark, log start offset) of each partition it answers.
+        self.told: list[tuple[SessionPartition, int, int]] = []
+        # Partitions with data it had no room for: marked again, for the next request.
+        self.deferred: list[TopicPartition] = []
+
+    def tell(self, sp: SessionPartition, high_watermark: int, log_start: int) -> None:
+        self.told.append((sp, high_watermark, log_start))
 
 
 # What a follower states per partition: (fetch_offset, max_bytes, current_leader_epoch,
@@ -139,17 +167,25 @@ class LeaderSession:
             self.touched.discard(tp)
             self.outside_isr.discard(tp)
 
-    def candidates(self, now_ms: int) -> tuple[list[TopicPartition], set[TopicPartition] | None]:
-        """The partitions a request must look at for news, and, when that is all of them (a
-        full scan, every FULL_SCAN_INTERVAL_MS), the ones that were marked (news found in
-        another is a missed mark). Clears the marks."""
-        marked, self.touched = self.touched, set()
-        if self.outside_isr:
-            marked |= self.outside_isr
+    def begin(self, now_ms: int) -> SessionAnswer:
+        """A read for an answer: it looks at the marked partitions, or at every partition
+        when a full scan is due (every FULL_SCAN_INTERVAL_MS). The session is unchanged until
+        the answer is `sent`."""
+        marked = self.touched | self.outside_isr
         if now_ms >= self.next_full_scan_ms:
+            return SessionAnswer(self.id, list(self.partitions), marked)
+        return SessionAnswer(self.id, [tp for tp in marked if tp in self.partitions], None)
+
+    def sent(self, answer: SessionAnswer, now_ms: int) -> None:
+        """`answer` went to the follower: the marks it looked at are done (except what it
+        deferred), and the follower now knows the high watermarks and log starts it told."""
+        self.touched.difference_update(answer.candidates)
+        self.touched.update(answer.deferred)
+        for sp, high_watermark, log_start in answer.told:
+            sp.high_watermark_sent = high_watermark
+            sp.log_start_sent = log_start
+        if answer.marked is not None:
             self.next_full_scan_ms = now_ms + FULL_SCAN_INTERVAL_MS
-            return list(self.partitions), marked
-        return [tp for tp in marked if tp in self.partitions], None
 
     def rotate(self, items: list[T]) -> list[T]:
         """`items` starting one further along each call: with a full response budget no

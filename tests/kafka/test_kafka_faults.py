@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import signal
@@ -23,7 +24,8 @@ from typing import Any
 
 import pytest
 
-from raftlog.client import Admin
+from raftlog.client import Admin, Producer
+from raftlog.storage.checkpoint import PartitionOffsets
 from tests.integration._cluster import Cluster, started_cluster
 from tests.integration._support import wait_for
 from tests.integration.test_replication import leader_of, partition, wait_in_sync
@@ -120,6 +122,49 @@ def test_an_idempotent_kafka_producer_across_a_leader_kill9_writes_each_record_o
         # In the order the producer sent them: the values' sequence numbers only grow.
         assert values == sorted(values), f"partition {p}: records out of the send order"
         assert [r.offset for r in read] == list(range(read[0].offset, read[0].offset + len(read)))
+
+
+def checkpointed_high_watermarks(cluster: Cluster, topic: str) -> dict[int, dict[int, int]]:
+    """node -> partition -> the high watermark in the node's checkpoint file (written every
+    5 s while it runs)."""
+    out: dict[int, dict[int, int]] = {}
+    for node_id, node in cluster.nodes.items():
+        entries = PartitionOffsets(str(node.data_dir / "replication-offset-checkpoint")).read()
+        out[node_id] = {p: hw for (t, p), (_, hw) in entries.items() if t == topic}
+    return out
+
+
+def test_every_replica_learns_the_last_high_watermark(cluster: Cluster) -> None:
+    """A follower hears each high watermark its leader sets: after the last acks=all write
+    (both doors at once), every broker's checkpointed high watermark reaches the log end.
+    A follower's fetch is a long poll; a high watermark that moved while it waited was once
+    recorded as told by a read the leader then did not send (the poll read again), so the
+    follower kept a stale one, and a restart began there: "latest" offsets went back."""
+    topic, partitions, count = "kafka-hw", 12, 3000
+    with Admin(cluster.bootstrap) as admin:
+        admin.create_topic(topic, partitions, 3, {"min.insync.replicas": "2"})
+    wait_in_sync(cluster, topic, partitions)
+    ends: collections.Counter[int] = collections.Counter()
+    with (
+        IdempotentProducer(cluster.kafka_bootstrap, topic, partitions, count) as kafka,
+        Producer(bootstrap_servers=cluster.bootstrap, acks="all", linger_ms=2) as native,
+    ):
+        futures = [
+            native.send(topic, b"n-%06d" % i, partition=i % partitions) for i in range(count)
+        ]
+        native.flush(60)
+        for fut in futures:
+            ends[fut.result(0).partition] += 1
+        kafka.wait_acked(count)
+    assert not kafka.failed, kafka.failed[:3]
+    for p, _ in kafka.acked:
+        ends[p] += 1
+    expected = {node_id: dict(ends) for node_id in cluster.nodes}
+    wait_for(
+        lambda: checkpointed_high_watermarks(cluster, topic) == expected,
+        CHANGE_S,
+        f"every broker's checkpointed high watermarks to reach the log ends {dict(ends)}",
+    )
 
 
 @contextlib.contextmanager

@@ -9,6 +9,7 @@ from raftlog.replication.fetch_session import (
     FULL_SCAN_INTERVAL_MS,
     NEW_SESSION,
     FollowerSession,
+    LeaderSession,
     LeaderSessions,
 )
 from raftlog.topics import TopicPartition
@@ -45,22 +46,64 @@ def test_one_session_per_replica_and_a_bounded_table() -> None:
     assert sessions.expire(6 + 60_001) == 2 and len(sessions) == 0
 
 
+def sent_read(
+    s: LeaderSession, now_ms: int
+) -> tuple[list[TopicPartition], set[TopicPartition] | None]:
+    """One read of `s` that is sent: (its candidates, the marked ones of a full scan)."""
+    answer = s.begin(now_ms)
+    s.sent(answer, now_ms)
+    return answer.candidates, answer.marked
+
+
 def test_candidates_are_the_marked_partitions_then_all_at_a_full_scan() -> None:
     sessions = LeaderSessions(sessions_max=10, idle_ms_max=60_000)
     s = sessions.open(2, 0)
     for tp in (A, B, C):
         s.update(tp, state(0))
-    assert s.candidates(1) == ([], None)
+    assert sent_read(s, 1) == ([], None)
     s.touched.add(B)
     s.outside_isr.add(C)  # looked at on every request until it is back in the ISR
-    tps, marked = s.candidates(2)
+    tps, marked = sent_read(s, 2)
     assert sorted(tps) == [B, C] and marked is None
-    assert s.candidates(3)[0] == [C]
+    assert sent_read(s, 3)[0] == [C]
     s.touched.add(A)
-    tps, marked = s.candidates(FULL_SCAN_INTERVAL_MS)
+    tps, marked = sent_read(s, FULL_SCAN_INTERVAL_MS)
     assert sorted(tps) == [A, B, C] and marked == {A, C}
     s.forget([C])
-    assert s.candidates(FULL_SCAN_INTERVAL_MS + 1) == ([], None)
+    assert sent_read(s, FULL_SCAN_INTERVAL_MS + 1) == ([], None)
+
+
+def test_a_read_that_is_not_sent_changes_nothing_the_sent_one_counts() -> None:
+    """A long poll reads a session again and sends only its last read. The high watermark
+    an earlier read would have told stays untold, and its marks stay: the last read finds
+    the same news (once, a read at the poll's deadline that was not sent recorded a high
+    watermark as told; the follower never heard it and kept a stale one)."""
+    s = LeaderSessions(10, 60_000).open(2, 0)
+    sp = s.update(A, state(100))
+    s.update(B, state(0))
+    sp.high_watermark_sent, sp.log_start_sent = 50, 0
+    s.touched.add(A)  # the high watermark moved to 100
+    first = s.begin(10)
+    assert first.candidates == [A]
+    first.tell(sp, 100, 0)
+    # Not sent: the session still holds what the follower was told, and A's mark.
+    assert (sp.high_watermark_sent, sp.log_start_sent) == (50, 0) and s.touched == {A}
+    last = s.begin(20)
+    assert last.candidates == [A]
+    last.tell(sp, 100, 0)
+    last.deferred.append(B)  # data of B that did not fit waits for the next request
+    s.sent(last, 20)
+    assert (sp.high_watermark_sent, sp.log_start_sent) == (100, 0)
+    assert s.touched == {B}
+
+
+def test_a_full_scan_not_sent_is_done_again_by_the_next_read() -> None:
+    s = LeaderSessions(10, 60_000).open(2, 0)
+    s.update(A, state(0))
+    assert s.begin(FULL_SCAN_INTERVAL_MS).marked == set()  # a full scan, not sent
+    assert s.begin(FULL_SCAN_INTERVAL_MS + 1).marked == set()  # so this read is one too
+    s.sent(s.begin(FULL_SCAN_INTERVAL_MS + 2), FULL_SCAN_INTERVAL_MS + 2)
+    assert s.begin(FULL_SCAN_INTERVAL_MS + 3).marked is None
 
 
 def test_rotation_moves_the_start_along() -> None:

@@ -24,7 +24,6 @@ Rules:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -43,6 +42,7 @@ from raftlog.replication.fetch_session import (
     NEW_SESSION,
     NO_SESSION,
     LeaderSession,
+    SessionAnswer,
     SessionPartition,
 )
 from raftlog.storage import FileSlice
@@ -142,35 +142,50 @@ def _session_fetch(
         )
         _check_follower(broker, req, p, want)
         listed.append(want)
-    wanted = listed + _session_news(broker, session, {w.tp for w in listed}, now)
+    listed_tps = {w.tp for w in listed}
+    answer = session.begin(now)
+
+    def read() -> tuple[Response, int, bool]:
+        # Each read looks for news again (an append woke the session's one waiter); only
+        # the one sent, the last, reaches the session (`LeaderSession.sent`).
+        nonlocal answer
+        answer = session.begin(replicas.clock_ms())
+        news = _session_news(broker, session, listed_tps, answer)
+        return _read(broker, listed + news, max_bytes, True, answer)
+
+    response, total, urgent = _read(
+        broker, listed + _session_news(broker, session, listed_tps, answer), max_bytes, True, answer
+    )
     session.last_request_ms = now
-    response, total, urgent = _read(broker, wanted, max_bytes, True, session)
     if total >= min_bytes or max_wait_ms == 0 or urgent:
+        session.sent(answer, now)
         return response
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait_ms / 1000
     woken: asyncio.Future[None] = loop.create_future()
     replicas.add_session_waiter(session, woken)
-    listed_tps = {w.tp for w in listed}
 
-    def read() -> tuple[Response, int, bool]:
-        # Each re-read looks for news again (an append woke the session's one waiter).
-        news = _session_news(broker, session, listed_tps, replicas.clock_ms())
-        return _read(broker, listed + news, max_bytes, True, session)
+    async def answer_later() -> Response:
+        response = await long_poll(
+            broker,
+            deadline,
+            min_bytes,
+            woken,
+            read,
+            lambda fut: replicas.add_session_waiter(session, fut),
+            lambda fut: replicas.remove_session_waiter(session, fut),
+        )
+        session.sent(answer, replicas.clock_ms())
+        return response
 
-    return long_poll(
-        broker,
-        deadline,
-        min_bytes,
-        woken,
-        read,
-        lambda fut: replicas.add_session_waiter(session, fut),
-        lambda fut: replicas.remove_session_waiter(session, fut),
-    )
+    return answer_later()
 
 
 def _session_news(
-    broker: HandlerContext, session: LeaderSession, listed: set[TopicPartition], now: int
+    broker: HandlerContext,
+    session: LeaderSession,
+    listed: set[TopicPartition],
+    answer: SessionAnswer,
 ) -> list[_Want]:
     """The partitions of `session` not named in the request that have news for the follower:
     data past the fetch offset the session holds, a new high watermark or log start offset,
@@ -185,8 +200,8 @@ def _session_news(
     replicas = broker.replicas
     replica_id = session.replica_id
     news: list[_Want] = []
-    candidates, marked = session.candidates(now)
-    for tp in candidates:
+    marked = answer.marked
+    for tp in answer.candidates:
         sp = session.partitions[tp]
         if tp in listed:
             continue
@@ -222,10 +237,10 @@ def _session_news(
                 durable_offset=sp.durable_offset,
             )
             try:
-                _, answer = replicas.follower_fetch(
+                _, fetched = replicas.follower_fetch(
                     tp, session.replica_id, session.broker_epoch, spec
                 )
-                want.diverging = answer.diverging
+                want.diverging = fetched.diverging
             except RaftlogError as e:
                 want.error = e
         news.append(want)
@@ -263,19 +278,23 @@ async def long_poll(
     unregister: Callable[[asyncio.Future[None]], None],
 ) -> Response:
     """Wait on `woken` (registered by the caller) until `deadline` (loop time), `read`ing
-    again after each wake-up; a new waiter is registered in the same step as each re-read."""
+    again after each wake-up and once at the deadline; a new waiter is registered in the same
+    step as each re-read. The response is the last read's."""
     loop = asyncio.get_running_loop()
     try:
         while True:
             remaining = deadline - loop.time()
             if remaining <= 0 or broker.stopping:
                 break
-            with contextlib.suppress(TimeoutError):
+            timed_out = False
+            try:
                 async with asyncio.timeout(remaining):
                     await woken
+            except TimeoutError:
+                timed_out = True
             unregister(woken)
             response, total, urgent = read()
-            if total >= min_bytes or urgent:
+            if total >= min_bytes or urgent or timed_out:
                 return response
             woken = loop.create_future()
             register(woken)
@@ -289,7 +308,7 @@ def _read(
     wanted: list[_Want],
     max_bytes: int,
     follower: bool,
-    session: LeaderSession | None = None,
+    answer: SessionAnswer | None = None,
 ) -> tuple[Response, int, bool]:
     """(the response, its data bytes, whether it must go now: an error or a divergence)."""
     zero_copy = broker.config.fetch_zero_copy
@@ -309,9 +328,8 @@ def _read(
             part = broker.leader_partition(tp)
             if w.diverging is not None:  # a follower that must truncate gets no data
                 hw, start = part.high_watermark, part.log.log_start_offset
-                if w.session is not None:
-                    w.session.high_watermark_sent = hw
-                    w.session.log_start_sent = start
+                if w.session is not None and answer is not None:
+                    answer.tell(w.session, hw, start)
                 out.append(FetchPartitionResult(tp.partition, 0, hw, start, diverging=w.diverging))
                 urgent = True
                 continue
@@ -324,11 +342,11 @@ def _read(
             urgent = True
             continue
         hw, start, sl = read.high_watermark, read.log_start_offset, read.data
-        if w.session is not None:
-            w.session.high_watermark_sent = hw
-            w.session.log_start_sent = start
-        if read.deferred and session is not None:
-            session.touched.add(tp)  # its data waits for the next request
+        if answer is not None:
+            if w.session is not None:
+                answer.tell(w.session, hw, start)
+            if read.deferred:
+                answer.deferred.append(tp)  # its data waits for the next request
         if sl.size:
             if zero_copy and sl.size >= zero_copy_min:
                 parts.append(sl)
@@ -344,6 +362,6 @@ def _read(
         remaining -= sl.size
     response = FetchResponse(
         tuple((t, tuple(rs)) for t, rs in by_topic.items()),
-        None if session is None else session.id,
+        None if answer is None else answer.session_id,
     )
     return Response(response.to_body(), parts), total, urgent
