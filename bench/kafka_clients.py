@@ -77,6 +77,8 @@ MB = 1e6
 # the deadline leaves room for a loaded 2-core machine without hiding a hung client.
 RUN_TIMEOUT_S = 300.0
 ADMIN_TIMEOUT_S = 30.0
+# How long an idle broker is watched for its CPU baseline (it ticks in steps of 10 ms).
+IDLE_MEASURE_S = 5.0
 # confluent-kafka's Consumer refuses to start without a group.id; it is never joined.
 ASSIGN_ONLY_GROUP = "raftlog-bench-assign-only"
 TANSU_START_TIMEOUT_S = 30.0
@@ -98,6 +100,16 @@ class ClientRun:
     # Consume runs: seconds from assign() to the first record (connection, metadata, the
     # first fetch), part of `seconds`; 0 for produce runs.
     first_record_s: float = 0.0
+    # What the broker burns idle over `seconds` (idle_cpu_per_s of the same broker x
+    # seconds): the part of broker_cpu_s that is wall time, not records. None: not measured.
+    broker_idle_cpu_s: float | None = None
+
+    @property
+    def broker_work_cpu_s(self) -> float | None:
+        """broker_cpu_s less what the broker burns idle over the run's wall time."""
+        if self.broker_cpu_s is None or self.broker_idle_cpu_s is None:
+            return None
+        return self.broker_cpu_s - self.broker_idle_cpu_s
 
     @property
     def records_per_s(self) -> float:
@@ -164,6 +176,19 @@ def _broker_cpu_s(pid: int | Sequence[int] | None) -> float | None:
             return None
         total += cpu
     return total
+
+
+def idle_cpu_per_s(
+    pid: int | Sequence[int] | None, seconds: float = IDLE_MEASURE_S
+) -> float | None:
+    """The broker's CPU seconds per wall second while no client talks to it (its Raft
+    quorum's ticks, housekeeping): what a run pays for its wall time whatever it sends."""
+    before, t0 = _broker_cpu_s(pid), time.perf_counter()
+    if before is None:
+        return None
+    time.sleep(seconds)
+    after = _broker_cpu_s(pid)
+    return None if after is None else (after - before) / (time.perf_counter() - t0)
 
 
 class Meter:

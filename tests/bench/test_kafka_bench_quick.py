@@ -43,6 +43,9 @@ def test_quick_run_measures_every_raftlog_row(tmp_path: Path) -> None:
         assert run["records"] == RECORDS and run["value_bytes"] == 200, row
         assert row["median_records_per_s"] == run["records_per_s"] > 0
         assert row["broker_cpu_us_per_record"] is not None  # the broker's pids were measured
+        # The idle baseline was measured too, and it is a part of the whole.
+        assert 0 <= run["broker_idle_cpu_s"] <= run["broker_cpu_s"] + 0.05, run
+        assert row["broker_work_cpu_us_per_record"] is not None
     assert {t["status"] for t in data["targets"][:1]} == {"not measured"}  # no Tansu figure
     (md,) = (tmp_path / "results").glob("kafka-*.md")
     text = md.read_text()
