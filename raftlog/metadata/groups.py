@@ -371,12 +371,7 @@ class GroupState:
                 f"group {self.group_id!r} is a raftlog group: its assignment comes with the "
                 "join, there is no SyncGroup"
             )
-        self.require_member(member_id, "SyncGroup")
-        if generation != self.generation:
-            raise IllegalGenerationError(
-                f"group {self.group_id!r}: SyncGroup of member {member_id!r} at generation "
-                f"{generation}, the group is at generation {self.generation}"
-            )
+        self.require_current(member_id, generation, "SyncGroup")
         if self.phase is PREPARING:
             raise RebalanceInProgressError(
                 f"group {self.group_id!r} is rebalancing again: member {member_id!r} must join"
@@ -411,11 +406,19 @@ class GroupState:
         self.check(partitions)
         return self.assignment_bytes[member_id]
 
-    def require_member(self, member_id: str, what: str) -> None:
+    def require_current(self, member_id: str, generation: int, what: str) -> None:
+        """Refuse `what` (a SyncGroup, a commit) unless it comes from a member at the current
+        generation: UnknownMemberIdError, IllegalGenerationError."""
         if member_id not in self.members:
             raise UnknownMemberIdError(
                 f"{what}: member {member_id!r} is not in group {self.group_id!r} (expired, "
                 "left, or removed by a rebalance); join with an empty member id"
+            )
+        if generation != self.generation:
+            raise IllegalGenerationError(
+                f"group {self.group_id!r}: {what} of member {member_id!r} at generation "
+                f"{generation}, the group is at generation {self.generation} (a rebalance "
+                "happened; join again)"
             )
 
     def leave(
@@ -754,12 +757,7 @@ def check_commit(
         # Kafka's rules (ClassicGroup.validateOffsetCommit): a member of the current
         # generation commits whatever its leader gave it; not while its group waits for the
         # leader's assignment.
-        group.require_member(member_id, "commit")
-        if generation != group.generation:
-            raise IllegalGenerationError(
-                f"commit to group {group_id!r} refused: member {member_id!r} generation "
-                f"{generation} is stale, the group is at generation {group.generation}"
-            )
+        group.require_current(member_id, generation, "commit")
         if group.phase is COMPLETING:
             raise RebalanceInProgressError(
                 f"commit to group {group_id!r} refused: generation {generation} waits for its "
