@@ -14,8 +14,10 @@ Rules this package keeps:
   request frame and as the caller's own parts in responses: this package never reads it.
 
 Modules: `wire` (primitives: Reader and Writer), `errors` (Kafka's error codes and the mapping
-from raftlog's errors), `api` (API keys, supported versions, request and response headers),
-`frames` (Kafka's framing, for the connection), `messages` (one module per API: typed requests
-and responses at every supported version), `handlers` (the Kafka listener's request handlers,
-registry.py binds them). The connection is raftlog/broker/kafka_connection.py.
+from raftlog's errors), `api` (API keys, supported versions, the consumer-group APIs' versions
+not served yet, request and response headers), `frames` (Kafka's framing, for the
+connection), `messages` (one module per API family: typed requests and responses at every
+version the codec speaks, and the consumer protocol's embedded bytes), `handlers` (the Kafka
+listener's request handlers, registry.py binds them). The connection is
+raftlog/broker/kafka_connection.py.
 """

@@ -11,17 +11,38 @@ Rules this package keeps:
 - Decoding a body the peer broke raises KafkaDecodeError naming the API, version and field.
 
 `decode_request` is how the broker decodes a request body: it checks the API and version are
-spoken and that the body is consumed exactly.
+spoken and that the body is consumed exactly. REQUEST_TYPES also holds the consumer-group
+APIs (raftlog.kafka.api.GROUP_VERSIONS), which the broker does not serve yet: `decode_request`
+refuses them unless asked with `versions=CODEC_VERSIONS` (the tests do).
+
+The consumer-group modules: `groups` (FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
+LeaveGroup), `commits` (OffsetCommit, OffsetFetch), `group_admin` (ListGroups, DescribeGroups,
+DeleteGroups) and `consumer_protocol` (the subscription and assignment bytes consumers put in
+JoinGroup and SyncGroup).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from raftlog.kafka.api import SUPPORTED_VERSIONS, ApiKey, api_name
 from raftlog.kafka.messages.api_versions import ApiVersionsRequest
+from raftlog.kafka.messages.commits import OffsetCommitRequest, OffsetFetchRequest
 from raftlog.kafka.messages.configs import DescribeConfigsRequest
 from raftlog.kafka.messages.fetch import FetchRequest
+from raftlog.kafka.messages.group_admin import (
+    DeleteGroupsRequest,
+    DescribeGroupsRequest,
+    ListGroupsRequest,
+)
+from raftlog.kafka.messages.groups import (
+    FindCoordinatorRequest,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    SyncGroupRequest,
+)
 from raftlog.kafka.messages.list_offsets import ListOffsetsRequest
 from raftlog.kafka.messages.metadata import MetadataRequest
 from raftlog.kafka.messages.offsets_for_leader_epoch import OffsetForLeaderEpochRequest
@@ -40,9 +61,8 @@ class KafkaRequest(Protocol):
     def encode(self, version: int) -> bytes: ...
 
 
-# The request type of each API the broker decodes. The hot and basic APIs are here; the other
-# supported APIs (InitProducerId, OffsetForLeaderEpoch, CreateTopics, DeleteTopics,
-# DescribeConfigs) add their modules to this package and their types below.
+# The request type of each API the codec decodes: every API in SUPPORTED_VERSIONS, and the
+# consumer-group APIs of GROUP_VERSIONS that the broker does not serve yet.
 REQUEST_TYPES: dict[ApiKey, type[KafkaRequest]] = {
     ApiKey.API_VERSIONS: ApiVersionsRequest,
     ApiKey.METADATA: MetadataRequest,
@@ -54,19 +74,38 @@ REQUEST_TYPES: dict[ApiKey, type[KafkaRequest]] = {
     ApiKey.CREATE_TOPICS: CreateTopicsRequest,
     ApiKey.DELETE_TOPICS: DeleteTopicsRequest,
     ApiKey.DESCRIBE_CONFIGS: DescribeConfigsRequest,
+    ApiKey.FIND_COORDINATOR: FindCoordinatorRequest,
+    ApiKey.JOIN_GROUP: JoinGroupRequest,
+    ApiKey.SYNC_GROUP: SyncGroupRequest,
+    ApiKey.HEARTBEAT: HeartbeatRequest,
+    ApiKey.LEAVE_GROUP: LeaveGroupRequest,
+    ApiKey.OFFSET_COMMIT: OffsetCommitRequest,
+    ApiKey.OFFSET_FETCH: OffsetFetchRequest,
+    ApiKey.LIST_GROUPS: ListGroupsRequest,
+    ApiKey.DESCRIBE_GROUPS: DescribeGroupsRequest,
+    ApiKey.DELETE_GROUPS: DeleteGroupsRequest,
 }
 
 
-def decode_request(api_key: int, version: int, buf: memoryview, pos: int) -> Any:
+def decode_request(
+    api_key: int,
+    version: int,
+    buf: memoryview,
+    pos: int,
+    versions: Mapping[ApiKey, tuple[int, int]] = SUPPORTED_VERSIONS,
+) -> Any:
     """Decode the request body `buf[pos:]` (the frame after its header) of `api_key` at
     `version`. Raises KafkaDecodeError, naming the API and version, for a key or version we do
     not speak, a body that breaks its layout, or bytes left over after it.
+
+    `versions` are the APIs and versions accepted: the broker's (SUPPORTED_VERSIONS) unless
+    the caller asks for more (CODEC_VERSIONS, the consumer-group APIs too).
 
     An ApiVersions request at a version we do not speak is not an error for Kafka: the caller
     answers it with `api_versions.unsupported_version_response()` without decoding its body.
     """
     context = f"{api_name(api_key)} v{version}"
-    span = SUPPORTED_VERSIONS.get(api_key)  # type: ignore[call-overload]
+    span = versions.get(api_key)  # type: ignore[call-overload]
     request_type = REQUEST_TYPES.get(api_key)  # type: ignore[call-overload]
     if span is None or request_type is None:
         raise KafkaDecodeError("API not spoken by this broker", context=context)

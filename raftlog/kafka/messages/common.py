@@ -1,8 +1,9 @@
-"""What every Kafka message module shares: version checks, turning a buffer into a Reader, and
-the per-topic array most messages carry.
+"""What every Kafka message module shares: version checks, turning a buffer into a Reader, the
+per-topic array most messages carry, and arrays of int32 and string.
 
-Rules: pure, as the rest of raftlog.kafka. Decoding at a version outside the supported range is
-the peer's fault (KafkaDecodeError); encoding at one is ours (InvariantError).
+Rules: pure, as the rest of raftlog.kafka. Decoding at a version outside the codec's range
+(raftlog.kafka.api.CODEC_VERSIONS: the broker's APIs and the consumer-group APIs) is the
+peer's fault (KafkaDecodeError); encoding at one is ours (InvariantError).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from raftlog.invariants import require
-from raftlog.kafka.api import SUPPORTED_VERSIONS, ApiKey, api_name
+from raftlog.kafka.api import CODEC_VERSIONS, ApiKey, api_name
 from raftlog.kafka.wire import KafkaDecodeError, Reader, Writer
 
 T = TypeVar("T")
@@ -26,7 +27,7 @@ def as_reader(source: Reader | bytes | bytearray | memoryview) -> Reader:
 
 
 def check_decode_version(api_key: ApiKey, version: int) -> None:
-    low, high = SUPPORTED_VERSIONS[api_key]
+    low, high = CODEC_VERSIONS[api_key]
     if not low <= version <= high:
         raise KafkaDecodeError(
             f"version {version} is not one we speak ({low}-{high})",
@@ -35,7 +36,7 @@ def check_decode_version(api_key: ApiKey, version: int) -> None:
 
 
 def check_encode_version(api_key: ApiKey, version: int) -> None:
-    low, high = SUPPORTED_VERSIONS[api_key]
+    low, high = CODEC_VERSIONS[api_key]
     require(low <= version <= high, f"{api_name(api_key)} v{version} is not in {low}-{high}")
 
 
@@ -52,14 +53,19 @@ def write_topics(
 
 
 def read_topics(
-    reader: Reader, read_item: Callable[[Reader], T], name_field: str = "name"
+    reader: Reader,
+    read_item: Callable[[Reader], T],
+    name_field: str = "name",
+    field: str = "topics",
+    items_field: str = "partitions",
 ) -> tuple[tuple[str, tuple[T, ...]], ...]:
-    """Read what `write_topics` writes: `topics[i].<name_field>` and `topics[i].partitions`."""
+    """Read what `write_topics` writes: `<field>[i].<name_field>` and
+    `<field>[i].<items_field>`."""
 
     def topic(r: Reader) -> tuple[str, tuple[T, ...]]:
-        return r.string(name_field), r.array(read_item, "partitions")
+        return r.string(name_field), r.array(read_item, items_field)
 
-    return reader.array(topic, "topics")
+    return reader.array(topic, field)
 
 
 def read_topic_lists(
@@ -67,3 +73,25 @@ def read_topic_lists(
 ) -> list[tuple[str, list[T]]]:
     """`read_topics` as lists, the shape response types hold."""
     return [(name, list(items)) for name, items in read_topics(reader, read_item, name_field)]
+
+
+def read_int32(r: Reader) -> int:
+    """An int32 array item (`Reader.array(read_int32, ...)`)."""
+    return r.int32()
+
+
+def read_string(r: Reader) -> str:
+    """A string array item."""
+    return r.string()
+
+
+def write_strings(w: Writer, values: Sequence[str]) -> None:
+    """An array of string."""
+    w.array_length(len(values))
+    for value in values:
+        w.string(value)
+
+
+def read_throttle_time(reader: Reader, version: int, since: int) -> int:
+    """A response's throttle_time_ms, sent from version `since` (0 before)."""
+    return reader.int32("throttle_time_ms") if version >= since else 0

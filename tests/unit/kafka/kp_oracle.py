@@ -28,6 +28,14 @@ def small_tuples(elements: st.SearchStrategy[Any]) -> st.SearchStrategy[tuple[An
     return st.lists(elements, max_size=3).map(tuple)
 
 
+def bits(operations: int) -> set[int] | None:
+    """kafka-python's BitField value for an int32 of authorized operations (INT32_MIN, Kafka's
+    "not asked for", is its None)."""
+    if operations == -(2**31):
+        return None
+    return {bit for bit in range(32) if operations >> bit & 1}
+
+
 def plain(value: Any) -> Any:
     """Our message as dicts (dataclasses, NamedTuples) and lists (other tuples)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):

@@ -1,5 +1,6 @@
 """The cold APIs' decoders (InitProducerId, OffsetForLeaderEpoch, CreateTopics, DeleteTopics,
-DescribeConfigs) under mutated bodies: thousands per message type and version, from a seeded
+DescribeConfigs, and the consumer-group APIs of GROUP_VERSIONS, whose samples come from
+kafka_group_samples.py) under mutated bodies: thousands per message type and version, from a seeded
 random generator, read as `decode_request` reads a body (from a Reader placed in the frame,
 then every byte consumed). A body either decodes to a message that encodes again or raises
 KafkaDecodeError naming the field; nothing else (IndexError, struct.error,
@@ -11,6 +12,8 @@ import random
 from typing import Any
 
 import pytest
+from kafka_group_samples import GROUP_SAMPLES
+from kafka_message_samples import versions as codec_versions
 
 from raftlog.invariants import InvariantError
 from raftlog.kafka.messages.configs import (
@@ -184,8 +187,17 @@ def decode_body(cls: Any, frame: bytes, version: int) -> Any:
     return message
 
 
+# The group APIs: each version's sample request and response (kafka_group_samples.py).
+GROUP_CASES: list[tuple[int, Any, list[Any]]] = [
+    (v, type(message), [message])
+    for api_key, makers in GROUP_SAMPLES.items()
+    for v in codec_versions(api_key)
+    for message in (make(v) for make in makers)
+]
+
+
 def _cases() -> list[tuple[int, Any, list[Any]]]:
-    return [(v, cls, seeds) for versions, cls, seeds in CASES for v in versions]
+    return [(v, cls, seeds) for versions, cls, seeds in CASES for v in versions] + GROUP_CASES
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
 """Mutated frames never crash the decoders: thousands of truncated, bit-flipped and
-length-inflated bodies per API, at every supported version, decode or raise KafkaDecodeError
-(never IndexError, struct.error, UnicodeDecodeError, MemoryError...), and quickly."""
+length-inflated bodies per API, at every version the codec speaks (the broker's APIs and the
+consumer-group APIs not served yet), decode or raise KafkaDecodeError (never IndexError,
+struct.error, UnicodeDecodeError, MemoryError...), and quickly."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kafka_group_samples import GROUP_SAMPLES
 from kafka_message_samples import SAMPLES, encoded, versions
 
-from raftlog.kafka.api import ApiKey, decode_request_header
+from raftlog.kafka.api import CODEC_VERSIONS, ApiKey, decode_request_header
 from raftlog.kafka.messages import decode_request
 from raftlog.kafka.wire import KafkaDecodeError
 
@@ -22,6 +24,7 @@ MUTATIONS_PER_API = 4000
 # Values that make a length or count field absurd: huge, negative, just past the end.
 HOSTILE_INT32 = (0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 0xFFFFFFFE, 0x00010000, 0x00000100)
 HOSTILE_INT16 = (0x7FFF, 0x8000, 0xFFFF, 0xFFFE, 0x0100)
+ALL_SAMPLES = {**SAMPLES, **GROUP_SAMPLES}
 
 
 def mutate(data: bytes, rng: random.Random) -> bytes:
@@ -53,8 +56,8 @@ def mutate(data: bytes, rng: random.Random) -> bytes:
 
 def decoders(api_key: ApiKey) -> list[tuple[bytes, Callable[[bytes], Any]]]:
     """(a valid body, a function decoding a body like it) for the request and the response
-    of `api_key` at every supported version."""
-    make_request, make_response = SAMPLES[api_key]
+    of `api_key` at every version the codec speaks."""
+    make_request, make_response = ALL_SAMPLES[api_key]
     out: list[tuple[bytes, Callable[[bytes], Any]]] = []
     for version in versions(api_key):
         request, response = make_request(version), make_response(version)
@@ -62,7 +65,9 @@ def decoders(api_key: ApiKey) -> list[tuple[bytes, Callable[[bytes], Any]]]:
         out.append(
             (
                 encoded(request, version),
-                lambda data, v=version: decode_request(api_key, v, memoryview(data), 0),
+                lambda data, v=version: decode_request(
+                    api_key, v, memoryview(data), 0, CODEC_VERSIONS
+                ),
             )
         )
         out.append(
@@ -84,7 +89,7 @@ def only_decode_errors(decode: Callable[[bytes], Any], data: bytes) -> bool:
     return True
 
 
-@pytest.mark.parametrize("api_key", list(SAMPLES), ids=lambda key: key.name)
+@pytest.mark.parametrize("api_key", list(ALL_SAMPLES), ids=lambda key: key.name)
 def test_mutated_bodies_only_raise_decode_errors(api_key: ApiKey) -> None:
     rng = random.Random(f"kafka-fuzz-{api_key.name}")
     cases = decoders(api_key)
@@ -103,7 +108,7 @@ def test_mutated_bodies_only_raise_decode_errors(api_key: ApiKey) -> None:
     assert elapsed_s < 20, f"{MUTATIONS_PER_API} decodes took {elapsed_s:.1f} s"
 
 
-@pytest.mark.parametrize("api_key", list(SAMPLES), ids=lambda key: key.name)
+@pytest.mark.parametrize("api_key", list(ALL_SAMPLES), ids=lambda key: key.name)
 @settings(max_examples=300, deadline=None)
 @given(data=st.binary(max_size=200))
 def test_random_bytes_only_raise_decode_errors(api_key: ApiKey, data: bytes) -> None:

@@ -15,9 +15,9 @@ from kafka_message_samples import (
     metadata_response,
     versions,
 )
+from kp_oracle import bits
 
 from raftlog.kafka.api import ApiKey
-from raftlog.kafka.messages.common import AUTHORIZED_OPERATIONS_OMITTED
 from raftlog.kafka.messages.metadata import MetadataRequest, MetadataResponse
 from raftlog.kafka.wire import KafkaDecodeError
 
@@ -37,13 +37,6 @@ def kp_request(request: MetadataRequest, version: int) -> Any:
             request.include_topic_authorized_operations,
         )
     return KpMetadataRequest[version](*fields)
-
-
-def bits(operations: int) -> set[int] | None:
-    """kafka-python's BitField value for an int32 of authorized operations."""
-    if operations == AUTHORIZED_OPERATIONS_OMITTED:
-        return None
-    return {bit for bit in range(32) if operations >> bit & 1}
 
 
 def kp_response(response: MetadataResponse, version: int) -> Any:
