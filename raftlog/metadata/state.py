@@ -59,6 +59,7 @@ from raftlog.errors import (
     UnknownTopicOrPartitionError,
 )
 from raftlog.metadata import groups
+from raftlog.metadata.group_requests import kafka_assignments, kafka_protocols
 from raftlog.metadata.groups import NATIVE_PROTOCOL_TYPE, GroupState
 from raftlog.metadata.partition_state import (
     NO_LEADER,
@@ -504,7 +505,7 @@ class MetadataState:
         session_timeout_ms: int,
         rebalance_timeout_ms: int,
         topics: list[str],
-        protocols: list[Any],
+        protocols: list[str] | list[list[Any]],
         now_ms: int,
         protocol_type: str = NATIVE_PROTOCOL_TYPE,
         new_member_id: str | None = None,
@@ -519,6 +520,10 @@ class MetadataState:
         the id its coordinator handed out (GroupState.join). Entries of older code lack both."""
         if not group_id:
             raise InvalidRequestError("group id must not be empty")
+        if protocol_type != NATIVE_PROTOCOL_TYPE:
+            protocols = kafka_protocols(group_id, protocols)
+        elif not all(type(p) is str for p in protocols):
+            raise InvalidRequestError(f"group {group_id!r}: assignor names must be strings")
         member: dict[str, Any] = {
             "member_id": member_id,
             "client_id": client_id,
@@ -541,7 +546,8 @@ class MetadataState:
         [[member id, assignment bytes, [[topic, partition], ...]], ...] (the bytes as sent,
         the partitions as the coordinator decoded them). Returns the member's assignment
         bytes, or None while the group waits for its leader's."""
-        table = None if assignments is None else {m: (raw, tps) for m, raw, tps in assignments}
+        checked = None if assignments is None else kafka_assignments(group_id, assignments)
+        table = None if checked is None else {m: (raw, tps) for m, raw, tps in checked}
         return _ok(self._group(group_id).sync(member_id, generation, table, self._topic_partitions))
 
     def _rebalance_groups_for(self, topic: str) -> None:
