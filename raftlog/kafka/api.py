@@ -121,6 +121,10 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.INIT_PRODUCER_ID: (0, 1),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 3),
     ApiKey.DESCRIBE_CONFIGS: (0, 2),
+    ApiKey.JOIN_GROUP: (0, 5),
+    ApiKey.SYNC_GROUP: (0, 3),
+    ApiKey.HEARTBEAT: (0, 3),
+    ApiKey.LEAVE_GROUP: (0, 3),
 }
 
 # The classic consumer-group protocol's APIs (issue #24), each range below its first flexible
@@ -130,10 +134,6 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
 # handlers land.
 GROUP_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.FIND_COORDINATOR: (0, 2),
-    ApiKey.JOIN_GROUP: (0, 5),
-    ApiKey.SYNC_GROUP: (0, 3),
-    ApiKey.HEARTBEAT: (0, 3),
-    ApiKey.LEAVE_GROUP: (0, 3),
     ApiKey.OFFSET_COMMIT: (2, 7),
     ApiKey.OFFSET_FETCH: (1, 5),
     ApiKey.LIST_GROUPS: (0, 2),

@@ -13,6 +13,7 @@ from raftlog.kafka.api import ApiKey
 from raftlog.kafka.handlers import (
     configs,
     fetch,
+    groups,
     metadata,
     offsets_for_leader_epoch,
     produce,
@@ -33,6 +34,7 @@ HANDLERS: dict[int, Callable[..., Any]] = {
     **offsets_for_leader_epoch.HANDLERS,
     **producer_ids.HANDLERS,
     **topics.HANDLERS,
+    **groups.HANDLERS,
 }
 
 

@@ -50,6 +50,10 @@ def test_supported_versions_are_below_the_first_flexible_except_api_versions_3()
         ApiKey.CREATE_TOPICS: (0, 4),
         ApiKey.DELETE_TOPICS: (0, 3),
         ApiKey.DESCRIBE_CONFIGS: (0, 2),
+        ApiKey.JOIN_GROUP: (0, 5),
+        ApiKey.SYNC_GROUP: (0, 3),
+        ApiKey.HEARTBEAT: (0, 3),
+        ApiKey.LEAVE_GROUP: (0, 3),
     }
     for key, (_, top) in SUPPORTED_VERSIONS.items():
         if key != ApiKey.API_VERSIONS:

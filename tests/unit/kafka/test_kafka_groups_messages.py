@@ -256,7 +256,7 @@ ORACLES: dict[ApiKey, tuple[Any, Any, str, Any]] = {
 
 CASES = [
     (key, version, kind)
-    for key in GROUP_VERSIONS
+    for key in GROUP_SAMPLES
     for version in versions(key)
     for kind in ("Request", "Response")
 ]
@@ -418,11 +418,11 @@ def test_decode_request_refuses_group_apis_unless_asked(api_key: ApiKey) -> None
         decode_request(api_key, version + 1, body, 0, CODEC_VERSIONS)
 
 
-@pytest.mark.parametrize("api_key", list(GROUP_VERSIONS), ids=lambda key: key.name)
+@pytest.mark.parametrize("api_key", list(GROUP_SAMPLES), ids=lambda key: key.name)
 def test_versions_outside_the_range(api_key: ApiKey) -> None:
     """Decoding one is the peer's fault, encoding one ours."""
     make_request, make_response = GROUP_SAMPLES[api_key]
-    low, high = GROUP_VERSIONS[api_key]
+    low, high = CODEC_VERSIONS[api_key]
     for message in (make_request(low), make_response(low)):
         for version in (low - 1, high + 1):
             with pytest.raises(KafkaDecodeError, match="not one we speak"):
