@@ -121,24 +121,25 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.INIT_PRODUCER_ID: (0, 1),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 3),
     ApiKey.DESCRIBE_CONFIGS: (0, 2),
-}
-
-# The classic consumer-group protocol's APIs (issue #24), each range below its first flexible
-# version: OffsetCommit from 2 (Kafka deprecates 0-1, and v1's per-partition commit timestamp
-# is gone from v2), OffsetFetch from 1 (v0 read ZooKeeper), LeaveGroup to 3 (batch leave,
-# KIP-345). Not advertised yet: the lead merges these into SUPPORTED_VERSIONS when the
-# handlers land.
-GROUP_VERSIONS: dict[ApiKey, tuple[int, int]] = {
+    # Consumer groups (issue #24), each range below its first flexible version: OffsetCommit
+    # from 2 (Kafka deprecates 0-1, and v1's per-partition commit timestamp is gone from v2),
+    # OffsetFetch from 1 (v0 read ZooKeeper).
     ApiKey.FIND_COORDINATOR: (0, 2),
-    ApiKey.JOIN_GROUP: (0, 5),
-    ApiKey.SYNC_GROUP: (0, 3),
-    ApiKey.HEARTBEAT: (0, 3),
-    ApiKey.LEAVE_GROUP: (0, 3),
     ApiKey.OFFSET_COMMIT: (2, 7),
     ApiKey.OFFSET_FETCH: (1, 5),
     ApiKey.LIST_GROUPS: (0, 2),
     ApiKey.DESCRIBE_GROUPS: (0, 4),
     ApiKey.DELETE_GROUPS: (0, 1),
+}
+
+# The classic consumer-group protocol's membership APIs (issue #24), each range below its
+# first flexible version: LeaveGroup to 3 (batch leave, KIP-345). Not advertised yet: they
+# move into SUPPORTED_VERSIONS with their handlers.
+GROUP_VERSIONS: dict[ApiKey, tuple[int, int]] = {
+    ApiKey.JOIN_GROUP: (0, 5),
+    ApiKey.SYNC_GROUP: (0, 3),
+    ApiKey.HEARTBEAT: (0, 3),
+    ApiKey.LEAVE_GROUP: (0, 3),
 }
 
 # Every version the message codec speaks: what the broker serves and what it will serve.

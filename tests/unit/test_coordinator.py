@@ -745,16 +745,43 @@ async def test_describe_and_list_groups(
     assert view["members"][0]["topics"] == ["t"]
     assert view["offsets"] == [["t", 2, 11, "meta", clock.now_ms]]
 
+    assert view["protocol_type"] == "raftlog"
     assert coord.list_groups() == [
-        {"group_id": "g", "state": "Stable", "generation": 2, "protocol": "range", "members": 2},
+        {
+            "group_id": "g",
+            "state": "Stable",
+            "generation": 2,
+            "protocol": "range",
+            "protocol_type": "raftlog",
+            "members": 2,
+        },
         {
             "group_id": "other",
             "state": "Stable",
             "generation": 1,
             "protocol": "range",
+            "protocol_type": "raftlog",
             "members": 1,
         },
     ]
+    # What Kafka's DescribeGroups shows: a raftlog member has no Kafka bytes of its own.
+    shown = coord.describe_members("g")
+    assert shown is not None
+    assert (shown["state"], shown["protocol_type"], shown["protocol"]) == (
+        "Stable",
+        "raftlog",
+        "range",
+    )
+    assert shown["members"][0] == {
+        "member_id": a["member_id"],
+        "instance_id": None,
+        "client_id": "alice",
+        "topics": ["t"],
+        "assignment": [["t", 0], ["t", 1]],
+        "metadata": None,
+        "assignment_bytes": None,
+    }
+    assert coord.describe_members("nope") is None
     await coord.leave("g", [a["member_id"], b["member_id"]])
     view = coord.describe_group("g")
     assert view["state"] == "Empty" and view["members"] == [] and view["protocol"] is None

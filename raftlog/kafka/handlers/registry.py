@@ -13,6 +13,8 @@ from raftlog.kafka.api import ApiKey
 from raftlog.kafka.handlers import (
     configs,
     fetch,
+    group_admin,
+    group_offsets,
     metadata,
     offsets_for_leader_epoch,
     produce,
@@ -33,6 +35,8 @@ HANDLERS: dict[int, Callable[..., Any]] = {
     **offsets_for_leader_epoch.HANDLERS,
     **producer_ids.HANDLERS,
     **topics.HANDLERS,
+    **group_offsets.HANDLERS,
+    **group_admin.HANDLERS,
 }
 
 

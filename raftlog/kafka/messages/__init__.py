@@ -12,7 +12,7 @@ Rules this package keeps:
 
 `decode_request` is how the broker decodes a request body: it checks the API and version are
 spoken and that the body is consumed exactly. REQUEST_TYPES also holds the consumer-group
-APIs (raftlog.kafka.api.GROUP_VERSIONS), which the broker does not serve yet: `decode_request`
+APIs the broker does not serve yet (raftlog.kafka.api.GROUP_VERSIONS): `decode_request`
 refuses them unless asked with `versions=CODEC_VERSIONS` (the tests do).
 
 The consumer-group modules: `groups` (FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
