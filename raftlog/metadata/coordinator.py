@@ -18,6 +18,15 @@ PreparingRebalance, Stable, Dead); this module drives them with the network and 
   completes), give up their partitions and join again. So a partition never has two
   consumers: its new owner gets it only after its old owner rejoined (having committed) or
   was removed.
+- Kafka's classic groups (groups.py says how their state differs) take the same path:
+  `kafka_join` is `join` with Kafka's protocols ([name, metadata bytes]) and the topics the
+  caller decoded from them; its answer, once the rebalance completes, names the leader, and
+  the leader's lists every member's metadata. A first JoinGroup of v4+ gets a member id from
+  `pending_member_id` (answered MEMBER_ID_REQUIRED, KIP-394; in memory, bounded) and joins
+  again with it. `sync` is SyncGroup: the leader's assignments go through Raft (one
+  `sync_group` command), the other members' SyncGroups wait for them like joins wait for a
+  rebalance (same bound; a rebalance meanwhile answers RebalanceInProgressError), and a
+  member whose join or SyncGroup waits here is alive for the sweep (Kafka keeps them too).
 - Only state changes go through Raft: joins, leaves, expiries, rebalance deadlines, commits,
   resets, deletes. Heartbeats do not. A heartbeat changes no replicated state, and a Raft entry
   per heartbeat (every member, every few seconds) would cost a disk write and a round trip on
@@ -42,15 +51,10 @@ PreparingRebalance, Stable, Dead); this module drives them with the network and 
   again on the next sweep; the sweep loop never dies of it. Every completion happens in one of
   this node's own proposals, after which the waiting joins of that group are answered; the
   sweep also checks every group with waiting joins, in case another path moved it on.
-- Commits are batched (group commit): commits that arrive within `commit_linger_ms` of the
-  first, or while the previous batch is in flight, go into one `commit_batch` command (one Raft
-  entry) of at most `commit_batch_max` commits and `commit_batch_bytes_max` bytes, and each
-  caller gets its own result from the per-commit results. One Raft round trip takes 20-50 ms;
-  one entry per commit would cap a cluster at a few dozen commits/s, batches of up to 500 allow
-  more than 5,000 commits/s.
-  Batches go out one at a time, in call order, so a member's later commit of a partition is
-  applied after its earlier one. Waiting commits are bounded by `commit_pending_max`; beyond it
-  `commit` waits for room (backpressure) instead of growing a queue without limit.
+- Commits are batched (group commit, commit_batcher.py): commits that arrive together go into
+  one `commit_batch` command (one Raft entry) of at most `commit_batch_max` commits and
+  `commit_batch_bytes_max` bytes, in call order, and each caller gets its own result; waiting
+  commits are bounded by `commit_pending_max` (backpressure).
 - Every command fits one Raft entry (quorum.COMMAND_BYTES_MAX). Sizes are bounded from above
   from string lengths (group_requests.py: what pickle protocol 2 can take at most), so a
   batch is cut before it would grow past `commit_batch_bytes_max`. A commit larger
@@ -76,9 +80,10 @@ PreparingRebalance, Stable, Dead); this module drives them with the network and 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import dataclasses
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -93,10 +98,9 @@ from raftlog.errors import (
     RaftlogError,
     RebalanceInProgressError,
     UnknownMemberIdError,
-    error_from_code,
 )
-from raftlog.invariants import InvariantError
 from raftlog.metadata import groups
+from raftlog.metadata.commit_batcher import BatchLimits, CommitBatcher
 from raftlog.metadata.group_requests import (
     BATCH_ENVELOPE_BYTES_MAX,
     COMMIT_BYTES,
@@ -107,6 +111,8 @@ from raftlog.metadata.group_requests import (
     check_str,
     entry_bytes_max,
     is_int,
+    kafka_assignments,
+    kafka_protocols,
     offset_entries,
     split_by_size,
     str_bytes,
@@ -150,6 +156,11 @@ def anchored_clock_ms() -> Callable[[], int]:
 
 # How many member ids a log line names (a group may have thousands).
 _LOGGED_MEMBERS_MAX = 8
+# Member ids handed out for Kafka's MEMBER_ID_REQUIRED round (`pending_member_id`): how long
+# one waits for its client's second join (Kafka: the session timeout; clients rejoin at once),
+# and how many one group keeps (a client looping on first joins must not grow memory).
+PENDING_MEMBER_MS = 300_000
+PENDING_MEMBERS_MAX = 1_000
 # A failing expiry of one group is logged at most this often (it is retried every sweep).
 EXPIRY_WARNING_INTERVAL_MS = 10_000
 
@@ -230,24 +241,22 @@ class CoordinatorConfig:
             )
 
 
+# What a waiting request gets once the group moved on: (group id, the group or None, member
+# id, generation) -> its answer, None to go on waiting, or raises the error to answer.
+Outcome = Callable[[str, "groups.GroupState | None", str, int], Any]
+
+
 @dataclass(slots=True)
-class _JoinWaiter:
-    """A join waiting for its rebalance: answered once the group's generation has moved past
-    `generation` (groups.join_outcome)."""
+class _Waiter:
+    """A join waiting for its rebalance (groups.join_outcome: the generation moved past
+    `generation`), or a Kafka member's SyncGroup waiting for its leader's assignment
+    (groups.sync_outcome)."""
 
     member_id: str
     generation: int
-    future: asyncio.Future[dict[str, Any]]
-
-
-@dataclass(slots=True)
-class _PendingCommit:
-    """One caller's commit (or a piece of it), waiting for its batch. `args` are
-    commit_offsets' arguments; `size_bytes` bounds their serialized size from above."""
-
-    args: dict[str, Any]
-    future: asyncio.Future[None]
-    size_bytes: int
+    future: asyncio.Future[Any]
+    outcome: Outcome
+    what: str
 
 
 class GroupCoordinator:
@@ -289,24 +298,30 @@ class GroupCoordinator:
         # sight while active). Invariant: only members of the state, pruned on every sweep, so
         # it is bounded by the number of members.
         self._heartbeat_ms: dict[str, dict[str, int]] = {}
-        # Commits (and pieces of split ones) waiting for the next batch, in call order.
-        # Invariant: at most commit_pending_max of them are not done (each holds a slot of
-        # `_pending_room` until its future is done); done ones (callers that gave up) are
-        # dropped at the next batch. `_pending_bytes` is the sum of their size_bytes.
-        self._pending: list[_PendingCommit] = []
-        self._pending_bytes = 0
-        self._pending_room = asyncio.Semaphore(self.config.commit_pending_max)
-        self._batch_full = asyncio.Event()
-        self._more_pending = asyncio.Event()
         # group id -> clock_ms of the last warning that its expiry failed (one per interval).
         self._expiry_warned_ms: dict[str, int] = {}
-        # The task that lingers, then proposes batches until none is waiting; None when idle.
-        self._flush_task: asyncio.Task[None] | None = None
         self._tasks = TaskSet("group coordinator")
-        # group id -> joins waiting for that group's rebalance to complete. Invariant: every
-        # future is pending (answered ones are removed by `_answer_joins`, given-up ones by
-        # their `join`); bounded by the join requests in flight, one per member connection.
-        self._join_waiters: dict[str, list[_JoinWaiter]] = {}
+        # Offset commits, batched into Raft entries (commit_batcher.py).
+        self._commits = CommitBatcher(
+            self._propose,
+            BatchLimits(
+                batch_max=self.config.commit_batch_max,
+                batch_bytes_max=self.config.commit_batch_bytes_max,
+                linger_ms=self.config.commit_linger_ms,
+                batches_in_flight=self.config.commit_batches_in_flight,
+                pending_max=self.config.commit_pending_max,
+            ),
+            self._clock_ms,
+            self._check_active,
+            self._tasks,
+        )
+        # group id -> joins waiting for their rebalance, Kafka members' SyncGroups waiting for
+        # their leader's assignment. Invariant: every future is pending (answered ones are
+        # removed by `_answer_waiters`, given-up ones by `_wait`); bounded by the requests in
+        # flight, one per member connection.
+        self._waiters: dict[str, list[_Waiter]] = {}
+        # group id -> member id -> clock_ms it was handed out (`pending_member_id`).
+        self._pending_members: dict[str, dict[str, int]] = {}
 
     # -- role ----------------------------------------------------------------------------------
 
@@ -335,35 +350,24 @@ class GroupCoordinator:
             log.info("group coordinator became inactive")
         self._active = False
         self._heartbeat_ms = {}
-        waiters, self._join_waiters = self._join_waiters, {}
+        self._pending_members = {}
+        waiters, self._waiters = self._waiters, {}
         for group_id, group_waiters in sorted(waiters.items()):
             for w in group_waiters:
                 if not w.future.done():
                     w.future.set_exception(
                         NotCoordinatorError(
-                            f"join of {w.member_id!r} to group {group_id!r} (generation "
+                            f"{w.what} of {w.member_id!r} to group {group_id!r} (generation "
                             f"{w.generation}) not answered: this node stopped being the group "
                             "coordinator; find the coordinator and join again"
                         )
                     )
-        pending, self._pending, self._pending_bytes = self._pending, [], 0
-        for c in pending:
-            if not c.future.done():
-                c.future.set_exception(
-                    NotCoordinatorError(
-                        f"commit to group {c.args['group_id']!r} not made: this node stopped "
-                        "being the group coordinator; find the coordinator and retry"
-                    )
-                )
+        self._commits.fail_all()
 
     async def close(self) -> None:
         """Stop: become inactive and end the commit flusher (its callers get an error)."""
         self.become_inactive()
-        task, self._flush_task = self._flush_task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._commits.close()
 
     def _check_active(self, group_id: str) -> None:
         if not self._active:
@@ -414,6 +418,98 @@ class GroupCoordinator:
         An empty `member_id` asks for a new one. The returned generation is the one the
         member's commits must carry.
         """
+        args = self._join_args(
+            group_id,
+            member_id,
+            client_id,
+            instance_id,
+            session_timeout_ms,
+            rebalance_timeout_ms,
+            topics,
+        )
+        protocol_list = str_list("protocols", protocols)
+        for protocol in protocol_list:
+            self._check_id("protocols", protocol, empty_ok=False)
+        self._check_active(group_id)
+        return await self._join(group_id, protocols=protocol_list, **args)
+
+    async def kafka_join(
+        self,
+        group_id: str,
+        member_id: str,
+        client_id: str,
+        instance_id: str | None,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        protocol_type: str,
+        protocols: Sequence[tuple[str, bytes]],
+        topics: Sequence[str],
+    ) -> dict[str, Any]:
+        """A Kafka client's JoinGroup (the classic group protocol), answered as `join` is once
+        its rebalance completes; its view (GroupState.member_view) adds the leader and, for
+        the leader, every member's metadata. `protocols` are kept as sent; `topics` are the
+        subscription the caller decoded from them. A member id that `pending_member_id`
+        handed out (Kafka's MEMBER_ID_REQUIRED round) joins as a new member with that id."""
+        args = self._join_args(
+            group_id,
+            member_id,
+            client_id,
+            instance_id,
+            session_timeout_ms,
+            rebalance_timeout_ms,
+            topics,
+        )
+        self._check_id("protocol_type", protocol_type, empty_ok=False)
+        if protocol_type == groups.NATIVE_PROTOCOL_TYPE:
+            raise InvalidRequestError(
+                f"group {group_id!r}: protocol type {protocol_type!r} is raftlog's own client's"
+            )
+        pairs = kafka_protocols(group_id, protocols)
+        for name, _ in pairs:
+            self._check_id("protocol name", name, empty_ok=False)
+        self._check_active(group_id)
+        new_member_id = None
+        pending = self._pending_members.get(group_id, {})
+        if member_id and pending.pop(member_id, None) is not None:
+            new_member_id, args["member_id"] = member_id, ""
+        return await self._join(
+            group_id,
+            protocols=pairs,
+            protocol_type=protocol_type,
+            new_member_id=new_member_id,
+            **args,
+        )
+
+    def pending_member_id(self, group_id: str, client_id: str) -> str:
+        """A member id for a Kafka client's first JoinGroup (v4+, no instance id), which is
+        answered MEMBER_ID_REQUIRED with it (KIP-394): the client joins again with the id, so
+        a join retried after a lost answer cannot leave a second member behind. Kept in
+        memory (a new coordinator does not know it: the client's join then gets
+        UnknownMemberIdError and starts over), at most PENDING_MEMBERS_MAX per group, each
+        for PENDING_MEMBER_MS."""
+        self._check_id("group_id", group_id, empty_ok=False)
+        self._check_id("client_id", client_id)
+        self._check_active(group_id)
+        now = self._clock_ms()
+        pending = self._pending_members.setdefault(group_id, {})
+        for m, at in list(pending.items()):
+            if now - at > PENDING_MEMBER_MS or len(pending) >= PENDING_MEMBERS_MAX:
+                del pending[m]
+        member_id = f"{client_id}-{uuid.uuid4()}"
+        pending[member_id] = now
+        return member_id
+
+    def _join_args(
+        self,
+        group_id: str,
+        member_id: str,
+        client_id: str,
+        instance_id: str | None,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        topics: Sequence[str],
+    ) -> dict[str, Any]:
+        """A join's ids, timeouts and topics, checked, as join_group's arguments."""
         self._check_id("group_id", group_id, empty_ok=False)
         self._check_id("member_id", member_id)
         self._check_id("client_id", client_id)
@@ -433,25 +529,24 @@ class GroupCoordinator:
         topic_list = str_list("topics", topics)
         for topic in topic_list:
             validate_topic_name(topic)
-        protocol_list = str_list("protocols", protocols)
-        for protocol in protocol_list:
-            self._check_id("protocols", protocol, empty_ok=False)
-        self._check_active(group_id)
+        return {
+            "member_id": member_id,
+            "client_id": client_id,
+            "instance_id": instance_id,
+            "session_timeout_ms": session_timeout_ms,
+            "rebalance_timeout_ms": rebalance_timeout_ms,
+            "topics": topic_list,
+        }
+
+    async def _join(self, group_id: str, **args: Any) -> dict[str, Any]:
+        """Propose a checked join; answer it now, or once its rebalance completes."""
+        client_id = args["client_id"]
         view: dict[str, Any] = await self._propose(
-            "join_group",
-            group_id=group_id,
-            member_id=member_id,
-            client_id=client_id,
-            instance_id=instance_id,
-            session_timeout_ms=session_timeout_ms,
-            rebalance_timeout_ms=rebalance_timeout_ms,
-            topics=topic_list,
-            protocols=protocol_list,
-            now_ms=self._clock_ms(),
+            "join_group", group_id=group_id, now_ms=self._clock_ms(), **args
         )
         new_id = view["member_id"]
         self._seen(group_id, new_id)
-        self._answer_joins(group_id)  # this join may have completed others' rebalance
+        self._answer_waiters(group_id)  # this join may have completed others' rebalance
         if view["state"] == groups.PREPARING.value:
             waiting = self._read(lambda s: s.groups[group_id].waiting_for())
             log.info(
@@ -465,32 +560,85 @@ class GroupCoordinator:
                 ", ".join(waiting[:_LOGGED_MEMBERS_MAX]),
                 ", ..." if len(waiting) > _LOGGED_MEMBERS_MAX else "",
             )
-            view = await self._wait_for_rebalance(group_id, new_id, view["generation"])
+            view = await self._wait(
+                group_id, new_id, view["generation"], groups.join_outcome, "join"
+            )
             self._seen(group_id, new_id)
         log.info(
-            "group %s: member %s (client %s) in generation %d with %d partitions",
+            "group %s: member %s (client %s) in generation %d (%s) with %d partitions",
             group_id,
             new_id,
             client_id,
             view["generation"],
+            view["state"],
             len(view["assignment"]),
         )
         return view
 
-    async def _wait_for_rebalance(
-        self, group_id: str, member_id: str, generation: int
-    ) -> dict[str, Any]:
-        """Wait until the group's generation has moved past `generation`; the member's view."""
+    async def sync(
+        self,
+        group_id: str,
+        member_id: str,
+        generation: int,
+        assignments: Sequence[tuple[str, bytes, Sequence[tuple[str, int]]]] | None,
+    ) -> bytes:
+        """A Kafka member's SyncGroup: its assignment bytes, once its group's leader has sent
+        the assignment of `generation` (the leader's own `assignments`, each (member id, the
+        bytes as sent, the partitions decoded from them), go through Raft: one command).
+        Waits at most until the group's deadline plus `join_wait_margin_ms`; a rebalance
+        meanwhile is RebalanceInProgressError (join again), as in Kafka."""
+        self._check_id("group_id", group_id, empty_ok=False)
+        self._check_id("member_id", member_id)
+        entries = None if assignments is None else kafka_assignments(group_id, assignments)
+        self._check_active(group_id)
+        self._seen(group_id, member_id)
+        answer: bytes | None
+        if entries is not None:
+            answer = await self._propose(
+                "sync_group",
+                group_id=group_id,
+                member_id=member_id,
+                generation=generation,
+                assignments=entries,
+            )
+            self._answer_waiters(group_id)
+        else:
+
+            def outcome(s: MetadataState) -> bytes | None:
+                g = s.groups.get(group_id)
+                if g is not None and member_id in g.members:
+                    g.require_current(member_id, generation, "SyncGroup")
+                return groups.sync_outcome(group_id, g, member_id, generation)
+
+            answer = self._read(outcome)
+        if answer is None:
+            answer = await self._wait(
+                group_id, member_id, generation, groups.sync_outcome, "SyncGroup"
+            )
+        self._seen(group_id, member_id)
+        return answer
+
+    async def _wait(
+        self,
+        group_id: str,
+        member_id: str,
+        generation: int,
+        outcome: Outcome,
+        what: str,
+    ) -> Any:
+        """Wait until `outcome` answers (a join: the generation moved past `generation`; a
+        SyncGroup: the leader's assignment arrived), within the group's deadline plus
+        join_wait_margin_ms."""
         self._check_active(group_id)  # the role may have gone while the proposal was applied
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        waiter = _JoinWaiter(member_id, generation, future)
-        self._join_waiters.setdefault(group_id, []).append(waiter)
-        # Between the proposal and now other proposals may have completed the rebalance.
-        self._answer_joins(group_id)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        waiter = _Waiter(member_id, generation, future, outcome, what)
+        self._waiters.setdefault(group_id, []).append(waiter)
+        # Between the proposal and now other proposals may have moved the group on.
+        self._answer_waiters(group_id)
 
         def deadline_ms(s: MetadataState) -> int | None:
             g = s.groups.get(group_id)
-            if g is None or g.phase is not groups.PREPARING:
+            if g is None or g.phase not in (groups.PREPARING, groups.COMPLETING):
                 return None
             at = g.rebalance_deadline_ms
             return at if at is not None else self._clock_ms() + g.rebalance_timeout_ms()
@@ -504,29 +652,29 @@ class GroupCoordinator:
                 return await future
         except TimeoutError:
             raise RebalanceInProgressError(
-                f"group {group_id!r}: the rebalance member {member_id!r} joined at generation "
-                f"{generation} did not complete within {wait_ms} ms (its deadline and "
+                f"group {group_id!r}: the {what} of member {member_id!r} at generation "
+                f"{generation} was not answered within {wait_ms} ms (the group's deadline and "
                 f"join_wait_margin_ms={self.config.join_wait_margin_ms}); join again"
             ) from None
         finally:
-            waiters = self._join_waiters.get(group_id)
+            waiters = self._waiters.get(group_id)
             if waiters is not None and waiter in waiters:
                 waiters.remove(waiter)
                 if not waiters:
-                    del self._join_waiters[group_id]
+                    del self._waiters[group_id]
 
-    def _answer_joins(self, group_id: str) -> None:
-        """Answer the joins waiting for `group_id`'s rebalance that can be answered now."""
-        waiters = self._join_waiters.get(group_id)
+    def _answer_waiters(self, group_id: str) -> None:
+        """Answer the joins and SyncGroups waiting on `group_id` that can be answered now."""
+        waiters = self._waiters.get(group_id)
         if not waiters:
             return
 
-        def outcomes(s: MetadataState) -> list[dict[str, Any] | RaftlogError | None]:
+        def outcomes(s: MetadataState) -> list[Any]:
             g = s.groups.get(group_id)
-            out: list[dict[str, Any] | RaftlogError | None] = []
+            out: list[Any] = []
             for w in waiters:
                 try:
-                    out.append(groups.join_outcome(group_id, g, w.member_id, w.generation))
+                    out.append(w.outcome(group_id, g, w.member_id, w.generation))
                 except RaftlogError as e:
                     out.append(e)
             return out
@@ -542,9 +690,9 @@ class GroupCoordinator:
             else:
                 w.future.set_result(outcome)
         if kept:
-            self._join_waiters[group_id] = kept
+            self._waiters[group_id] = kept
         else:
-            del self._join_waiters[group_id]
+            del self._waiters[group_id]
 
     def _seen(self, group_id: str, member_id: str) -> None:
         if self._active:
@@ -597,7 +745,7 @@ class GroupCoordinator:
                 "leave_group", group_id=group_id, member_ids=piece, now_ms=self._clock_ms()
             )
         self._forget(group_id, ids)
-        self._answer_joins(group_id)
+        self._answer_waiters(group_id)
         log.info("group %s: %d of members %s left", group_id, gone, ids)
         return gone
 
@@ -637,6 +785,11 @@ class GroupCoordinator:
         now = self._clock_ms()
         # Prune members that are gone; give members never seen by this node their grace, and
         # members waiting in a join barrier a fresh time (they cannot heartbeat meanwhile).
+        for g, v in views.items():
+            # Members whose join or SyncGroup waits here are alive too.
+            waiting = {w.member_id for w in self._waiters.get(g, [])}
+            if waiting:
+                views[g] = dataclasses.replace(v, parked=v.parked | waiting)
         self._heartbeat_ms = {
             g: {
                 m: now if m in v.parked else self._heartbeat_ms.get(g, {}).get(m, now)
@@ -698,11 +851,11 @@ class GroupCoordinator:
                     )
                 continue
             finally:
-                self._answer_joins(group_id)
+                self._answer_waiters(group_id)
             self._expiry_warned_ms.pop(group_id, None)
         # Joins of groups the loop above did not touch (deleted, or moved on another way).
-        for group_id in sorted(self._join_waiters):
-            self._answer_joins(group_id)
+        for group_id in sorted(self._waiters):
+            self._answer_waiters(group_id)
         return removed
 
     # -- offsets -------------------------------------------------------------------------------
@@ -735,7 +888,7 @@ class GroupCoordinator:
         if total_bytes <= self.config.commit_batch_bytes_max:
             # The common case, kept lean: one piece, its future awaited directly (a caller
             # that gives up cancels it, and it is then not committed for).
-            future = await self._enqueue({**args, "offsets": entries}, total_bytes)
+            future = await self._commits.submit({**args, "offsets": entries}, total_bytes)
             await future
             return
         pieces = split_by_size(entries, sizes, self.config.commit_batch_bytes_max - base_bytes)
@@ -750,7 +903,7 @@ class GroupCoordinator:
         try:
             for piece, piece_bytes in pieces:
                 futures.append(
-                    await self._enqueue({**args, "offsets": piece}, base_bytes + piece_bytes)
+                    await self._commits.submit({**args, "offsets": piece}, base_bytes + piece_bytes)
                 )
             await asyncio.wait(futures)
         except BaseException:
@@ -759,121 +912,6 @@ class GroupCoordinator:
             raise
         for f in futures:
             f.result()  # the first refusal, if any (later pieces were checked on their own)
-
-    async def _enqueue(self, args: dict[str, Any], size_bytes: int) -> asyncio.Future[None]:
-        """Wait for room, then queue one commit_offsets for the next batch; its future."""
-        await self._pending_room.acquire()
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        # The slot is freed when the outcome is known, or when the caller gives up.
-        future.add_done_callback(lambda _: self._pending_room.release())
-        if not self._active:  # lost the role while waiting for room
-            future.cancel()
-            self._check_active(args["group_id"])
-        args["now_ms"] = self._clock_ms()
-        self._queue(_PendingCommit(args=args, future=future, size_bytes=size_bytes))
-        return future
-
-    def _queue(self, commit: _PendingCommit) -> None:
-        self._pending.append(commit)
-        self._pending_bytes += commit.size_bytes
-        if (
-            len(self._pending) >= self.config.commit_batch_max
-            or self._pending_bytes >= self.config.commit_batch_bytes_max
-        ):
-            self._batch_full.set()
-        self._more_pending.set()
-        if self._flush_task is None:
-            self._flush_task = self._tasks.spawn(self._flush(), "offset commit flusher")
-
-    async def _flush(self) -> None:
-        """Linger, then propose batches until no commit is waiting, with up to
-        `commit_batches_in_flight` batches in Raft at once: a Raft round costs ~20 ms
-        whatever the batch size, so a commit arriving while one batch is in flight should
-        not wait for it to finish. Per-member order holds: this node submits batches in
-        order and Raft applies them in that order."""
-        in_flight: set[asyncio.Task[None]] = set()
-        try:
-            await self._linger()
-            while self._pending or in_flight:
-                if self._pending and len(in_flight) < self.config.commit_batches_in_flight:
-                    batch = self._take_batch()
-                    if batch:
-                        task = self._tasks.spawn(self._propose_batch(batch), "offset commit batch")
-                        in_flight.add(task)
-                        task.add_done_callback(in_flight.discard)
-                    continue
-                self._more_pending.clear()
-                waiter = asyncio.ensure_future(self._more_pending.wait())
-                try:
-                    await asyncio.wait([*in_flight, waiter], return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    waiter.cancel()
-                if self._pending and len(in_flight) < self.config.commit_batches_in_flight:
-                    await self._linger()  # gather the commits arriving together
-        finally:
-            for task in in_flight:
-                task.cancel()
-            if in_flight:
-                await asyncio.gather(*in_flight, return_exceptions=True)
-            if self._flush_task is asyncio.current_task():
-                self._flush_task = None
-
-    async def _linger(self) -> None:
-        if (
-            self.config.commit_linger_ms == 0
-            or len(self._pending) >= self.config.commit_batch_max
-            or self._pending_bytes >= self.config.commit_batch_bytes_max
-        ):
-            # One turn of the loop: callers already scheduled (a burst) join this batch.
-            await asyncio.sleep(0)
-            return
-        self._batch_full.clear()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(self.config.commit_linger_ms / 1000):
-                await self._batch_full.wait()
-
-    def _take_batch(self) -> list[_PendingCommit]:
-        """The next batch: up to commit_batch_max commits and commit_batch_bytes_max bytes
-        (at least one commit; each fits alone, see `commit`)."""
-        count_max, bytes_max = self.config.commit_batch_max, self.config.commit_batch_bytes_max
-        n = total = 0
-        for c in self._pending:
-            if n == count_max or (n and total + c.size_bytes > bytes_max):
-                break
-            n += 1
-            total += c.size_bytes
-        taken, self._pending = self._pending[:n], self._pending[n:]
-        self._pending_bytes -= total
-        # A caller that gave up (cancelled) is not committed for: it cannot learn the outcome.
-        return [c for c in taken if not c.future.done()]
-
-    async def _propose_batch(self, batch: list[_PendingCommit]) -> None:
-        try:
-            results = await self._propose("commit_batch", commits=[c.args for c in batch])
-            if not (isinstance(results, list) and len(results) == len(batch)):
-                raise InvariantError(f"commit_batch of {len(batch)} commits returned {results!r}")
-        except asyncio.CancelledError:
-            for c in batch:
-                _fail(c, NotCoordinatorError(_unknown_outcome(c, "the coordinator stopped")))
-            raise
-        except RaftlogError as e:
-            # Every caller gets its own instance: one exception raised in many tasks would
-            # collect all their tracebacks.
-            for c in batch:
-                _fail(c, error_from_code(e.code, str(e)))
-            return
-        except Exception as e:
-            log.exception("commit_batch of %d commits failed", len(batch))
-            for c in batch:
-                _fail(c, e)
-            return
-        for c, result in zip(batch, results, strict=True):
-            if c.future.done():
-                continue
-            if result[0] == "ok":
-                c.future.set_result(None)
-            else:
-                c.future.set_exception(error_from_code(result[1], result[2]))
 
     def fetch_offsets(
         self, group_id: str, partitions: Iterable[TopicPartition] | None = None
@@ -1034,7 +1072,7 @@ def _sweep_views(s: MetadataState) -> dict[str, _SweepView]:
         gid: _SweepView(
             session_timeout_ms={mid: int(m["session_timeout_ms"]) for mid, m in g.members.items()},
             parked=frozenset(g.rejoined),
-            preparing=g.phase is groups.PREPARING,
+            preparing=g.phase in (groups.PREPARING, groups.COMPLETING),
             deadline_ms=g.rebalance_deadline_ms,
         )
         for gid, g in s.groups.items()
@@ -1047,16 +1085,3 @@ def _members_by_group(s: MetadataState) -> dict[str, dict[str, int]]:
         gid: {mid: int(m["session_timeout_ms"]) for mid, m in g.members.items()}
         for gid, g in s.groups.items()
     }
-
-
-def _fail(c: _PendingCommit, error: BaseException) -> None:
-    if not c.future.done():
-        c.future.set_exception(error)
-
-
-def _unknown_outcome(c: _PendingCommit, why: str) -> str:
-    return (
-        f"commit to group {c.args['group_id']!r} by {c.args['member_id']!r}: {why} before the "
-        "outcome was known; the commit may or may not have been applied (committing again is "
-        "safe)"
-    )

@@ -168,3 +168,78 @@ def split_by_size(
         total += size
     pieces.append((items[start:], total))
     return pieces
+
+
+# A Kafka member's protocols ([name, metadata bytes], ...) in one join_group command, and a
+# leader's assignments in one sync_group command, at most (their bytes as pickle writes them,
+# bounded from the lengths as above): both must fit one Raft entry (quorum.COMMAND_BYTES_MAX,
+# 1 MiB) with room for the rest of the command. Kafka's own bound is its message size (1 MiB).
+KAFKA_PROTOCOLS_BYTES_MAX = 256 * 1024
+KAFKA_ASSIGNMENTS_BYTES_MAX = 512 * 1024
+
+
+def kafka_protocols(group_id: str, protocols: object) -> list[list[Any]]:
+    """A Kafka JoinGroup's protocols as [[name, metadata bytes], ...], checked: at least one,
+    names non-empty strings without repeats, metadata bytes, all within
+    KAFKA_PROTOCOLS_BYTES_MAX (PolicyViolationError past it)."""
+    if isinstance(protocols, str | bytes) or not isinstance(protocols, Sequence) or not protocols:
+        raise InvalidRequestError(f"group {group_id!r}: a member must offer at least one protocol")
+    out: list[list[Any]] = []
+    size = 0
+    for p in protocols:
+        if not isinstance(p, Sequence) or len(p) != 2:
+            raise InvalidRequestError(f"group {group_id!r}: a protocol is [name, metadata]")
+        name = check_str("protocol name", p[0], empty_ok=False)
+        if not isinstance(p[1], bytes | bytearray):
+            raise InvalidRequestError(f"group {group_id!r}: protocol {name!r} metadata not bytes")
+        out.append([name, bytes(p[1])])
+        size += STR_BYTES + str_bytes(name) + 16 + len(p[1])
+    if len({name for name, _ in out}) != len(out):
+        raise InvalidRequestError(f"group {group_id!r}: a protocol name is offered twice")
+    if size > KAFKA_PROTOCOLS_BYTES_MAX:
+        raise PolicyViolationError(
+            f"group {group_id!r}: the member's protocols take {size} bytes; the limit is "
+            f"{KAFKA_PROTOCOLS_BYTES_MAX}"
+        )
+    return out
+
+
+def kafka_assignments(group_id: str, assignments: object) -> list[list[Any]]:
+    """A Kafka leader's SyncGroup assignments as [[member id, bytes, [[topic, partition], ...]],
+    ...] (the bytes as sent, the partitions decoded from them), checked: member ids strings
+    without repeats, partitions int32, all within KAFKA_ASSIGNMENTS_BYTES_MAX."""
+    if isinstance(assignments, str | bytes) or not isinstance(assignments, Sequence):
+        raise InvalidRequestError(f"group {group_id!r}: assignments must be a list")
+    out: list[list[Any]] = []
+    size = 0
+    for a in assignments:
+        if not isinstance(a, Sequence) or len(a) != 3 or not isinstance(a[1], bytes | bytearray):
+            raise InvalidRequestError(
+                f"group {group_id!r}: an assignment is [member id, bytes, partitions]"
+            )
+        member_id = check_str("member id", a[0])
+        tps: list[list[Any]] = []
+        for tp in a[2]:
+            if (
+                not isinstance(tp, Sequence)
+                or len(tp) != 2
+                or not isinstance(tp[0], str)
+                or not is_int(tp[1])
+                or not 0 <= tp[1] <= INT32_MAX
+            ):
+                raise InvalidRequestError(
+                    f"group {group_id!r}: member {member_id!r} assigned {tp!r:.80}, not a "
+                    "[topic, partition]"
+                )
+            tps.append([tp[0], tp[1]])
+            size += STR_BYTES + str_bytes(tp[0]) + 11 + 8
+        out.append([member_id, bytes(a[1]), tps])
+        size += 2 * STR_BYTES + str_bytes(member_id) + len(a[1]) + 16
+    if len({a[0] for a in out}) != len(out):
+        raise InvalidRequestError(f"group {group_id!r}: a member is assigned twice")
+    if size > KAFKA_ASSIGNMENTS_BYTES_MAX:
+        raise PolicyViolationError(
+            f"group {group_id!r}: the leader's assignments take {size} bytes; the limit is "
+            f"{KAFKA_ASSIGNMENTS_BYTES_MAX}"
+        )
+    return out

@@ -295,6 +295,7 @@ class GroupState:
         member: dict[str, Any],
         partitions: PartitionCount,
         protocol_type: str = NATIVE_PROTOCOL_TYPE,
+        new_member_id: str | None = None,
     ) -> dict[str, Any]:
         """Add a member, or refresh one, and count it as joined for the rebalance. `member` is
         its record as the join carries it (the fields of the module docstring, "joined_ms"
@@ -313,7 +314,9 @@ class GroupState:
         [[protocol name, metadata bytes], ...] as "protocols"; it may join only a group of
         its protocol type (an Empty group takes the type of its first member) sharing a
         protocol name with every member (InconsistentGroupProtocolError otherwise, as Kafka
-        answers)."""
+        answers). `new_member_id`: the id a new member (empty "member_id") gets instead of a
+        generated one: the id the coordinator handed out in Kafka's MEMBER_ID_REQUIRED
+        round; refused if a member has it already."""
         member_id, instance_id = member["member_id"], member["instance_id"]
         if not member["protocols"]:
             raise InvalidRequestError(
@@ -334,7 +337,11 @@ class GroupState:
             raise UnknownMemberIdError(
                 f"member {member_id!r} is not in group {self.group_id!r}; join with an empty id"
             )
-        new_id = member_id or f"{member['client_id']}-{self.next_member}"
+        if not member_id and new_member_id is not None and new_member_id in self.members:
+            raise InvalidRequestError(
+                f"group {self.group_id!r}: member id {new_member_id!r} is taken already"
+            )
+        new_id = member_id or new_member_id or f"{member['client_id']}-{self.next_member}"
         # Refuse a member that shares no assignor (protocol) with the others.
         offered = {
             **{mid: m["protocols"] for mid, m in sorted(self.members.items()) if mid != new_id},
@@ -344,7 +351,7 @@ class GroupState:
             assignors.choose_assignor(offered)
         else:
             _vote(self.group_id, offered)
-        if not member_id:
+        if not member_id and new_member_id is None:
             self.next_member += 1
         if not self.members:
             self.protocol_type = protocol_type
@@ -722,6 +729,28 @@ def join_outcome(
     if group.generation <= generation_joined:
         return None
     return group.member_view(member_id)
+
+
+def sync_outcome(
+    group_id: str, group: GroupState | None, member_id: str, generation: int
+) -> bytes | None:
+    """For a Kafka member's SyncGroup that waits for its leader's: its assignment bytes once
+    the group is Stable at `generation`, None while it still waits. Raises what the member
+    must act on: UnknownMemberIdError (it left or was removed), RebalanceInProgressError (the
+    group moved on to another rebalance: join again)."""
+    if group is None or member_id not in group.members:
+        raise UnknownMemberIdError(
+            f"group {group_id!r}: member {member_id!r} left or was removed while its SyncGroup "
+            f"of generation {generation} waited; join with an empty member id"
+        )
+    if group.generation != generation or group.phase is PREPARING:
+        raise RebalanceInProgressError(
+            f"group {group_id!r} rebalanced while member {member_id!r} waited for the "
+            f"assignment of generation {generation}; join again"
+        )
+    if group.phase is STABLE:
+        return group.assignment_bytes.get(member_id, b"")
+    return None
 
 
 def heartbeat(group_id: str, group: GroupState | None, member_id: str, generation: int) -> int:

@@ -59,7 +59,8 @@ from raftlog.errors import (
     UnknownTopicOrPartitionError,
 )
 from raftlog.metadata import groups
-from raftlog.metadata.groups import GroupState
+from raftlog.metadata.group_requests import kafka_assignments, kafka_protocols
+from raftlog.metadata.groups import NATIVE_PROTOCOL_TYPE, GroupState
 from raftlog.metadata.partition_state import (
     NO_LEADER,
     MetadataInvariantError,
@@ -504,17 +505,25 @@ class MetadataState:
         session_timeout_ms: int,
         rebalance_timeout_ms: int,
         topics: list[str],
-        protocols: list[str],
+        protocols: list[str] | list[list[Any]],
         now_ms: int,
+        protocol_type: str = NATIVE_PROTOCOL_TYPE,
+        new_member_id: str | None = None,
     ) -> Result:
         """Add (or refresh) a member and count it as joined for the group's rebalance.
 
         Returns the member's view (GroupState.member_view). A view in state PreparingRebalance
         means the rebalance waits for other members: the coordinator answers the join once the
         generation has moved on (groups.join_outcome). A refused join leaves no empty group
-        behind and uses no member number."""
+        behind and uses no member number. A Kafka client's join (`protocol_type` its own,
+        "consumer") offers [[name, metadata bytes], ...] as `protocols`; `new_member_id` is
+        the id its coordinator handed out (GroupState.join). Entries of older code lack both."""
         if not group_id:
             raise InvalidRequestError("group id must not be empty")
+        if protocol_type != NATIVE_PROTOCOL_TYPE:
+            protocols = kafka_protocols(group_id, protocols)
+        elif not all(type(p) is str for p in protocols):
+            raise InvalidRequestError(f"group {group_id!r}: assignor names must be strings")
         member: dict[str, Any] = {
             "member_id": member_id,
             "client_id": client_id,
@@ -526,9 +535,20 @@ class MetadataState:
             "joined_ms": now_ms,
         }
         group = self.groups.get(group_id) or GroupState(group_id)
-        view = group.join(member, self._topic_partitions)
+        view = group.join(member, self._topic_partitions, protocol_type, new_member_id)
         self.groups[group_id] = group
         return _ok(view)
+
+    def _cmd_sync_group(
+        self, group_id: str, member_id: str, generation: int, assignments: list[Any] | None
+    ) -> Result:
+        """A Kafka member's SyncGroup (GroupState.sync); the leader's carries `assignments`,
+        [[member id, assignment bytes, [[topic, partition], ...]], ...] (the bytes as sent,
+        the partitions as the coordinator decoded them). Returns the member's assignment
+        bytes, or None while the group waits for its leader's."""
+        checked = None if assignments is None else kafka_assignments(group_id, assignments)
+        table = None if checked is None else {m: (raw, tps) for m, raw, tps in checked}
+        return _ok(self._group(group_id).sync(member_id, generation, table, self._topic_partitions))
 
     def _rebalance_groups_for(self, topic: str) -> None:
         for gid in sorted(self.groups):

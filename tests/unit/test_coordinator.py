@@ -1,6 +1,7 @@
 """The group coordinator over a real MetadataState: membership and generations, expiry and its
 grace period, the active/inactive role, commit batching (one Raft entry for a burst, one
-result per caller), offsets, reset and describe.
+result per caller), offsets, reset and describe; Kafka's classic groups (the MEMBER_ID_REQUIRED
+round, JoinGroup answers with the leader, SyncGroup waiting for the leader's assignment).
 
 The quorum is a fake that applies each proposal to a MetadataState in memory (arguments
 pickled, as Raft would), counts proposals and can fail or hold them; the clock is a fake
@@ -23,6 +24,7 @@ from raftlog.errors import (
     CommitFailedError,
     GroupIdNotFoundError,
     GroupNotEmptyError,
+    InconsistentGroupProtocolError,
     InvalidConfigError,
     InvalidRequestError,
     InvalidTopicError,
@@ -521,7 +523,7 @@ async def test_waiting_joins_fail_when_the_coordinator_becomes_inactive(
     # from where the rebalance is.
     coord.become_active()
     joining = asyncio.create_task(join(coord, member_id="c-1"))
-    await until(lambda: "g" in coord._join_waiters, "c-1 waiting again")
+    await until(lambda: "g" in coord._waiters, "c-1 waiting again")
     await join(coord, member_id="c-0")
     assert (await joining)["generation"] == 2
 
@@ -534,9 +536,9 @@ async def test_a_join_waits_no_longer_than_the_deadline_and_its_margin(
     coord = make(join_wait_margin_ms=20)
     await coord.join("g", "", "c", None, SESSION_MS, 0, ["t"], ["range"])
     quorum.failures["tick_group"] = [RaftlogTimeoutError("no quorum leader")] * 10
-    with pytest.raises(RebalanceInProgressError, match="did not complete within 20 ms"):
+    with pytest.raises(RebalanceInProgressError, match="was not answered within 20 ms"):
         await coord.join("g", "", "c", None, SESSION_MS, 0, ["t"], ["range"])
-    assert coord._join_waiters == {}
+    assert coord._waiters == {}
 
 
 async def test_a_topic_change_gets_its_deadline_from_the_sweep(
@@ -941,3 +943,122 @@ def test_size_bounds_are_upper_bounds_of_the_real_pickles(
     leave_estimate = group_requests.LEAVE_BYTES + group_requests.str_bytes(group)
     leave_estimate += sum(group_requests.str_bytes(m) + 10 for m in (member, group))
     assert command_bytes(leave) <= leave_estimate
+
+
+# -- Kafka's classic groups: MEMBER_ID_REQUIRED, JoinGroup with the leader, SyncGroup -------
+
+KAFKA_REBALANCE_MS = 30_000
+
+
+async def kjoin(
+    c: GroupCoordinator,
+    member_id: str = "",
+    protocols: tuple[tuple[str, bytes], ...] = (("range", b"meta"),),
+    protocol_type: str = "consumer",
+    client_id: str = "k",
+) -> dict[str, Any]:
+    return await c.kafka_join(
+        "g",
+        member_id,
+        client_id,
+        None,
+        SESSION_MS,
+        KAFKA_REBALANCE_MS,
+        protocol_type,
+        protocols,
+        ["t"],
+    )
+
+
+async def test_a_pending_member_id_joins_as_a_new_member_with_that_id(
+    coord: GroupCoordinator, quorum: FakeQuorum
+) -> None:
+    mid = coord.pending_member_id("g", "k")
+    assert mid.startswith("k-") and "g" not in quorum.state.groups  # nothing proposed
+    view = await kjoin(coord, mid)
+    assert view["member_id"] == mid and view["leader"] == mid
+    assert view["state"] == "CompletingRebalance" and view["members"] == [[mid, None, b"meta"]]
+    # Used once: the same id again is an ordinary rejoin of that member.
+    again = await kjoin(coord, mid)
+    assert again["member_id"] == mid and len(quorum.state.groups["g"].members) == 1
+    with pytest.raises(UnknownMemberIdError):
+        await kjoin(coord, "k-never-handed-out")
+
+
+async def test_the_leader_syncs_and_a_waiting_member_gets_its_assignment(
+    coord: GroupCoordinator, quorum: FakeQuorum
+) -> None:
+    a = (await kjoin(coord))["member_id"]
+    second = asyncio.ensure_future(kjoin(coord))  # waits for a to rejoin
+    await until(lambda: len(quorum.state.groups["g"].members) == 2, "b joined")
+    first_again = await kjoin(coord, a)
+    b_view = await second
+    b = b_view["member_id"]
+    assert first_again["leader"] == a == b_view["leader"] and b_view["members"] == []
+    assert [m[0] for m in first_again["members"]] == sorted([a, b])
+    generation = first_again["generation"]
+    waiting = asyncio.ensure_future(coord.sync("g", b, generation, None))
+    await until(lambda: "g" in coord._waiters, "b's SyncGroup waits")
+    got = await coord.sync(
+        "g", a, generation, [(a, b"for-a", [("t", 0), ("t", 1)]), (b, b"for-b", [("t", 2)])]
+    )
+    assert got == b"for-a" and await waiting == b"for-b"
+    assert quorum.state.groups["g"].assignment == {a: [["t", 0], ["t", 1]], b: [["t", 2]]}
+    # Stable: a SyncGroup again is answered from the state, without a proposal.
+    calls = len(quorum.calls)
+    assert await coord.sync("g", b, generation, None) == b"for-b"
+    assert len(quorum.calls) == calls
+
+
+async def kafka_pair_with_a_waiting_sync(
+    coord: GroupCoordinator, quorum: FakeQuorum
+) -> tuple[str, str, int, asyncio.Future[bytes]]:
+    """Leader a and member b joined (generation 2); b's SyncGroup waits for a's."""
+    a = (await kjoin(coord))["member_id"]
+    second = asyncio.ensure_future(kjoin(coord))
+    await until(lambda: len(quorum.state.groups["g"].members) == 2, "b joined")
+    await kjoin(coord, a)
+    b = (await second)["member_id"]
+    generation = quorum.state.groups["g"].generation
+    waiting = asyncio.ensure_future(coord.sync("g", b, generation, None))
+    await until(lambda: "g" in coord._waiters, "b's SyncGroup waits")
+    return a, b, generation, waiting
+
+
+async def test_a_waiting_sync_ends_when_the_group_rebalances_again(
+    coord: GroupCoordinator, quorum: FakeQuorum
+) -> None:
+    a, _, _, waiting = await kafka_pair_with_a_waiting_sync(coord, quorum)
+    await coord.leave("g", [a])  # the leader goes before it assigned
+    with pytest.raises(RebalanceInProgressError, match="join again"):
+        await waiting
+
+
+async def test_a_member_waiting_in_sync_is_not_expired(
+    coord: GroupCoordinator, quorum: FakeQuorum, clock: FakeClock
+) -> None:
+    a, b, generation, waiting = await kafka_pair_with_a_waiting_sync(coord, quorum)
+    clock.advance(SESSION_MS + 1)
+    coord.heartbeat("g", a, generation)
+    await coord.sweep()
+    assert b in quorum.state.groups["g"].members  # its SyncGroup kept it alive
+    await coord.sync("g", a, generation, [(a, b"A", []), (b, b"B", [])])
+    assert await waiting == b"B"
+
+
+async def test_refusals(coord: GroupCoordinator, make: Callable[..., GroupCoordinator]) -> None:
+    await kjoin(coord)
+    with pytest.raises(InconsistentGroupProtocolError, match="Kafka 'consumer' group"):
+        await coord.join("g", "", "c", None, SESSION_MS, KAFKA_REBALANCE_MS, ["t"], ["range"])
+    with pytest.raises(InvalidRequestError, match="raftlog's own"):
+        await kjoin(coord, protocol_type="raftlog")
+    with pytest.raises(InvalidRequestError, match="at least one protocol"):
+        await kjoin(coord, protocols=())
+    huge = (("range", b"x" * (group_requests.KAFKA_PROTOCOLS_BYTES_MAX + 1)),)
+    with pytest.raises(PolicyViolationError, match="protocols take"):
+        await kjoin(coord, protocols=huge)
+    with pytest.raises(InvalidRequestError, match="not a \\[topic, partition\\]"):
+        await coord.sync("g", "k-0", 1, [("k-0", b"", [("t", -1)])])
+    inactive = make(active=False)
+    with pytest.raises(NotCoordinatorError):
+        inactive.pending_member_id("g", "k")
