@@ -1010,6 +1010,38 @@ async def test_the_leader_syncs_and_a_waiting_member_gets_its_assignment(
     assert len(quorum.calls) == calls
 
 
+async def test_a_kafka_group_is_described_with_its_members_bytes(
+    coord: GroupCoordinator, quorum: FakeQuorum
+) -> None:
+    """What Kafka's DescribeGroups and `raftlog group describe` read of a Kafka group."""
+    a, b, generation, waiting = await kafka_pair_with_a_waiting_sync(coord, quorum)
+    shown = coord.describe_members("g")
+    assert shown is not None and shown["state"] == "CompletingRebalance"
+    assert [m["assignment_bytes"] for m in shown["members"]] == [None, None]
+    await coord.sync("g", a, generation, [(a, b"A", [("t", 0)]), (b, b"B", [("t", 1)])])
+    await waiting
+    shown = coord.describe_members("g")
+    assert shown is not None
+    assert (shown["state"], shown["protocol_type"], shown["protocol"]) == (
+        "Stable",
+        "consumer",
+        "range",
+    )
+    assert [(m["member_id"], m["metadata"], m["assignment_bytes"]) for m in shown["members"]] == [
+        (a, b"meta", b"A"),
+        (b, b"meta", b"B"),
+    ]
+    await coord.commit("g", b, generation, [["t", 1, 4, ""]])
+    view = coord.describe_group("g")
+    assert view["protocol_type"] == "consumer"
+    assert [(m["topics"], m["assignment"]) for m in view["members"]] == [
+        (["t"], [["t", 0]]),
+        (["t"], [["t", 1]]),
+    ]
+    assert [o[:3] for o in view["offsets"]] == [["t", 1, 4]]
+    assert coord.list_groups()[0]["protocol_type"] == "consumer"
+
+
 async def kafka_pair_with_a_waiting_sync(
     coord: GroupCoordinator, quorum: FakeQuorum
 ) -> tuple[str, str, int, asyncio.Future[bytes]]:
