@@ -1,18 +1,19 @@
 """Kafka groups' committed offsets and Kafka's group admin tools against a three-node raftlog
 cluster, through its Kafka listeners: one offset registry with raftlog's own groups.
 
-confluent-kafka consumers that assign() their partitions commit offsets and a new one reads them
-back; `raftlog group describe` shows them and `raftlog group reset-offsets` moves them, and a
-restarted Kafka consumer starts from there; kafka-python's admin client lists, describes,
-reads the offsets of and deletes groups (raftlog's own groups among them); FindCoordinator
-asked of a node that is not the controller names the controller; a commit naming a partition
-that does not exist is refused and stores nothing; an unknown group's offsets are -1.
-Three nodes because FindCoordinator must be asked of a node that is not the controller; no
-node is restarted.
+confluent-kafka consumers that assign() their partitions commit offsets and a new one reads
+them back, as it reads those kafka-python's and aiokafka's consumers commit; `raftlog group
+describe` shows them and `raftlog group reset-offsets` moves them, and a restarted Kafka
+consumer starts from there; kafka-python's admin client lists, describes, reads the offsets of
+and deletes groups (raftlog's own groups among them); FindCoordinator asked of a node that is
+not the controller names the controller; a commit naming a partition that does not exist is
+refused and stores nothing; an unknown group's offsets are -1. Three nodes because
+FindCoordinator must be asked of a node that is not the controller; no node is restarted.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Iterator
@@ -259,3 +260,41 @@ def test_a_commit_naming_a_missing_partition_stores_nothing(cluster: Cluster) ->
             raw.request(ApiKey.OFFSET_FETCH, 5, OffsetFetchRequest("never-made", None)), 5
         )
         assert every.topics == () and every.error_code == 0
+
+
+def test_kafka_python_and_aiokafka_commit_what_librdkafka_reads(cluster: Cluster) -> None:
+    """The other clients' OffsetCommit and OffsetFetch (their own versions) on one registry."""
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KpTopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    kp = KafkaConsumer(
+        bootstrap_servers=cluster.kafka_bootstrap, group_id="kafka-python", enable_auto_commit=False
+    )
+    try:
+        tp = KpTopicPartition(TOPIC, 1)
+        kp.assign([tp])
+        kp.commit({tp: OffsetAndMetadata(6, "kp", -1)})
+        assert kp.committed(tp) == 6
+    finally:
+        kp.close()
+    assert committed(cluster, "kafka-python")[1] == 6
+
+    async def aiokafka_commit() -> int | None:
+        from aiokafka import AIOKafkaConsumer
+        from aiokafka.structs import TopicPartition as AioTopicPartition
+
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=cluster.kafka_bootstrap, group_id="aiokafka", enable_auto_commit=False
+        )
+        await consumer.start()
+        try:
+            tp = AioTopicPartition(TOPIC, 2)
+            consumer.assign([tp])
+            await consumer.commit({tp: 8})
+            return await consumer.committed(tp)
+        finally:
+            await consumer.stop()
+
+    assert asyncio.run(aiokafka_commit()) == 8
+    assert committed(cluster, "aiokafka")[2] == 8
