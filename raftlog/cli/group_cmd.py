@@ -16,6 +16,7 @@ from typing import Any
 from raftlog.cli.client_cmd import add_bootstrap, add_json, non_negative_int, or_unknown
 from raftlog.client import Admin
 from raftlog.errors import GroupIdNotFoundError, GroupNotEmptyError, InvalidConfigError
+from raftlog.messages.groups import NATIVE_PROTOCOL_TYPE
 from raftlog.topics import TopicPartition
 
 
@@ -23,7 +24,9 @@ def register(sub: Any) -> None:
     g = sub.add_parser("group", help="consumer groups: list, describe, reset offsets, delete")
     gsub = g.add_subparsers(dest="group_command", required=True, metavar="SUBCOMMAND")
     ls = gsub.add_parser("list", help="list groups")
-    add_json(ls, "one object per group: group_id, state, generation, members, protocol")
+    add_json(
+        ls, "one object per group: group_id, state, generation, members, protocol, protocol_type"
+    )
     add_bootstrap(ls)
     ls.set_defaults(func=_list)
     d = gsub.add_parser("describe", help="members, assignment, committed offsets and lag")
@@ -69,6 +72,7 @@ def _list(args: argparse.Namespace) -> int:
     if args.json:
         rows = [
             {k: g[k] for k in ("group_id", "state", "generation", "members", "protocol")}
+            | {"protocol_type": _protocol_type(g, g["members"])}
             for g in groups
         ]
         print(json.dumps(rows, indent=2))
@@ -76,9 +80,19 @@ def _list(args: argparse.Namespace) -> int:
     for g in groups:
         print(
             f"{g['group_id']}  {g['state']}  generation {g['generation']}  "
-            f"members {g['members']}  protocol {g['protocol'] or '-'}"
+            f"members {g['members']}  protocol {g['protocol'] or '-'}  "
+            f"type {_protocol_type(g, g['members']) or '-'}"
         )
     return 0
+
+
+def _protocol_type(group: dict[str, Any], members: int) -> str | None:
+    """The group's protocol type: "raftlog" (raftlog's own groups), a Kafka group's
+    ("consumer"), or None for a raftlog group without members, which holds committed offsets
+    only (those of consumers that assign their partitions themselves, Kafka's too, or of a
+    reset). Brokers of older code do not say, and have raftlog groups only."""
+    protocol_type = str(group.get("protocol_type", NATIVE_PROTOCOL_TYPE))
+    return None if protocol_type == NATIVE_PROTOCOL_TYPE and members == 0 else protocol_type
 
 
 def _describe(args: argparse.Namespace) -> int:
@@ -88,8 +102,9 @@ def _describe(args: argparse.Namespace) -> int:
         print(json.dumps(_describe_json(d), indent=2))
         return 0
     print(
-        f"Group {d['group_id']}  state {d['state']}  generation {d['generation']}  "
-        f"protocol {d['protocol'] or '-'}  members {len(d['members'])}"
+        f"Group {d['group_id']}  type {_protocol_type(d, len(d['members'])) or '-'}  "
+        f"state {d['state']}  generation "
+        f"{d['generation']}  protocol {d['protocol'] or '-'}  members {len(d['members'])}"
     )
     preparing = d["state"] == "PreparingRebalance"
     if preparing:
@@ -123,6 +138,7 @@ def _describe_json(d: dict[str, Any]) -> dict[str, Any]:
         "state": d["state"],
         "generation": d["generation"],
         "protocol": d["protocol"],
+        "protocol_type": _protocol_type(d, len(d["members"])),
         "rebalance_deadline_ms": d.get("rebalance_deadline_ms"),
         "members": [
             {

@@ -5,10 +5,6 @@ Rules this module keeps:
 - `SUPPORTED_VERSIONS` is what ApiVersions advertises and the only versions the broker
   decodes: every range ends below its API's first flexible version except ApiVersions v3, so
   the bodies need no tagged fields (docs: DESIGN.md, "The Kafka wire protocol").
-- `GROUP_VERSIONS` are the consumer-group APIs (issue #24) the codec speaks before the broker
-  has handlers for them: kept apart so that ApiVersions does not advertise them and the broker
-  does not decode them. `CODEC_VERSIONS` is both: what raftlog.kafka.messages encodes and
-  decodes.
 - `FIRST_FLEXIBLE` comes from each API's "flexibleVersions" in Kafka's message definitions
   (clients/src/main/resources/common/message/*Request.json); it decides the header versions.
 
@@ -121,18 +117,13 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.INIT_PRODUCER_ID: (0, 1),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 3),
     ApiKey.DESCRIBE_CONFIGS: (0, 2),
+    # Consumer groups (issue #24), each range below its first flexible version: OffsetCommit
+    # from 2 (Kafka deprecates 0-1, and v1's per-partition commit timestamp is gone from v2),
+    # OffsetFetch from 1 (v0 read ZooKeeper), LeaveGroup to 3 (batch leave, KIP-345).
     ApiKey.JOIN_GROUP: (0, 5),
     ApiKey.SYNC_GROUP: (0, 3),
     ApiKey.HEARTBEAT: (0, 3),
     ApiKey.LEAVE_GROUP: (0, 3),
-}
-
-# The classic consumer-group protocol's APIs (issue #24), each range below its first flexible
-# version: OffsetCommit from 2 (Kafka deprecates 0-1, and v1's per-partition commit timestamp
-# is gone from v2), OffsetFetch from 1 (v0 read ZooKeeper), LeaveGroup to 3 (batch leave,
-# KIP-345). Not advertised yet: the lead merges these into SUPPORTED_VERSIONS when the
-# handlers land.
-GROUP_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.FIND_COORDINATOR: (0, 2),
     ApiKey.OFFSET_COMMIT: (2, 7),
     ApiKey.OFFSET_FETCH: (1, 5),
@@ -140,9 +131,6 @@ GROUP_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.DESCRIBE_GROUPS: (0, 4),
     ApiKey.DELETE_GROUPS: (0, 1),
 }
-
-# Every version the message codec speaks: what the broker serves and what it will serve.
-CODEC_VERSIONS: dict[ApiKey, tuple[int, int]] = {**GROUP_VERSIONS, **SUPPORTED_VERSIONS}
 
 # Each API's first flexible version ("flexibleVersions": "N+"); SaslHandshake and OffsetDelete
 # have none ("none") and are absent.

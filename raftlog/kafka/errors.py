@@ -189,3 +189,27 @@ def kafka_code(error: BaseException) -> int:
         if code is not None:
             return int(code)
     return int(ErrorCode.UNKNOWN_SERVER_ERROR)
+
+
+# Errors of the coordinator's own machinery (its Raft quorum, its journal) that a group client
+# must read as "find the coordinator again" or "retry here", as Kafka's group coordinator
+# rewrites the errors of its own log (CoordinatorOperationExceptionHelper): leadership lost ->
+# NOT_COORDINATOR; no answer in time -> COORDINATOR_NOT_AVAILABLE. A raw NOT_CONTROLLER or
+# REQUEST_TIMED_OUT is an error group clients do not expect from a group API.
+_GROUP_BY_CLASS: dict[type[BaseException], ErrorCode] = {
+    e.NotControllerError: ErrorCode.NOT_COORDINATOR,
+    e.StorageError: ErrorCode.NOT_COORDINATOR,
+    e.RequestTimedOutError: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    e.RaftlogTimeoutError: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    e.NotEnoughReplicasError: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+}
+
+
+def group_error_code(error: BaseException) -> int:
+    """The Kafka error code that answers `error` raised by the group coordinator: `kafka_code`,
+    except for the coordinator's own failures (`_GROUP_BY_CLASS`)."""
+    for cls in type(error).__mro__:
+        code = _GROUP_BY_CLASS.get(cls)
+        if code is not None:
+            return int(code)
+    return kafka_code(error)

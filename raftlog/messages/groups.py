@@ -12,8 +12,9 @@ Bodies (all maps; docs/PROTOCOL.md, "Consumer groups"):
   metadata], ...]}`` -> ``{}``
 - OffsetFetch ``{group_id, partitions: [[topic, partition], ...] | null}`` ->
   ``{offsets: [[topic, partition, offset, metadata], ...]}``
-- ListGroups ``{}`` -> ``{groups: [{group_id, state, generation, protocol, members}, ...]}``
-- DescribeGroups ``{group_id}`` -> ``{group_id, state, generation, protocol,
+- ListGroups ``{}`` -> ``{groups: [{group_id, state, generation, protocol, protocol_type,
+  members}, ...]}``
+- DescribeGroups ``{group_id}`` -> ``{group_id, state, generation, protocol, protocol_type,
   rebalance_deadline_ms, members: [{member_id, client_id, instance_id, session_timeout_ms,
   topics, assignment: [[topic, partition], ...], rejoined}, ...], offsets: [[topic, partition,
   offset, metadata, commit_ms], ...]}``
@@ -23,6 +24,9 @@ Bodies (all maps; docs/PROTOCOL.md, "Consumer groups"):
 The coordinator (raftlog/metadata/coordinator.py) takes offset entries in their wire form
 (`to_wire`) and answers joins and descriptions with maps of the response layouts, which the
 responses here read (`from_body`).
+
+protocol_type is "raftlog" for raftlog's own groups, or a Kafka classic group's ("consumer"),
+which Kafka clients join through the Kafka listener; brokers of older code do not send it.
 
 Rules: see raftlog/messages/__init__.py. Named records that are maps on the wire (a group of
 ListGroups) stay maps here.
@@ -36,6 +40,8 @@ from typing import Any
 
 from raftlog.messages.empty import EmptyBody
 from raftlog.topics import TopicPartition
+
+NATIVE_PROTOCOL_TYPE = "raftlog"  # raftlog's own groups (raftlog/metadata/groups.py)
 
 
 def _tps_to_wire(tps: Iterable[TopicPartition]) -> list[list[Any]]:
@@ -374,7 +380,8 @@ class ListGroupsRequest(EmptyBody):
 
 @dataclass(frozen=True, slots=True)
 class ListGroupsResponse:
-    """Every group: {group_id, state, generation, protocol, members (a count)}."""
+    """Every group: {group_id, state, generation, protocol, protocol_type (brokers of older
+    code do not send it), members (a count)}."""
 
     groups: tuple[dict[str, Any], ...]
 
@@ -447,6 +454,8 @@ class DescribeGroupsResponse:
     rebalance_deadline_ms: int | None
     members: tuple[GroupMemberDescription, ...]
     offsets: tuple[GroupOffset, ...]
+    # "raftlog", or a Kafka group's ("consumer"); brokers of older code do not send it.
+    protocol_type: str = NATIVE_PROTOCOL_TYPE
 
     def to_body(self) -> dict[str, Any]:
         return {
@@ -454,6 +463,7 @@ class DescribeGroupsResponse:
             "state": self.state,
             "generation": self.generation,
             "protocol": self.protocol,
+            "protocol_type": self.protocol_type,
             "rebalance_deadline_ms": self.rebalance_deadline_ms,
             "members": [m.to_wire() for m in self.members],
             "offsets": [o.to_wire() for o in self.offsets],
@@ -470,6 +480,7 @@ class DescribeGroupsResponse:
             body.get("rebalance_deadline_ms"),
             tuple(GroupMemberDescription.from_wire(m) for m in body["members"]),
             tuple(GroupOffset.from_wire(o) for o in body["offsets"]),
+            body.get("protocol_type", NATIVE_PROTOCOL_TYPE),
         )
 
 

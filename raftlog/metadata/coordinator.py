@@ -970,8 +970,9 @@ class GroupCoordinator:
     # -- describe ------------------------------------------------------------------------------
 
     def list_groups(self) -> list[dict[str, Any]]:
-        """Every group: id, state (groups.GroupPhase: Empty, PreparingRebalance, Stable),
-        generation, protocol, member count."""
+        """Every group: id, state (groups.GroupPhase: Empty, PreparingRebalance,
+        CompletingRebalance, Stable), generation, protocol, protocol type ("raftlog", or a
+        Kafka group's), member count."""
 
         def overview(s: MetadataState) -> list[dict[str, Any]]:
             return [
@@ -980,6 +981,7 @@ class GroupCoordinator:
                     "state": g.phase.value,
                     "generation": g.generation,
                     "protocol": g.protocol,
+                    "protocol_type": g.protocol_type,
                     "members": len(g.members),
                 }
                 for gid, g in sorted(s.groups.items())
@@ -1003,6 +1005,7 @@ class GroupCoordinator:
                 "state": g.phase.value,
                 "generation": g.generation,
                 "protocol": g.protocol,
+                "protocol_type": g.protocol_type,
                 "rebalance_deadline_ms": g.rebalance_deadline_ms,
                 "members": [
                     {
@@ -1026,6 +1029,39 @@ class GroupCoordinator:
         if view is None:
             raise GroupIdNotFoundError(f"unknown group {group_id!r}")
         return view
+
+    def describe_members(self, group_id: str) -> dict[str, Any] | None:
+        """What Kafka's DescribeGroups shows of a group, or None for an unknown one: its
+        state, protocol type, protocol (assignor), and each member's ids, subscribed topics,
+        assignment in the current generation, and, for a Kafka group's members, the metadata
+        bytes it offered for the chosen protocol and the assignment bytes its leader sent
+        (Stable; None where there are none: a raftlog group's members, whose subscription
+        and assignment the caller encodes itself)."""
+
+        def members(s: MetadataState) -> dict[str, Any] | None:
+            g = s.groups.get(group_id)
+            if g is None:
+                return None
+            kafka = g.client_assigned
+            return {
+                "state": g.phase.value,
+                "protocol_type": g.protocol_type,
+                "protocol": g.protocol,
+                "members": [
+                    {
+                        "member_id": mid,
+                        "instance_id": m["instance_id"],
+                        "client_id": m["client_id"],
+                        "topics": list(m["topics"]),
+                        "assignment": [list(tp) for tp in g.assignment.get(mid, [])],
+                        "metadata": groups.protocol_metadata(m, g.protocol) if kafka else None,
+                        "assignment_bytes": g.assignment_bytes.get(mid) if kafka else None,
+                    }
+                    for mid, m in sorted(g.members.items())
+                ],
+            }
+
+        return self._read(members)
 
 
 # -- helpers ---------------------------------------------------------------------------------

@@ -276,7 +276,11 @@ class GroupState:
             view["leader"] = self.leader
             view["members"] = (
                 [
-                    [m, self.members[m]["instance_id"], _metadata(self.members[m], self.protocol)]
+                    [
+                        m,
+                        self.members[m]["instance_id"],
+                        protocol_metadata(self.members[m], self.protocol),
+                    ]
                     for m in sorted(self.members)
                 ]
                 if member_id == self.leader and self.phase in (COMPLETING, STABLE)
@@ -695,7 +699,7 @@ def _vote(group_id: str, member_protocols: dict[str, list[Any]]) -> str:
     return min(votes, key=lambda n: (-votes[n], n))
 
 
-def _metadata(member: dict[str, Any], protocol: str | None) -> bytes:
+def protocol_metadata(member: dict[str, Any], protocol: str | None) -> bytes:
     """A Kafka member's metadata for `protocol` (what it offered with that name)."""
     for name, metadata in member["protocols"]:
         if name == protocol:

@@ -747,16 +747,43 @@ async def test_describe_and_list_groups(
     assert view["members"][0]["topics"] == ["t"]
     assert view["offsets"] == [["t", 2, 11, "meta", clock.now_ms]]
 
+    assert view["protocol_type"] == "raftlog"
     assert coord.list_groups() == [
-        {"group_id": "g", "state": "Stable", "generation": 2, "protocol": "range", "members": 2},
+        {
+            "group_id": "g",
+            "state": "Stable",
+            "generation": 2,
+            "protocol": "range",
+            "protocol_type": "raftlog",
+            "members": 2,
+        },
         {
             "group_id": "other",
             "state": "Stable",
             "generation": 1,
             "protocol": "range",
+            "protocol_type": "raftlog",
             "members": 1,
         },
     ]
+    # What Kafka's DescribeGroups shows: a raftlog member has no Kafka bytes of its own.
+    shown = coord.describe_members("g")
+    assert shown is not None
+    assert (shown["state"], shown["protocol_type"], shown["protocol"]) == (
+        "Stable",
+        "raftlog",
+        "range",
+    )
+    assert shown["members"][0] == {
+        "member_id": a["member_id"],
+        "instance_id": None,
+        "client_id": "alice",
+        "topics": ["t"],
+        "assignment": [["t", 0], ["t", 1]],
+        "metadata": None,
+        "assignment_bytes": None,
+    }
+    assert coord.describe_members("nope") is None
     await coord.leave("g", [a["member_id"], b["member_id"]])
     view = coord.describe_group("g")
     assert view["state"] == "Empty" and view["members"] == [] and view["protocol"] is None
@@ -981,6 +1008,38 @@ async def test_the_leader_syncs_and_a_waiting_member_gets_its_assignment(
     calls = len(quorum.calls)
     assert await coord.sync("g", b, generation, None) == b"for-b"
     assert len(quorum.calls) == calls
+
+
+async def test_a_kafka_group_is_described_with_its_members_bytes(
+    coord: GroupCoordinator, quorum: FakeQuorum
+) -> None:
+    """What Kafka's DescribeGroups and `raftlog group describe` read of a Kafka group."""
+    a, b, generation, waiting = await kafka_pair_with_a_waiting_sync(coord, quorum)
+    shown = coord.describe_members("g")
+    assert shown is not None and shown["state"] == "CompletingRebalance"
+    assert [m["assignment_bytes"] for m in shown["members"]] == [None, None]
+    await coord.sync("g", a, generation, [(a, b"A", [("t", 0)]), (b, b"B", [("t", 1)])])
+    await waiting
+    shown = coord.describe_members("g")
+    assert shown is not None
+    assert (shown["state"], shown["protocol_type"], shown["protocol"]) == (
+        "Stable",
+        "consumer",
+        "range",
+    )
+    assert [(m["member_id"], m["metadata"], m["assignment_bytes"]) for m in shown["members"]] == [
+        (a, b"meta", b"A"),
+        (b, b"meta", b"B"),
+    ]
+    await coord.commit("g", b, generation, [["t", 1, 4, ""]])
+    view = coord.describe_group("g")
+    assert view["protocol_type"] == "consumer"
+    assert [(m["topics"], m["assignment"]) for m in view["members"]] == [
+        (["t"], [["t", 0]]),
+        (["t"], [["t", 1]]),
+    ]
+    assert [o[:3] for o in view["offsets"]] == [["t", 1, 4]]
+    assert coord.list_groups()[0]["protocol_type"] == "consumer"
 
 
 async def kafka_pair_with_a_waiting_sync(

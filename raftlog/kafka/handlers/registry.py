@@ -13,6 +13,8 @@ from raftlog.kafka.api import ApiKey
 from raftlog.kafka.handlers import (
     configs,
     fetch,
+    group_admin,
+    group_offsets,
     groups,
     metadata,
     offsets_for_leader_epoch,
@@ -35,6 +37,8 @@ HANDLERS: dict[int, Callable[..., Any]] = {
     **producer_ids.HANDLERS,
     **topics.HANDLERS,
     **groups.HANDLERS,
+    **group_offsets.HANDLERS,
+    **group_admin.HANDLERS,
 }
 
 

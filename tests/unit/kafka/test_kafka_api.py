@@ -54,6 +54,12 @@ def test_supported_versions_are_below_the_first_flexible_except_api_versions_3()
         ApiKey.SYNC_GROUP: (0, 3),
         ApiKey.HEARTBEAT: (0, 3),
         ApiKey.LEAVE_GROUP: (0, 3),
+        ApiKey.FIND_COORDINATOR: (0, 2),
+        ApiKey.OFFSET_COMMIT: (2, 7),
+        ApiKey.OFFSET_FETCH: (1, 5),
+        ApiKey.LIST_GROUPS: (0, 2),
+        ApiKey.DESCRIBE_GROUPS: (0, 4),
+        ApiKey.DELETE_GROUPS: (0, 1),
     }
     for key, (_, top) in SUPPORTED_VERSIONS.items():
         if key != ApiKey.API_VERSIONS:

@@ -158,6 +158,7 @@ def test_reset_list_describe_delete() -> None:
             "state": "Stable",
             "generation": 2,
             "protocol": "range",
+            "protocol_type": "raftlog",
             "rebalance_deadline_ms": None,
             "members": [
                 {
