@@ -206,6 +206,7 @@ def test_a_group_splits_partitions_survives_a_kill9_and_a_clean_leave(
                 lambda: stable(admin, group, 2), SETTLE_S, "the group stable after a clean leave"
             )
             handed_on_s = time.monotonic() - started
+            print(f"{client}: a clean leave handed its partitions on in {handed_on_s:.2f} s")
             assert handed_on_s < group_worker.SESSION_TIMEOUT_MS / 1000, handed_on_s
         finally:
             for w in workers:
