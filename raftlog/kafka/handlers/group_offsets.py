@@ -22,7 +22,9 @@ native handlers, raftlog/broker/handlers/groups.py):
   Before it, each partition on its own, as Kafka: metadata over the coordinator's
   `offset_metadata_bytes_max` (Kafka's offset.metadata.max.bytes) gets
   OFFSET_METADATA_TOO_LARGE and is left out; the others are committed. An empty group id is
-  INVALID_GROUP_ID. retention_time_ms, the leader epoch and group_instance_id are not kept.
+  INVALID_GROUP_ID. Never INVALID_COMMIT_OFFSET_SIZE (Kafka's "too large for one record"):
+  the coordinator splits a commit too large for one Raft command. retention_time_ms, the
+  leader epoch and group_instance_id are not kept (OffsetFetch answers leader epoch -1).
 - OffsetFetch: a `noop` Raft proposal first (the read barrier of the native handler: this node
   still leads and has applied every acknowledged commit), then the local registry. A partition
   without a committed offset (an unknown group too) is offset -1, metadata "", no error, as
