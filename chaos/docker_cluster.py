@@ -203,9 +203,9 @@ class DockerCluster(ClientViews):
                 "the chaos run removes its project's volumes at the end"
             )
         ports = free_ports(2 * NODES)
-        # The client listeners' host ports, and the Kafka listeners' (never used by the suite,
-        # but published: picked free so that they clash with nothing).
-        self.ports, kafka_ports = ports[:NODES], ports[NODES:]
+        # The client listeners' host ports, and the external Kafka listeners' (the workload's
+        # with --client kafka; picked free so that they clash with nothing).
+        self.ports, self.kafka_ports = ports[:NODES], ports[NODES:]
         self.services = [f"raftlog-{i}" for i in range(1, NODES + 1)]
         root.mkdir(parents=True, exist_ok=True)
         self.override = root / "compose.chaos.json"
@@ -222,7 +222,7 @@ class DockerCluster(ClientViews):
             "RAFTLOG_COMPOSE_PROJECT": self.project,
             "RAFTLOG_COMPOSE_OVERRIDE": str(self.override),
             **{f"RAFTLOG_PORT_{i + 1}": str(p) for i, p in enumerate(self.ports)},
-            **{f"RAFTLOG_KAFKA_PORT_{i + 1}": str(p) for i, p in enumerate(kafka_ports)},
+            **{f"RAFTLOG_KAFKA_PORT_{i + 1}": str(p) for i, p in enumerate(self.kafka_ports)},
         }
         self.image = self.env.get("RAFTLOG_IMAGE", "raftlog:local")
         self._up = False
@@ -293,6 +293,9 @@ class DockerCluster(ClientViews):
 
     def address(self, node_id: int) -> str:
         return f"127.0.0.1:{self.ports[node_id - 1]}"
+
+    def kafka_address(self, node_id: int) -> str:
+        return f"127.0.0.1:{self.kafka_ports[node_id - 1]}"
 
     def pid(self, node_id: int) -> int | None:
         """The node's host pid while its container runs unpaused, else None."""

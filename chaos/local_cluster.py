@@ -42,6 +42,7 @@ T = TypeVar("T")
 NETNS_CLIENT_PORT = 9092
 NETNS_RAFT_PORT = 9192
 NETNS_REPLICATION_PORT = 9292
+NETNS_KAFKA_PORT = 9392
 # A 2-core machine shared with other work starts Python slowly; a healthy node starts in 1-3 s.
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
@@ -91,9 +92,18 @@ class ClientViews:
         """HOST:PORT where the host reaches node `node_id`'s client listener."""
         raise NotImplementedError
 
+    def kafka_address(self, node_id: int) -> str:
+        """HOST:PORT where the host reaches node `node_id`'s Kafka listener."""
+        raise NotImplementedError
+
     @property
     def bootstrap(self) -> str:
         return ",".join(self.address(i) for i in self.node_ids())
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """Every node's Kafka listener: Kafka clients' bootstrap.servers (--client kafka)."""
+        return ",".join(self.kafka_address(i) for i in self.node_ids())
 
     def describe(self, node_id: int) -> dict[str, Any]:
         """`describe_cluster()` as node `node_id` sees it, asked from the host."""
@@ -155,10 +165,13 @@ class LocalCluster(launcher.LocalCluster, ClientViews):
             if network.node_ids() != ids:
                 raise FaultError(f"network nodes {network.node_ids()} but cluster nodes {ids}")
             hosts = [network.address(i) for i in ids]
-            ports = PortPlan.same(n, NETNS_CLIENT_PORT, NETNS_RAFT_PORT, NETNS_REPLICATION_PORT)
+            ports = PortPlan.same(
+                n, NETNS_CLIENT_PORT, NETNS_RAFT_PORT, NETNS_REPLICATION_PORT, NETNS_KAFKA_PORT
+            )
         else:
             hosts = [launcher.LOOPBACK] * n
             ports = PortPlan.picked(n)
+        self._kafka = [f"{hosts[i]}:{ports.kafka[i]}" for i in range(n)]
         paths = launcher.write_cluster_configs(
             root / "data",
             ports,
@@ -173,6 +186,9 @@ class LocalCluster(launcher.LocalCluster, ClientViews):
             log_dir=root / "logs",
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
+
+    def kafka_address(self, node_id: int) -> str:
+        return self._kafka[node_id - 1]
 
     # -- ProcessControl: the launcher's, with the suite's errors -------------------------------
 

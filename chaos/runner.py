@@ -61,6 +61,7 @@ from chaos.faults import (
     schedule,
 )
 from chaos.history import HistoryWriter, op, read_history
+from chaos.kafka_workers import KafkaConsumerWorker, KafkaProducerWorker
 from chaos.link_faults import Links, inject_link
 from chaos.local_cluster import LocalCluster
 from raftlog.client import Admin, Consumer, Producer
@@ -93,6 +94,7 @@ SCHEDULE_OVERRUN_S_MAX = 120.0
 
 
 BACKENDS = ("local", "docker")
+CLIENTS = ("raftlog", "kafka")
 
 
 @dataclass
@@ -125,6 +127,9 @@ class RunConfig:
     extra: dict[str, Any] = field(default_factory=dict)
     # Topic configs added to the run's own (e.g. {"segment.bytes": "16384"}).
     topic_config: dict[str, str] = field(default_factory=dict)
+    # Whose client runs the workload: "raftlog" (its own) or "kafka" (confluent-kafka through
+    # the brokers' Kafka listeners, chaos/kafka_workers.py).
+    client: str = "raftlog"
 
     def schedule(self) -> list[FaultSpec]:
         kw: dict[str, Any] = {}
@@ -585,6 +590,13 @@ def run(cfg: RunConfig) -> dict[str, Any]:
     anything starts when the backend cannot run the asked fault kinds."""
     if cfg.backend not in BACKENDS:
         raise FaultError(f"backend {cfg.backend!r}: must be one of {', '.join(BACKENDS)}")
+    if cfg.client not in CLIENTS:
+        raise FaultError(f"client {cfg.client!r}: must be one of {', '.join(CLIENTS)}")
+    if cfg.client == "kafka" and set(cfg.faults) & set(LINK_KINDS):
+        raise FaultError(
+            "--client kafka: the link kinds proxy raftlog's own client listeners (and the "
+            "replication links), not the Kafka listeners; run them with --client raftlog"
+        )
     if cfg.backend == "docker":
         refuse_unsupported(cfg.faults, cfg.nodes)
     cfg.out.mkdir(parents=True, exist_ok=True)
@@ -623,14 +635,7 @@ def run(cfg: RunConfig) -> dict[str, Any]:
                 + ", ".join(f"{s.kind}@{s.start_s:g}s" for s in specs),
             )
             stop = threading.Event()
-            workers = [
-                ProducerWorker(n, cfg, cluster.bootstrap, rec, stop)
-                for n in range(1, cfg.producers + 1)
-            ]
-            workers += [
-                ConsumerWorker(n, cfg, cluster.bootstrap, rec, stop)
-                for n in range(1, cfg.consumers + 1)
-            ]
+            workers = _workers(cfg, cluster, rec, stop)
             targets = Targets(cluster, cfg.topic, net, links, disks)
             nemesis = Nemesis(specs, targets, rec, stop, cluster.bootstrap)
             nemesis.started = time.monotonic()  # the schedule counts from here
@@ -688,6 +693,27 @@ def run(cfg: RunConfig) -> dict[str, Any]:
     (cfg.out / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     plot(history, cfg.out / "report.png", report)
     return report
+
+
+def _workers(
+    cfg: RunConfig, cluster: LocalCluster | DockerCluster, rec: Recorder, stop: threading.Event
+) -> list[Any]:
+    """The workload's producer and consumer threads, with the run's client."""
+    producers = range(1, cfg.producers + 1)
+    consumers = range(1, cfg.consumers + 1)
+    if cfg.client == "kafka":
+        kafka = cluster.kafka_bootstrap
+        return [
+            *(
+                KafkaProducerWorker(n, cfg, kafka, rec, stop, DELIVERY_TIMEOUT_MS)
+                for n in producers
+            ),
+            *(KafkaConsumerWorker(n, cfg, kafka, rec, stop) for n in consumers),
+        ]
+    return [
+        *(ProducerWorker(n, cfg, cluster.bootstrap, rec, stop) for n in producers),
+        *(ConsumerWorker(n, cfg, cluster.bootstrap, rec, stop) for n in consumers),
+    ]
 
 
 def _create_topic(cluster: LocalCluster | DockerCluster, cfg: RunConfig) -> None:

@@ -205,9 +205,12 @@ class PortPlan:
         )
 
     @classmethod
-    def same(cls, n: int, client: int, raft: int, replication: int) -> PortPlan:
-        """The same three ports for every node (each on its own address, e.g. a namespace)."""
-        return cls((client,) * n, (raft,) * n, (replication,) * n)
+    def same(
+        cls, n: int, client: int, raft: int, replication: int, kafka: int | None = None
+    ) -> PortPlan:
+        """The same ports for every node (each on its own address, e.g. a namespace)."""
+        kafka_ports = () if kafka is None else (kafka,) * n
+        return cls((client,) * n, (raft,) * n, (replication,) * n, kafka_ports)
 
 
 # -- configs ----------------------------------------------------------------------------------

@@ -298,6 +298,9 @@ class Connection(asyncio.Protocol):
         # Accepted by the external listener: Metadata and FindCoordinator then name the
         # brokers' external addresses.
         self.external = listener in (Listener.EXTERNAL, Listener.KAFKA_EXTERNAL)
+        # The client id of the request being dispatched (Kafka's request header carries one;
+        # raftlog's protocol does not: ""), for handlers that name things after it.
+        self.client_id = ""
         self._replication = listener is Listener.REPLICATION
         self.connections: Connections = (
             broker.replication_connections

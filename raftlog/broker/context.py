@@ -47,6 +47,11 @@ class RequestSource(Protocol):
         """The largest frame_length its listener reads."""
         ...
 
+    @property
+    def client_id(self) -> str:
+        """The client id of the request being handled ("" when its protocol has none)."""
+        ...
+
 
 class HandlerContext(Protocol):
     """The broker operations request handlers use."""

@@ -107,6 +107,7 @@ class KafkaConnection(Connection):
             self._kafka_close(f"a malformed {api.api_name(key)} v{version} request: {e}")
             return
         header_version = api.response_header_version(key, version)
+        self.client_id = header.client_id or ""
         try:
             result = self._kafka_handlers[key](request, version, self)
         except Exception as e:

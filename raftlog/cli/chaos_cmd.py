@@ -46,6 +46,13 @@ def register(sub: Any) -> None:
         help="where the nodes run: local processes or docker containers (local)",
     )
     r.add_argument(
+        "--client",
+        choices=["raftlog", "kafka"],
+        default="raftlog",
+        help="the workload's client: raftlog's own, or kafka (confluent-kafka through the "
+        "brokers' Kafka listeners: idempotent producers, a Kafka consumer group) (raftlog)",
+    )
+    r.add_argument(
         "--duration", type=_positive_float, default=60.0, help="seconds of workload (60)"
     )
     r.add_argument(
@@ -154,6 +161,7 @@ def _run(args: argparse.Namespace) -> int:
     cfg = runner.RunConfig(
         out=Path(args.out),
         backend=args.backend,
+        client=args.client,
         duration_s=args.duration,
         faults=args.faults,
         seed=args.seed,

@@ -5,10 +5,10 @@ Rules this module keeps:
 - `SUPPORTED_VERSIONS` is what ApiVersions advertises and the only versions the broker
   decodes: every range ends below its API's first flexible version except ApiVersions v3, so
   the bodies need no tagged fields (docs: DESIGN.md, "The Kafka wire protocol").
-- `GROUP_VERSIONS` are the consumer-group APIs (issue #24) the codec speaks before the broker
-  has handlers for them: kept apart so that ApiVersions does not advertise them and the broker
-  does not decode them. `CODEC_VERSIONS` is both: what raftlog.kafka.messages encodes and
-  decodes.
+- `GROUP_VERSIONS` are APIs the codec speaks before the broker has handlers for them (it
+  held the consumer-group APIs of issue #24 until their handlers landed; empty now): kept
+  apart so that ApiVersions does not advertise them and the broker does not decode them.
+  `CODEC_VERSIONS` is both: what raftlog.kafka.messages encodes and decodes.
 - `FIRST_FLEXIBLE` comes from each API's "flexibleVersions" in Kafka's message definitions
   (clients/src/main/resources/common/message/*Request.json); it decides the header versions.
 
@@ -123,7 +123,11 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.DESCRIBE_CONFIGS: (0, 2),
     # Consumer groups (issue #24), each range below its first flexible version: OffsetCommit
     # from 2 (Kafka deprecates 0-1, and v1's per-partition commit timestamp is gone from v2),
-    # OffsetFetch from 1 (v0 read ZooKeeper).
+    # OffsetFetch from 1 (v0 read ZooKeeper), LeaveGroup to 3 (batch leave, KIP-345).
+    ApiKey.JOIN_GROUP: (0, 5),
+    ApiKey.SYNC_GROUP: (0, 3),
+    ApiKey.HEARTBEAT: (0, 3),
+    ApiKey.LEAVE_GROUP: (0, 3),
     ApiKey.FIND_COORDINATOR: (0, 2),
     ApiKey.OFFSET_COMMIT: (2, 7),
     ApiKey.OFFSET_FETCH: (1, 5),
@@ -132,15 +136,10 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.DELETE_GROUPS: (0, 1),
 }
 
-# The classic consumer-group protocol's membership APIs (issue #24), each range below its
-# first flexible version: LeaveGroup to 3 (batch leave, KIP-345). Not advertised yet: they
-# move into SUPPORTED_VERSIONS with their handlers.
-GROUP_VERSIONS: dict[ApiKey, tuple[int, int]] = {
-    ApiKey.JOIN_GROUP: (0, 5),
-    ApiKey.SYNC_GROUP: (0, 3),
-    ApiKey.HEARTBEAT: (0, 3),
-    ApiKey.LEAVE_GROUP: (0, 3),
-}
+# APIs whose codec has landed before their handlers: not advertised, not decoded by the
+# broker, until their handlers land and their ranges move to SUPPORTED_VERSIONS. Empty since
+# every consumer-group API (issue #24) has its handler.
+GROUP_VERSIONS: dict[ApiKey, tuple[int, int]] = {}
 
 # Every version the message codec speaks: what the broker serves and what it will serve.
 CODEC_VERSIONS: dict[ApiKey, tuple[int, int]] = {**GROUP_VERSIONS, **SUPPORTED_VERSIONS}

@@ -749,6 +749,16 @@ class GroupCoordinator:
         log.info("group %s: %d of members %s left", group_id, gone, ids)
         return gone
 
+    def member_of_instance(self, group_id: str, instance_id: str) -> str | None:
+        """The member id a static member (`instance_id`) has in the group now, if any."""
+
+        def find(s: MetadataState) -> str | None:
+            g = s.groups.get(group_id)
+            members = g.members if g is not None else {}
+            return next((m for m, v in members.items() if v["instance_id"] == instance_id), None)
+
+        return self._read(find)
+
     def _forget(self, group_id: str, member_ids: Iterable[str]) -> None:
         seen = self._heartbeat_ms.get(group_id)
         if seen is None:

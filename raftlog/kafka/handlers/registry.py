@@ -15,6 +15,7 @@ from raftlog.kafka.handlers import (
     fetch,
     group_admin,
     group_offsets,
+    groups,
     metadata,
     offsets_for_leader_epoch,
     produce,
@@ -35,6 +36,7 @@ HANDLERS: dict[int, Callable[..., Any]] = {
     **offsets_for_leader_epoch.HANDLERS,
     **producer_ids.HANDLERS,
     **topics.HANDLERS,
+    **groups.HANDLERS,
     **group_offsets.HANDLERS,
     **group_admin.HANDLERS,
 }

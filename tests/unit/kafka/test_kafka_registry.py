@@ -1,7 +1,7 @@
 """The Kafka listener serves exactly the APIs ApiVersions advertises: every supported API has a
 handler (a missing one would be advertised and then close connections), and no handler serves
-an API outside the supported ranges. The codec also decodes the consumer-group APIs
-(GROUP_VERSIONS) that have no handlers yet."""
+an API outside the supported ranges. The codec also decodes the APIs of GROUP_VERSIONS, whose
+handlers have not landed (none now)."""
 
 from __future__ import annotations
 

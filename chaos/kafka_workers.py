@@ -1,0 +1,215 @@
+"""The chaos workload through Kafka's own client: `raftlog chaos run --client kafka`.
+
+The same operations, history and checker as the native workload (chaos/runner.py's
+ProducerWorker and ConsumerWorker), sent through confluent-kafka (librdkafka) to the brokers'
+Kafka listeners, so the checker's verdict rests on a client written elsewhere:
+
+- `KafkaProducerWorker`: an idempotent producer (enable.idempotence, acks as the run asks:
+  "all" by default; librdkafka's retries and its 5 requests in flight) sending the same unique
+  values ("p<i>-<n>") to every partition in turn at `rate` sends/s. A delivery report is the
+  completion: "ok" with its offset, "info" with librdkafka's error (indeterminate: an earlier
+  attempt may have been appended). Every send resolves within the run (message.timeout.ms).
+- `KafkaConsumerWorker`: a member of Kafka's classic consumer group "chaos-group" (the range
+  assignor, eager rebalances), polling with consume() and committing its positions
+  synchronously every `commit_interval_s`; each assignment it gets is recorded as an "assign"
+  (the checker's per-assignment order checks restart there), each poll's records as one "ok"
+  poll, a refused commit as "info".
+
+Rules: librdkafka's callbacks run inside poll()/consume() on the worker's own thread, so the
+in-flight bound is kept by polling until a slot frees (never by blocking on a semaphore); a
+record with an error (librdkafka reports a broker-side failure that way) is left out of the
+poll and logged in the history as "info"; every worker stops at the run's deadline.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from chaos.runner import Recorder, RunConfig
+
+# A producer has at most this many sends in flight (the native workload's bound).
+IN_FLIGHT_MAX = 2000
+POLL_S = 0.3
+CONSUME_BATCH = 500
+
+
+def _tp(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+class _Worker(threading.Thread):
+    """A workload thread: `error` is what ended it, if anything (the runner fails the run)."""
+
+    def __init__(self, name: str, stop: threading.Event):
+        super().__init__(name=name, daemon=True)
+        self.process = name
+        self.stop = stop
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except BaseException as e:  # reported by the runner, which fails the run
+            self.error = e
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+
+class KafkaProducerWorker(_Worker):
+    def __init__(
+        self,
+        n: int,
+        cfg: RunConfig,
+        bootstrap: str,
+        rec: Recorder,
+        stop: threading.Event,
+        delivery_ms: int,
+    ):
+        super().__init__(f"producer-{n}", stop)
+        self.n, self.cfg, self.bootstrap, self.rec = n, cfg, bootstrap, rec
+        self.delivery_ms = delivery_ms
+        self.acked = self.sent = self.in_flight = 0
+
+    def _run(self) -> None:
+        from confluent_kafka import Producer
+
+        stop = self.stop
+
+        producer = Producer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "enable.idempotence": True,
+                "acks": self.cfg.acks,
+                "linger.ms": 1,
+                "message.timeout.ms": self.delivery_ms,
+                "request.timeout.ms": 5000,
+                "retry.backoff.ms": 50,
+            }
+        )
+        interval = 1.0 / self.cfg.rate
+        next_at = time.monotonic()
+        for seq in itertools.count():
+            if stop.is_set():
+                break
+            next_at += interval
+            while not stop.is_set() and (
+                time.monotonic() < next_at or self.in_flight >= IN_FLIGHT_MAX
+            ):
+                producer.poll(min(max(next_at - time.monotonic(), 0.0), 0.05))
+            if stop.is_set():
+                break
+            self._send(producer, seq)
+        producer.flush(self.delivery_ms / 1000 + 10)
+
+    def _send(self, producer: Any, seq: int) -> None:
+        from confluent_kafka import KafkaException
+
+        partition = (seq + self.n) % self.cfg.partitions
+        tp = _tp(self.cfg.topic, partition)
+        value = f"p{self.n}-{seq}"
+        i = self.rec.invoke(self.process, "send", value, tp=tp)
+        self.sent += 1
+
+        def delivered(err: Any, msg: Any) -> None:
+            self.in_flight -= 1
+            if err is None:
+                self.acked += 1
+                self.rec.complete(self.process, "ok", "send", i, value, tp=tp, offset=msg.offset())
+            else:
+                self.rec.complete(
+                    self.process, "info", "send", i, value, tp=tp, error=str(err)[:200]
+                )
+
+        while True:
+            try:
+                producer.produce(self.cfg.topic, value.encode(), None, partition, delivered)
+                self.in_flight += 1
+                return
+            except BufferError:  # librdkafka's queue is full: serve callbacks, then again
+                producer.poll(0.05)
+            except KafkaException as e:
+                self.rec.complete(self.process, "info", "send", i, value, tp=tp, error=str(e))
+                return
+
+
+class KafkaConsumerWorker(_Worker):
+    GROUP = "chaos-group"
+
+    def __init__(
+        self, n: int, cfg: RunConfig, bootstrap: str, rec: Recorder, stop: threading.Event
+    ):
+        super().__init__(f"consumer-{n}", stop)
+        self.n, self.cfg, self.bootstrap, self.rec = n, cfg, bootstrap, rec
+        self.polled = 0
+        self.assignment: list[Any] = []
+
+    def _run(self) -> None:
+        from confluent_kafka import Consumer
+
+        stop = self.stop
+
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": self.GROUP,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "session.timeout.ms": max(self.cfg.session_timeout_ms * 4, 6000),
+                "request.timeout.ms": 5000,
+            }
+        )
+
+        def assigned(_c: Any, partitions: list[Any]) -> None:
+            self.assignment = list(partitions)
+            names = sorted(_tp(p.topic, p.partition) for p in partitions)
+            self.rec.standalone(self.process, "assign", names, group=self.GROUP)
+
+        def revoked(_c: Any, _partitions: list[Any]) -> None:
+            self.assignment = []
+
+        consumer.subscribe([self.cfg.topic], on_assign=assigned, on_revoke=revoked)
+        next_commit = time.monotonic() + self.cfg.commit_interval_s
+        try:
+            while not stop.is_set():
+                i = self.rec.invoke(self.process, "poll", group=self.GROUP)
+                records = consumer.consume(CONSUME_BATCH, POLL_S)
+                value: dict[str, list[list[Any]]] = {}
+                errors = []
+                for r in records:
+                    if r.error() is not None:
+                        errors.append(str(r.error()))
+                        continue
+                    value.setdefault(_tp(r.topic(), r.partition()), []).append(
+                        [r.offset(), (r.value() or b"").decode()]
+                    )
+                self.polled += sum(len(v) for v in value.values())
+                self.rec.complete(self.process, "ok", "poll", i, value, group=self.GROUP)
+                if errors:
+                    self.rec.standalone(self.process, "poll-error", errors[:5], group=self.GROUP)
+                if time.monotonic() >= next_commit and self.assignment:
+                    next_commit = time.monotonic() + self.cfg.commit_interval_s
+                    self._commit(consumer)
+        finally:
+            consumer.close()
+
+    def _commit(self, consumer: Any) -> None:
+        from confluent_kafka import KafkaException
+
+        positions = [p for p in consumer.position(self.assignment) if p.offset >= 0]
+        if not positions:
+            return
+        value = {_tp(p.topic, p.partition): p.offset for p in positions}
+        i = self.rec.invoke(self.process, "commit", value, group=self.GROUP)
+        try:
+            consumer.commit(offsets=positions, asynchronous=False)
+        except KafkaException as e:
+            self.rec.complete(
+                self.process, "info", "commit", i, value, group=self.GROUP, error=str(e)[:200]
+            )
+            return
+        self.rec.complete(self.process, "ok", "commit", i, value, group=self.GROUP)
