@@ -39,9 +39,10 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from raftlog.errors import NotCoordinatorError, RaftlogError
+from raftlog.errors import RaftlogError
 from raftlog.kafka.api import ApiKey
 from raftlog.kafka.errors import ErrorCode, group_error_code
+from raftlog.kafka.handlers.groups import coordinator_of
 from raftlog.kafka.messages.commits import (
     NO_OFFSET,
     OffsetCommitRequest,
@@ -62,22 +63,10 @@ from raftlog.kafka.messages.groups import (
 
 if TYPE_CHECKING:
     from raftlog.broker.context import HandlerContext, RequestSource
-    from raftlog.metadata.coordinator import GroupCoordinator
 
 log = logging.getLogger(__name__)
 
 NO_METADATA = ""  # OffsetFetch's metadata for a partition without a committed offset (Kafka's)
-
-
-def active_coordinator(ctx: HandlerContext, group_id: str) -> GroupCoordinator:
-    """This node's GroupCoordinator if it is the active one, else NotCoordinatorError."""
-    c = ctx.coordinator
-    if c is None or not c.is_active:
-        raise NotCoordinatorError(
-            f"node {ctx.config.node_id} is not the coordinator of group {group_id!r}; the "
-            f"active controller is node {ctx.metadata.controller_id}"
-        )
-    return c
 
 
 # -- FindCoordinator -----------------------------------------------------------------------------
@@ -144,7 +133,7 @@ async def _commit(
         return {}, int(ErrorCode.INVALID_GROUP_ID)
     codes: dict[tuple[int, int], int] = {}
     try:
-        coordinator = active_coordinator(ctx, group_id)
+        coordinator = coordinator_of(ctx, group_id)
         metadata_bytes_max = coordinator.config.offset_metadata_bytes_max
         entries: list[list[Any]] = []
         for i, topic in enumerate(request.topics):
@@ -176,7 +165,7 @@ async def handle_offset_fetch(
         else [(t.name, p) for t in request.topics for p in t.partition_indexes]
     )
     try:
-        coordinator = active_coordinator(ctx, request.group_id)
+        coordinator = coordinator_of(ctx, request.group_id)
         await ctx.metadata.quorum.propose("noop")  # the read barrier (module rules)
         found = coordinator.fetch_offsets(request.group_id, wanted)
     except RaftlogError as e:
