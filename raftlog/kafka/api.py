@@ -5,10 +5,6 @@ Rules this module keeps:
 - `SUPPORTED_VERSIONS` is what ApiVersions advertises and the only versions the broker
   decodes: every range ends below its API's first flexible version except ApiVersions v3, so
   the bodies need no tagged fields (docs: DESIGN.md, "The Kafka wire protocol").
-- `GROUP_VERSIONS` are APIs the codec speaks before the broker has handlers for them (it
-  held the consumer-group APIs of issue #24 until their handlers landed; empty now): kept
-  apart so that ApiVersions does not advertise them and the broker does not decode them.
-  `CODEC_VERSIONS` is both: what raftlog.kafka.messages encodes and decodes.
 - `FIRST_FLEXIBLE` comes from each API's "flexibleVersions" in Kafka's message definitions
   (clients/src/main/resources/common/message/*Request.json); it decides the header versions.
 
@@ -135,14 +131,6 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.DESCRIBE_GROUPS: (0, 4),
     ApiKey.DELETE_GROUPS: (0, 1),
 }
-
-# APIs whose codec has landed before their handlers: not advertised, not decoded by the
-# broker, until their handlers land and their ranges move to SUPPORTED_VERSIONS. Empty since
-# every consumer-group API (issue #24) has its handler.
-GROUP_VERSIONS: dict[ApiKey, tuple[int, int]] = {}
-
-# Every version the message codec speaks: what the broker serves and what it will serve.
-CODEC_VERSIONS: dict[ApiKey, tuple[int, int]] = {**GROUP_VERSIONS, **SUPPORTED_VERSIONS}
 
 # Each API's first flexible version ("flexibleVersions": "N+"); SaslHandshake and OffsetDelete
 # have none ("none") and are absent.

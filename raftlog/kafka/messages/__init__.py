@@ -11,9 +11,7 @@ Rules this package keeps:
 - Decoding a body the peer broke raises KafkaDecodeError naming the API, version and field.
 
 `decode_request` is how the broker decodes a request body: it checks the API and version are
-spoken and that the body is consumed exactly. REQUEST_TYPES also holds the consumer-group
-APIs the broker does not serve yet (raftlog.kafka.api.GROUP_VERSIONS): `decode_request`
-refuses them unless asked with `versions=CODEC_VERSIONS` (the tests do).
+spoken and that the body is consumed exactly.
 
 The consumer-group modules: `groups` (FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
 LeaveGroup), `commits` (OffsetCommit, OffsetFetch), `group_admin` (ListGroups, DescribeGroups,
@@ -61,8 +59,7 @@ class KafkaRequest(Protocol):
     def encode(self, version: int) -> bytes: ...
 
 
-# The request type of each API the codec decodes: every API in SUPPORTED_VERSIONS, and the
-# consumer-group APIs of GROUP_VERSIONS that the broker does not serve yet.
+# The request type of each API the codec decodes: every API in SUPPORTED_VERSIONS.
 REQUEST_TYPES: dict[ApiKey, type[KafkaRequest]] = {
     ApiKey.API_VERSIONS: ApiVersionsRequest,
     ApiKey.METADATA: MetadataRequest,
@@ -99,7 +96,7 @@ def decode_request(
     not speak, a body that breaks its layout, or bytes left over after it.
 
     `versions` are the APIs and versions accepted: the broker's (SUPPORTED_VERSIONS) unless
-    the caller asks for more (CODEC_VERSIONS, the consumer-group APIs too).
+    the caller narrows them.
 
     An ApiVersions request at a version we do not speak is not an error for Kafka: the caller
     answers it with `api_versions.unsupported_version_response()` without decoding its body.

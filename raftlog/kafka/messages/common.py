@@ -2,7 +2,7 @@
 per-topic array most messages carry, and arrays of int32 and string.
 
 Rules: pure, as the rest of raftlog.kafka. Decoding at a version outside the codec's range
-(raftlog.kafka.api.CODEC_VERSIONS: the broker's APIs and the consumer-group APIs) is the
+(raftlog.kafka.api.SUPPORTED_VERSIONS) is the
 peer's fault (KafkaDecodeError); encoding at one is ours (InvariantError).
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from raftlog.invariants import require
-from raftlog.kafka.api import CODEC_VERSIONS, ApiKey, api_name
+from raftlog.kafka.api import SUPPORTED_VERSIONS, ApiKey, api_name
 from raftlog.kafka.wire import KafkaDecodeError, Reader, Writer
 
 T = TypeVar("T")
@@ -27,7 +27,7 @@ def as_reader(source: Reader | bytes | bytearray | memoryview) -> Reader:
 
 
 def check_decode_version(api_key: ApiKey, version: int) -> None:
-    low, high = CODEC_VERSIONS[api_key]
+    low, high = SUPPORTED_VERSIONS[api_key]
     if not low <= version <= high:
         raise KafkaDecodeError(
             f"version {version} is not one we speak ({low}-{high})",
@@ -36,7 +36,7 @@ def check_decode_version(api_key: ApiKey, version: int) -> None:
 
 
 def check_encode_version(api_key: ApiKey, version: int) -> None:
-    low, high = CODEC_VERSIONS[api_key]
+    low, high = SUPPORTED_VERSIONS[api_key]
     require(low <= version <= high, f"{api_name(api_key)} v{version} is not in {low}-{high}")
 
 

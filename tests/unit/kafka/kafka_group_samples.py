@@ -1,6 +1,6 @@
 """Sample consumer-group messages for the codec tests (as kafka_message_samples.py for the
 broker's APIs): for each group API, a request and a response per version the codec speaks
-(CODEC_VERSIONS), every field set to a value that version carries (fields a version lacks hold
+(SUPPORTED_VERSIONS), every field set to a value that version carries (fields a version lacks hold
 the default decode gives back, so that round trips compare equal)."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from raftlog.kafka.api import CODEC_VERSIONS, ApiKey
+from raftlog.kafka.api import SUPPORTED_VERSIONS, ApiKey
 from raftlog.kafka.messages.api_versions import (
     ApiVersionsRequest,
     ApiVersionsResponse,
@@ -41,7 +41,7 @@ from raftlog.kafka.messages.produce import (
 
 def versions(api_key: ApiKey) -> list[int]:
     """Every version the codec speaks of `api_key` (the broker's and the group APIs')."""
-    low, high = CODEC_VERSIONS[api_key]
+    low, high = SUPPORTED_VERSIONS[api_key]
     return list(range(low, high + 1))
 
 

@@ -1,5 +1,5 @@
 """The cold APIs' decoders (InitProducerId, OffsetForLeaderEpoch, CreateTopics, DeleteTopics,
-DescribeConfigs, and the consumer-group APIs (CODEC_VERSIONS), whose samples come from
+DescribeConfigs, and the consumer-group APIs (SUPPORTED_VERSIONS), whose samples come from
 kafka_group_samples.py) under mutated bodies: thousands per message type and version, from a seeded
 random generator, read as `decode_request` reads a body (from a Reader placed in the frame,
 then every byte consumed). A body either decodes to a message that encodes again or raises

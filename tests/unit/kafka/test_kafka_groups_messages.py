@@ -39,9 +39,7 @@ from kp_oracle import (
 
 from raftlog.invariants import InvariantError
 from raftlog.kafka.api import (
-    CODEC_VERSIONS,
     FIRST_FLEXIBLE,
-    GROUP_VERSIONS,
     SUPPORTED_VERSIONS,
     ApiKey,
     api_name,
@@ -296,7 +294,7 @@ def test_matches_kafka_python(api_key: ApiKey, version: int, kind: str, data: An
     encoded = message.encode(version)
     kafka_python_reads(kp_class, encoded, version)
     if kind == "Request":
-        assert decode_request(api_key, version, memoryview(encoded), 0, CODEC_VERSIONS) == message
+        assert decode_request(api_key, version, memoryview(encoded), 0) == message
 
 
 @pytest.mark.parametrize("api_key", list(GROUP_SAMPLES), ids=lambda key: key.name)
@@ -388,45 +386,27 @@ def test_describe_groups_operations_and_instance_ids() -> None:
 
 def test_list_groups_request_is_empty_and_strict_through_decode_request() -> None:
     assert ListGroupsRequest().encode(2) == b""
-    assert decode_request(ApiKey.LIST_GROUPS, 2, memoryview(b""), 0, CODEC_VERSIONS) == (
-        ListGroupsRequest()
-    )
+    assert decode_request(ApiKey.LIST_GROUPS, 2, memoryview(b""), 0) == (ListGroupsRequest())
     with pytest.raises(KafkaDecodeError, match="ListGroups v2: 1 bytes left over"):
-        decode_request(ApiKey.LIST_GROUPS, 2, memoryview(b"\x00"), 0, CODEC_VERSIONS)
+        decode_request(ApiKey.LIST_GROUPS, 2, memoryview(b"\x00"), 0)
 
 
 # -- what the broker decodes -------------------------------------------------------------------
 
 
 def test_group_versions_are_below_the_first_flexible_and_advertised() -> None:
-    """Every group API has its handler (issue #24): all are advertised, none waits in
-    GROUP_VERSIONS."""
-    assert GROUP_VERSIONS == {}
+    """Every group API has a handler, so it is advertised (SUPPORTED_VERSIONS)."""
     for key in GROUP_SAMPLES:
         low, high = SUPPORTED_VERSIONS[key]
         assert 0 <= low <= high < FIRST_FLEXIBLE[key], key
         assert REQUEST_TYPES[key].__name__ == f"{api_name(key)}Request"
-    assert CODEC_VERSIONS == SUPPORTED_VERSIONS
-
-
-@pytest.mark.parametrize("api_key", list(GROUP_SAMPLES), ids=lambda key: key.name)
-def test_decode_request_takes_the_versions_it_is_given(api_key: ApiKey) -> None:
-    """How the broker kept a codec's APIs undecoded before their handlers landed."""
-    make_request, _ = GROUP_SAMPLES[api_key]
-    version = SUPPORTED_VERSIONS[api_key][1]
-    body = memoryview(make_request(version).encode(version))
-    assert decode_request(api_key, version, body, 0) == make_request(version)
-    with pytest.raises(KafkaDecodeError, match="API not spoken by this broker"):
-        decode_request(api_key, version, body, 0, {})
-    with pytest.raises(KafkaDecodeError, match=r"version not spoken"):
-        decode_request(api_key, version + 1, body, 0)
 
 
 @pytest.mark.parametrize("api_key", list(GROUP_SAMPLES), ids=lambda key: key.name)
 def test_versions_outside_the_range(api_key: ApiKey) -> None:
     """Decoding one is the peer's fault, encoding one ours."""
     make_request, make_response = GROUP_SAMPLES[api_key]
-    low, high = CODEC_VERSIONS[api_key]
+    low, high = SUPPORTED_VERSIONS[api_key]
     for message in (make_request(low), make_response(low)):
         for version in (low - 1, high + 1):
             with pytest.raises(KafkaDecodeError, match="not one we speak"):
@@ -439,5 +419,5 @@ def test_errors_name_the_api_version_and_field() -> None:
     body = JoinGroupRequest("g", 1, "m", "consumer", (JoinGroupRequestProtocol("range", b"x"),))
     data = body.encode(5)[:-1]
     with pytest.raises(KafkaDecodeError) as caught:
-        decode_request(ApiKey.JOIN_GROUP, 5, memoryview(data), 0, CODEC_VERSIONS)
+        decode_request(ApiKey.JOIN_GROUP, 5, memoryview(data), 0)
     assert str(caught.value) == ("JoinGroup v5: protocols[0].metadata: 1 bytes announced, 0 left")

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from kafka_group_samples import GROUP_SAMPLES
 from kafka_message_samples import SAMPLES, encoded, versions
 
-from raftlog.kafka.api import CODEC_VERSIONS, ApiKey, decode_request_header
+from raftlog.kafka.api import SUPPORTED_VERSIONS, ApiKey, decode_request_header
 from raftlog.kafka.messages import decode_request
 from raftlog.kafka.wire import KafkaDecodeError
 
@@ -66,7 +66,7 @@ def decoders(api_key: ApiKey) -> list[tuple[bytes, Callable[[bytes], Any]]]:
             (
                 encoded(request, version),
                 lambda data, v=version: decode_request(
-                    api_key, v, memoryview(data), 0, CODEC_VERSIONS
+                    api_key, v, memoryview(data), 0, SUPPORTED_VERSIONS
                 ),
             )
         )
