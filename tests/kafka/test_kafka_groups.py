@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from raftlog.client import Admin
+from raftlog.errors import GroupIdNotFoundError
 from tests.integration._cluster import Cluster, started_cluster
 from tests.integration._support import wait_for
 from tests.kafka import group_worker
@@ -115,7 +116,10 @@ def produce(cluster: Cluster, topic: str, prefix: str, n: int) -> set[str]:
 
 def stable(admin: Admin, group: str, members: int) -> dict[str, Any] | None:
     """The group's description once Stable with `members` members owning every partition."""
-    d = admin.describe_group(group)
+    try:
+        d = admin.describe_group(group)
+    except GroupIdNotFoundError:  # no member has joined yet
+        return None
     owned = [tp for m in d.get("members", []) for tp in m.get("assignment", [])]
     if (
         d.get("state") == "Stable"
