@@ -7,7 +7,8 @@ describe` shows them and `raftlog group reset-offsets` moves them, and a restart
 consumer starts from there; kafka-python's admin client lists, describes, reads the offsets of
 and deletes groups (raftlog's own groups among them); FindCoordinator asked of a node that is
 not the controller names the controller; a commit naming a partition that does not exist is
-refused and stores nothing; an unknown group's offsets are -1. Three nodes because
+refused and stores nothing; an unknown group's offsets are -1; a subscribed confluent-kafka
+group's member, assignment, commits and lag show in both tools. Three nodes because
 FindCoordinator must be asked of a node that is not the controller; no node is restarted.
 """
 
@@ -298,3 +299,64 @@ def test_kafka_python_and_aiokafka_commit_what_librdkafka_reads(cluster: Cluster
 
     assert asyncio.run(aiokafka_commit()) == 8
     assert committed(cluster, "aiokafka")[2] == 8
+
+
+def test_a_subscribed_kafka_group_is_shown_by_raftlogs_and_kafkas_tools(cluster: Cluster) -> None:
+    """A confluent-kafka group (subscribe): its member, assignment and commits, through
+    `raftlog group` and kafka-python's admin client, while it runs and after it left."""
+    from kafka import KafkaAdminClient
+
+    group = "subscribed"
+    c = consumer(cluster, group)
+    admin = KafkaAdminClient(bootstrap_servers=cluster.kafka_bootstrap, request_timeout_ms=30_000)
+    try:
+        c.subscribe([TOPIC])
+        read: dict[int, int] = {}
+        deadline = time.monotonic() + WAIT_S
+        while len(read) < PARTITIONS or min(read.values()) < RECORDS - 1:
+            assert time.monotonic() < deadline, f"read only {read} in {WAIT_S} s"
+            msg = c.poll(clients.POLL_S)
+            if msg is not None and msg.error() is None:
+                read[msg.partition()] = msg.offset()
+        c.commit(asynchronous=False)
+
+        shown = cli_json("group", "describe", group, "-b", cluster.bootstrap)
+        assert (shown["state"], shown["protocol_type"]) == ("Stable", "consumer")
+        [member] = shown["members"]
+        assert member["topics"] == [TOPIC]
+        assert sorted((a["topic"], a["partition"]) for a in member["assignment"]) == [
+            (TOPIC, p) for p in range(PARTITIONS)
+        ]
+        assert {
+            (p["partition"], p["committed"], p["lag"], p["owner"]) for p in shown["partitions"]
+        } == {(p, RECORDS, 0, member["member_id"]) for p in range(PARTITIONS)}
+        text = run_cli("group", "describe", group, "-b", cluster.bootstrap)
+        assert text.returncode == 0, text
+        assert text.stdout.startswith(f"Group {group}  type consumer  state Stable"), text.stdout
+
+        described = admin.describe_groups([group])[group]
+        assert (described["group_state"], described["protocol_type"]) == ("Stable", "consumer")
+        assert described["protocol_data"] == shown["protocol"]
+        [kafka_member] = described["members"]
+        assert kafka_member["member_id"] == member["member_id"]
+        assert kafka_member["member_metadata"]["topics"] == [TOPIC]
+        assert kafka_member["member_assignment"]["assigned_partitions"] == [
+            {"topic": TOPIC, "partitions": list(range(PARTITIONS))}
+        ]
+        assert {g["group_id"]: g["protocol_type"] for g in admin.list_groups()}[group] == "consumer"
+        assert admin.delete_groups([group]) == {group: "NonEmptyGroupError"}
+    finally:
+        c.close()  # leaves the group
+        admin.close()
+    left = wait_for(
+        lambda: (
+            (d := cli_json("group", "describe", group, "-b", cluster.bootstrap))["state"] == "Empty"
+            and d
+        ),
+        WAIT_S,
+        "the group Empty after its member left",
+    )
+    assert left["protocol_type"] == "consumer" and left["members"] == []
+    assert {(o["partition"], o["offset"]) for o in left["offsets"]} == {
+        (p, RECORDS) for p in range(PARTITIONS)
+    }

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from raftlog.errors import RaftlogError
 from raftlog.kafka.api import ApiKey
 from raftlog.kafka.errors import ErrorCode, group_error_code
-from raftlog.kafka.handlers.group_offsets import active_coordinator
+from raftlog.kafka.handlers.groups import coordinator_of
 from raftlog.kafka.messages.consumer_protocol import (
     ConsumerProtocolAssignment,
     ConsumerProtocolSubscription,
@@ -105,7 +105,7 @@ def handle_describe_groups(
 
 def _describe(ctx: HandlerContext, group_id: str) -> DescribedGroup:
     try:
-        view = active_coordinator(ctx, group_id).describe_members(group_id)
+        view = coordinator_of(ctx, group_id).describe_members(group_id)
     except RaftlogError as e:
         return DescribedGroup(group_id, group_error_code(e))
     if view is None:
@@ -143,7 +143,7 @@ async def handle_delete_groups(
             results.append(DeletableGroupResult(group_id, int(ErrorCode.INVALID_GROUP_ID)))
             continue
         try:
-            await active_coordinator(ctx, group_id).delete_group(group_id)
+            await coordinator_of(ctx, group_id).delete_group(group_id)
         except RaftlogError as e:
             log.debug("DeleteGroups: group %r not deleted: %s", group_id, e)
             results.append(DeletableGroupResult(group_id, group_error_code(e)))

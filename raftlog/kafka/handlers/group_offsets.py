@@ -22,7 +22,9 @@ native handlers, raftlog/broker/handlers/groups.py):
   Before it, each partition on its own, as Kafka: metadata over the coordinator's
   `offset_metadata_bytes_max` (Kafka's offset.metadata.max.bytes) gets
   OFFSET_METADATA_TOO_LARGE and is left out; the others are committed. An empty group id is
-  INVALID_GROUP_ID. retention_time_ms, the leader epoch and group_instance_id are not kept.
+  INVALID_GROUP_ID. Never INVALID_COMMIT_OFFSET_SIZE (Kafka's "too large for one record"):
+  the coordinator splits a commit too large for one Raft command. retention_time_ms, the
+  leader epoch and group_instance_id are not kept (OffsetFetch answers leader epoch -1).
 - OffsetFetch: a `noop` Raft proposal first (the read barrier of the native handler: this node
   still leads and has applied every acknowledged commit), then the local registry. A partition
   without a committed offset (an unknown group too) is offset -1, metadata "", no error, as
@@ -37,9 +39,10 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from raftlog.errors import NotCoordinatorError, RaftlogError
+from raftlog.errors import RaftlogError
 from raftlog.kafka.api import ApiKey
 from raftlog.kafka.errors import ErrorCode, group_error_code
+from raftlog.kafka.handlers.groups import coordinator_of
 from raftlog.kafka.messages.commits import (
     NO_OFFSET,
     OffsetCommitRequest,
@@ -60,22 +63,10 @@ from raftlog.kafka.messages.groups import (
 
 if TYPE_CHECKING:
     from raftlog.broker.context import HandlerContext, RequestSource
-    from raftlog.metadata.coordinator import GroupCoordinator
 
 log = logging.getLogger(__name__)
 
 NO_METADATA = ""  # OffsetFetch's metadata for a partition without a committed offset (Kafka's)
-
-
-def active_coordinator(ctx: HandlerContext, group_id: str) -> GroupCoordinator:
-    """This node's GroupCoordinator if it is the active one, else NotCoordinatorError."""
-    c = ctx.coordinator
-    if c is None or not c.is_active:
-        raise NotCoordinatorError(
-            f"node {ctx.config.node_id} is not the coordinator of group {group_id!r}; the "
-            f"active controller is node {ctx.metadata.controller_id}"
-        )
-    return c
 
 
 # -- FindCoordinator -----------------------------------------------------------------------------
@@ -142,7 +133,7 @@ async def _commit(
         return {}, int(ErrorCode.INVALID_GROUP_ID)
     codes: dict[tuple[int, int], int] = {}
     try:
-        coordinator = active_coordinator(ctx, group_id)
+        coordinator = coordinator_of(ctx, group_id)
         metadata_bytes_max = coordinator.config.offset_metadata_bytes_max
         entries: list[list[Any]] = []
         for i, topic in enumerate(request.topics):
@@ -174,7 +165,7 @@ async def handle_offset_fetch(
         else [(t.name, p) for t in request.topics for p in t.partition_indexes]
     )
     try:
-        coordinator = active_coordinator(ctx, request.group_id)
+        coordinator = coordinator_of(ctx, request.group_id)
         await ctx.metadata.quorum.propose("noop")  # the read barrier (module rules)
         found = coordinator.fetch_offsets(request.group_id, wanted)
     except RaftlogError as e:
