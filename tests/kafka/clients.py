@@ -3,8 +3,9 @@
 Every helper takes the bootstrap address "host:port" and a topic that exists (create it first,
 with raftlog's Admin or confluent-kafka's AdminClient). Producers write keyed records with
 headers to ONE explicit partition; consumers read that partition from its beginning, assigned
-by hand (assign/seek, kcat's `-o beginning -e`, Sarama's partition consumer): no consumer
-groups, which are part 2 of the Kafka-protocol work. What a helper reads comes back as
+by hand (assign/seek, kcat's `-o beginning -e`, Sarama's partition consumer); consumer groups
+are tested with members of their own (group_worker.py, test_kafka_groups.py). What a helper
+reads comes back as
 `Record` tuples (key, value, headers, timestamp, partition, offset), the same shape from every
 client, so a test compares clients and doors with `==` (`payloads` drops the broker's part).
 

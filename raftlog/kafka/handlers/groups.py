@@ -22,8 +22,10 @@ Rules kept here (Kafka's, GroupMetadataManager.java):
   than the group's, REBALANCE_IN_PROGRESS while the group prepares a rebalance.
 - LeaveGroup v3 names members by member id or by instance id (static members); each gets
   its own error code (UNKNOWN_MEMBER_ID for one that is not in the group).
-- Errors are answered in the response's error code (raftlog/kafka/errors.py maps raftlog's);
-  nothing here closes the connection.
+- Errors are answered in the response's error code (raftlog/kafka/errors.py's
+  `group_error_code`: the coordinator's own failures, a lost role or a Raft timeout, are
+  NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE, which clients retry); nothing here closes the
+  connection.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from raftlog.errors import NotCoordinatorError, RaftlogError, UnknownMemberIdError
 from raftlog.kafka.api import ApiKey
-from raftlog.kafka.errors import ErrorCode, kafka_code
+from raftlog.kafka.errors import ErrorCode, group_error_code
 from raftlog.kafka.messages.consumer_protocol import (
     PROTOCOL_TYPE,
     ConsumerProtocolAssignment,
@@ -141,7 +143,7 @@ def handle_join_group(
 
 def _join_error(request: JoinGroupRequest, error: RaftlogError) -> JoinGroupResponse:
     member_id = "" if isinstance(error, UnknownMemberIdError) else request.member_id
-    return JoinGroupResponse(kafka_code(error), member_id=member_id)
+    return JoinGroupResponse(group_error_code(error), member_id=member_id)
 
 
 def handle_sync_group(
@@ -150,7 +152,7 @@ def handle_sync_group(
     try:
         coordinator = coordinator_of(ctx, request.group_id)
     except RaftlogError as e:
-        return SyncGroupResponse(kafka_code(e))
+        return SyncGroupResponse(group_error_code(e))
     assignments = None
     if request.assignments:
         assignments = [
@@ -164,7 +166,7 @@ def handle_sync_group(
                 request.group_id, request.member_id, request.generation_id, assignments
             )
         except RaftlogError as e:
-            return SyncGroupResponse(kafka_code(e))
+            return SyncGroupResponse(group_error_code(e))
         return SyncGroupResponse(0, assignment)
 
     return synced()
@@ -179,7 +181,7 @@ def handle_heartbeat(
             request.group_id, request.member_id, request.generation_id
         )
     except RaftlogError as e:
-        return HeartbeatResponse(kafka_code(e))
+        return HeartbeatResponse(group_error_code(e))
     if generation != request.generation_id:
         return HeartbeatResponse(int(ErrorCode.ILLEGAL_GENERATION))
     return HeartbeatResponse(0)
@@ -191,7 +193,7 @@ def handle_leave_group(
     try:
         coordinator = coordinator_of(ctx, request.group_id)
     except RaftlogError as e:
-        return LeaveGroupResponse(kafka_code(e))
+        return LeaveGroupResponse(group_error_code(e))
     named = request.members or ((request.member_id, None),)
 
     async def left() -> LeaveGroupResponse:
@@ -202,7 +204,7 @@ def handle_leave_group(
                     await _leave_one(coordinator, request.group_id, member_id, instance_id)
                 )
         except RaftlogError as e:
-            return LeaveGroupResponse(kafka_code(e))
+            return LeaveGroupResponse(group_error_code(e))
         if not request.members:  # v0-2: one member, its error is the response's
             return LeaveGroupResponse(results[0].error_code)
         return LeaveGroupResponse(0, tuple(results))
