@@ -15,6 +15,9 @@ Kafka listeners, so the checker's verdict rests on a client written elsewhere:
   (the checker's per-assignment order checks restart there), each poll's records as one "ok"
   poll, a refused commit as "info".
 
+librdkafka's own log (connection failures under faults, by the hundred) goes to
+OUT/librdkafka.log, not the terminal: `kafka_log(out)` gives the logger both workers use.
+
 Rules: librdkafka's callbacks run inside poll()/consume() on the worker's own thread, so the
 in-flight bound is kept by polling until a slot frees (never by blocking on a semaphore); a
 record with an error (librdkafka reports a broker-side failure that way) is left out of the
@@ -24,6 +27,7 @@ poll and logged in the history as "info"; every worker stops at the run's deadli
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -39,6 +43,18 @@ CONSUME_BATCH = 500
 
 def _tp(topic: str, partition: int) -> str:
     return f"{topic}-{partition}"
+
+
+def kafka_log(cfg: RunConfig) -> logging.Logger:
+    """The logger librdkafka writes to: OUT/librdkafka.log (one handler per run)."""
+    logger = logging.getLogger(f"chaos.librdkafka.{cfg.out}")
+    if not logger.handlers:
+        handler = logging.FileHandler(cfg.out / "librdkafka.log", encoding="utf-8")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        logger.addHandler(handler)
+        logger.propagate = False
+        logger.setLevel(logging.INFO)
+    return logger
 
 
 class _Worker(threading.Thread):
@@ -89,7 +105,8 @@ class KafkaProducerWorker(_Worker):
                 "message.timeout.ms": self.delivery_ms,
                 "request.timeout.ms": 5000,
                 "retry.backoff.ms": 50,
-            }
+            },
+            logger=kafka_log(self.cfg),
         )
         interval = 1.0 / self.cfg.rate
         next_at = time.monotonic()
@@ -160,8 +177,8 @@ class KafkaConsumerWorker(_Worker):
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
                 "session.timeout.ms": max(self.cfg.session_timeout_ms * 4, 6000),
-                "request.timeout.ms": 5000,
-            }
+            },
+            logger=kafka_log(self.cfg),
         )
 
         def assigned(_c: Any, partitions: list[Any]) -> None:

@@ -751,9 +751,10 @@ def _progress_until(
         if time.monotonic() - said < 1.9:
             continue
         said = time.monotonic()
-        acked = sum(w.acked for w in workers if isinstance(w, ProducerWorker))
-        sent = sum(w.sent for w in workers if isinstance(w, ProducerWorker))
-        polled = sum(w.polled for w in workers if isinstance(w, ConsumerWorker))
+        # Either client's workers (runner.py's, kafka_workers.py's) count the same way.
+        acked = sum(getattr(w, "acked", 0) for w in workers)
+        sent = sum(getattr(w, "sent", 0) for w in workers)
+        polled = sum(getattr(w, "polled", 0) for w in workers)
         faults = len(nemesis.applied)
         _say(
             cfg,

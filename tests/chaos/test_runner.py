@@ -4,6 +4,8 @@
   producers, min.insync.replicas 2, clean elections only), must be valid: nothing acknowledged
   lost, nothing duplicated, offsets never reused, replicas identical; every scheduled fault was
   applied and healed, and the run wrote its history, report and plot.
+- The same run through Kafka's own client (`--client kafka`: confluent-kafka's idempotent
+  producers and a Kafka consumer group) must be valid too.
 - The control run, the same faults with the safety off (acks=1, min.insync.replicas 1, unclean
   election), must be reported invalid with lost writes: it proves the checker catches loss.
   Isolating a node that leads a partition while clients still reach it makes its acks=1 writes
@@ -49,6 +51,20 @@ def test_a_short_run_with_kill_pause_and_isolation_is_valid(tmp_path: Path) -> N
     for name in ("history.jsonl", "report.json", "report.png"):
         assert (cfg.out / name).stat().st_size > 0, name
     assert json.loads((cfg.out / "report.json").read_text())["valid"] is True
+
+
+def test_a_short_run_through_kafkas_own_client_is_valid(tmp_path: Path) -> None:
+    """`--client kafka`: confluent-kafka's idempotent producers and its consumer group through
+    the Kafka listeners, under the same faults and checker."""
+    cfg = RunConfig(out=tmp_path / "kafka", seed=4, client="kafka", **SHORT)  # type: ignore[arg-type]
+    report = run(cfg)
+    assert report["valid"], json.dumps({k: v for k, v in report.items() if k != "config"})[:3000]
+    assert report["acknowledged"] > 1000 and report["final_read"]
+    assert report["lost"] == report["duplicated"] == report["committed_offset_regressions"] == 0
+    ops = [json.loads(line) for line in (cfg.out / "history.jsonl").read_text().splitlines()]
+    commits = [o for o in ops if o["f"] == "commit" and o["type"] == "ok"]
+    assert len(commits) > 10, len(commits)  # the Kafka group's members committed all along
+    assert (cfg.out / "librdkafka.log").exists()
 
 
 def test_the_control_run_without_the_safety_loses_writes(tmp_path: Path) -> None:
