@@ -4,6 +4,7 @@
     python -m chaos.matrix --out runs/m --duration 120 --runs 1  # a shorter one
     python -m chaos.matrix --out runs/d --duration 60 --combined-runs 0 \
         --kinds link,disk-full,torn-tail,bitflip                 # the link and disk rows
+    python -m chaos.matrix --out runs/k --client kafka --combined-runs 0  # Kafka's client
 
 Runs `--runs` runs of `--duration` seconds for each fault kind alone (`--kinds`), plus
 `--combined-runs` runs with every kind mixed, each with its own seed (`--first-seed` plus the
@@ -56,9 +57,10 @@ def row(label: str, reports: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def render(rows: list[dict[str, Any]], duration_s: float) -> str:
+def render(rows: list[dict[str, Any]], duration_s: float, client: str = "raftlog") -> str:
     lines = [
-        f"Each run {duration_s:g} s; acks=all, min.insync.replicas=2, RF 3, idempotent producers.",
+        f"Each run {duration_s:g} s; acks=all, min.insync.replicas=2, RF 3, idempotent producers"
+        f"; client: {client}.",
         "",
         "| faults | runs (valid) | acknowledged | lost | duplicated | other anomalies "
         "| longest unavailability | longest for one partition |",
@@ -80,6 +82,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=1, help="runs per single fault kind (1)")
     p.add_argument("--combined-runs", type=int, default=10, help="runs mixing every kind (10)")
     p.add_argument("--kinds", default=",".join(KINDS), help="fault kinds for single-kind rows")
+    p.add_argument(
+        "--client",
+        choices=["raftlog", "kafka"],
+        default="raftlog",
+        help="the workload's client (raftlog): kafka runs confluent-kafka through the Kafka "
+        "listeners (no link rows: their proxies front raftlog's own listeners)",
+    )
     p.add_argument(
         "--first-seed",
         type=int,
@@ -107,12 +116,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         # what a power loss takes: the unsynced bytes).
         durability = "fsync" if "torn-tail" in faults else "replication"
         cfg = RunConfig(out=out / f"{label}-{seed}", duration_s=args.duration, faults=faults,
-                        seed=seed, progress=False, durability=durability)  # fmt: skip
+                        seed=seed, progress=False, durability=durability,
+                        client=args.client)  # fmt: skip
         reports.setdefault(label, []).append(run(cfg))
     rows = [row(label, rs) for label, rs in reports.items()]
     out.mkdir(parents=True, exist_ok=True)
     (out / "matrix.json").write_text(json.dumps(rows, indent=2) + "\n")
-    table = render(rows, args.duration)
+    table = render(rows, args.duration, args.client)
     (out / "matrix.md").write_text(table)
     print(table, end="")
     return 0 if all(r["valid"] == r["runs"] for r in rows) else 1
