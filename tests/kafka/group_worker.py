@@ -1,10 +1,11 @@
 """One member of a Kafka consumer group, in its own process, for tests that kill it with -9.
 
-    python -m tests.kafka.group_worker CLIENT BOOTSTRAP GROUP TOPIC OUT [ASSIGNOR]
+    python -m tests.kafka.group_worker CLIENT BOOTSTRAP GROUP TOPIC OUT [ASSIGNOR [INSTANCE]]
 
 CLIENT is confluent-kafka, kafka-python or aiokafka. The member subscribes to TOPIC in
 GROUP, and for every record writes "partition offset value" to OUT (a line, flushed) before it
-commits (synchronously, after each poll's records): a record it was killed before committing
+commits (synchronously, after each poll's records; INSTANCE, confluent-kafka only, makes it a
+static member: group.instance.id): a record it was killed before committing
 is read again by the next owner (at least once). Each assignment it gets is written as
 "assigned p,p,..." and a revocation as "revoked"; SIGTERM closes the consumer cleanly (a
 LeaveGroup) and ends the process.
@@ -24,11 +25,15 @@ SESSION_TIMEOUT_MS = 30_000
 def main(argv: list[str]) -> int:
     client, bootstrap, group, topic, out_path = argv[:5]
     assignor = argv[5] if len(argv) > 5 else "range"
+    instance = argv[6] if len(argv) > 6 else None
     stop = {"now": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.__setitem__("now", True))
     with open(out_path, "a", encoding="utf-8") as out:
         run = {"confluent-kafka": confluent, "kafka-python": kafka_python, "aiokafka": aio}[client]
-        run(bootstrap, group, topic, assignor, out, lambda: stop["now"])
+        if instance is not None:
+            confluent(bootstrap, group, topic, assignor, out, lambda: stop["now"], instance)
+        else:
+            run(bootstrap, group, topic, assignor, out, lambda: stop["now"])
     return 0
 
 
@@ -38,20 +43,27 @@ def note(out: TextIO, line: str) -> None:
 
 
 def confluent(
-    bootstrap: str, group: str, topic: str, assignor: str, out: TextIO, stopped: Callable[[], bool]
+    bootstrap: str,
+    group: str,
+    topic: str,
+    assignor: str,
+    out: TextIO,
+    stopped: Callable[[], bool],
+    instance: str | None = None,
 ) -> None:
     from confluent_kafka import Consumer
 
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": group,
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "session.timeout.ms": SESSION_TIMEOUT_MS,
-            "partition.assignment.strategy": assignor,
-        }
-    )
+    config = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "session.timeout.ms": SESSION_TIMEOUT_MS,
+        "partition.assignment.strategy": assignor,
+    }
+    if instance is not None:
+        config["group.instance.id"] = instance
+    consumer = Consumer(config)
 
     def assigned(c: Any, partitions: list[Any]) -> None:
         if assignor == "cooperative-sticky":

@@ -59,6 +59,7 @@ class Worker:
     ):
         self.path = path
         assignor = kw.get("assignor", "range")
+        instance = [kw["instance"]] if kw.get("instance") else []
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -70,6 +71,7 @@ class Worker:
                 topic,
                 str(path),
                 assignor,
+                *instance,
             ],
             cwd=REPO,
             env=worker_env(),
@@ -295,3 +297,75 @@ def test_kcat_balanced_consumer_reads_a_topic_as_a_group_and_commits(
         d = admin.describe_group(group)
         assert d["protocol_type"] == "consumer" and d["state"] == "Empty"
         assert sum(p["committed"] or 0 for p in d["partitions"]) == len(sent)
+
+
+def test_a_static_member_restarted_in_its_session_gets_its_partitions_back_without_a_rebalance(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """group.instance.id (KIP-345): a member killed with -9 and started again within its
+    session timeout keeps its member id and partitions; the group does not rebalance."""
+    group, topic = "g-static", f"{TOPIC}-static"
+    with Admin(cluster.bootstrap) as admin:
+        admin.create_topic(topic, PARTITIONS, 3)
+        leader = Worker(CK, cluster, group, topic, tmp_path / "i0", instance="i0")
+        wait_for(lambda: stable(admin, group, 1), SETTLE_S, "the first static member")
+        other = Worker(CK, cluster, group, topic, tmp_path / "i1", instance="i1")
+        workers = [leader, other]
+        try:
+            before = wait_for(lambda: stable(admin, group, 2), SETTLE_S, "2 static members")
+            mine = {m["instance_id"]: m for m in before["members"]}["i1"]
+            other.kill9()
+            workers.append(Worker(CK, cluster, group, topic, tmp_path / "i1-again", instance="i1"))
+            wait_for(
+                lambda: any(x.startswith("assigned") for x in workers[-1].lines()),
+                SETTLE_S,
+                "the restarted static member's assignment",
+            )
+            after = admin.describe_group(group)
+        finally:
+            for w in workers:
+                w.close()
+    again = {m["instance_id"]: m for m in after["members"]}["i1"]
+    assert after["generation"] == before["generation"], (before, after)
+    assert (again["member_id"], again["assignment"]) == (mine["member_id"], mine["assignment"])
+
+
+def test_the_coordinators_node_killed_during_a_rebalance(tmp_path: Path) -> None:
+    """The group coordinator is the active controller's node: kill -9 it while a member joins.
+    A new controller takes the group where Raft left it; the members find it (FindCoordinator),
+    the rebalance completes, every record is processed and no commit goes back."""
+    group, topic = "g-failover", f"{TOPIC}-failover"
+    with started_cluster(tmp_path / "cluster", 3) as c, Admin(c.bootstrap) as admin:
+        admin.create_topic(topic, PARTITIONS, 3, {"min.insync.replicas": "2"})
+        workers = [Worker(CK, c, group, topic, tmp_path / f"w{i}") for i in range(2)]
+        watch = CommitWatch(c.bootstrap, group)
+        try:
+            wait_for(lambda: stable(admin, group, 2), SETTLE_S, "2 members stable")
+            sent = produce(c, topic, "a", 1000)
+            controller = int(admin.describe_cluster()["controller_id"])
+            workers.append(Worker(CK, c, group, topic, tmp_path / "w2"))
+            # Its join is applied: the group rebalances (its members rejoin) when the node goes.
+            rebalancing = wait_for(
+                lambda: (
+                    (d := admin.describe_group(group))["state"] != "Stable"
+                    and len(d["members"]) == 3
+                    and d
+                ),
+                SETTLE_S,
+                "the third member's join under way",
+            )
+            c.kill9(controller)
+            c.nodes[controller].start()
+            wait_for(lambda: stable(admin, group, 3), SETTLE_S, "3 members under a new coordinator")
+            sent |= produce(c, topic, "b", 1000)
+            wait_for(
+                lambda: set().union(*(w.values() for w in workers)) >= sent,
+                SETTLE_S,
+                "every record processed across the failover",
+            )
+        finally:
+            for w in workers:
+                w.close()
+            regressions = watch.stop()
+    assert not regressions, regressions
+    assert rebalancing["state"] in ("PreparingRebalance", "CompletingRebalance"), rebalancing

@@ -124,6 +124,28 @@ def test_replay_from_a_groups_committed_offsets(
     assert df.count() == sum(committed.values())
 
 
+def test_replay_from_a_kafka_groups_commits(
+    spark: Any, module_broker: BrokerProcess, events: dict[int, int]
+) -> None:
+    """A group whose commits came from Kafka's own client (confluent-kafka through the Kafka
+    listener) is one of the registry's groups: Spark replays from its commits too."""
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+    boot = module_broker.bootstrap
+    committed = {p: o // 3 for p, o in events.items()}
+    consumer = Consumer(
+        {"bootstrap.servers": module_broker.kafka_bootstrap, "group.id": "kafka-replayers"}
+    )
+    try:
+        offsets = [KafkaTopicPartition(TOPIC, p, o) for p, o in committed.items()]
+        consumer.commit(offsets=offsets, asynchronous=False)
+    finally:
+        consumer.close()
+    df = reader(spark, boot, subscribe=TOPIC, startingOffsets="group:kafka-replayers").load()
+    assert df.count() == sum(events.values()) - sum(committed.values())
+
+
 BAD_OPTIONS = [
     ({"subscribe": "no-such-topic"}, "unknown topic 'no-such-topic'"),
     ({"subscribe": TOPIC, "startingOffsets": '{"events": {"0": 1,'}, "is not valid JSON"),
