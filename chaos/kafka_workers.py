@@ -46,7 +46,9 @@ def _tp(topic: str, partition: int) -> str:
 
 
 def kafka_log(cfg: RunConfig) -> logging.Logger:
-    """The logger librdkafka writes to: OUT/librdkafka.log (one handler per run)."""
+    """The logger librdkafka writes to: OUT/librdkafka.log (one handler per run). Called once
+    per run before the workers start (workers that each added a handler wrote every line once
+    per worker)."""
     logger = logging.getLogger(f"chaos.librdkafka.{cfg.out}")
     if not logger.handlers:
         handler = logging.FileHandler(cfg.out / "librdkafka.log", encoding="utf-8")
@@ -88,6 +90,7 @@ class KafkaProducerWorker(_Worker):
     ):
         super().__init__(f"producer-{n}", stop)
         self.n, self.cfg, self.bootstrap, self.rec = n, cfg, bootstrap, rec
+        self.log = kafka_log(cfg)
         self.delivery_ms = delivery_ms
         self.acked = self.sent = self.in_flight = 0
 
@@ -106,7 +109,7 @@ class KafkaProducerWorker(_Worker):
                 "request.timeout.ms": 5000,
                 "retry.backoff.ms": 50,
             },
-            logger=kafka_log(self.cfg),
+            logger=self.log,
         )
         interval = 1.0 / self.cfg.rate
         next_at = time.monotonic()
@@ -162,6 +165,7 @@ class KafkaConsumerWorker(_Worker):
     ):
         super().__init__(f"consumer-{n}", stop)
         self.n, self.cfg, self.bootstrap, self.rec = n, cfg, bootstrap, rec
+        self.log = kafka_log(cfg)
         self.polled = 0
         self.assignment: list[Any] = []
 
@@ -178,7 +182,7 @@ class KafkaConsumerWorker(_Worker):
                 "auto.offset.reset": "earliest",
                 "session.timeout.ms": max(self.cfg.session_timeout_ms * 4, 6000),
             },
-            logger=kafka_log(self.cfg),
+            logger=self.log,
         )
 
         def assigned(_c: Any, partitions: list[Any]) -> None:
