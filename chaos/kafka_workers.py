@@ -38,6 +38,11 @@ if TYPE_CHECKING:
 # A producer has at most this many sends in flight (the native workload's bound).
 IN_FLIGHT_MAX = 2000
 POLL_S = 0.3
+# librdkafka waits this long for any answer before it gives a broker up (socket.timeout.ms;
+# its default, 60 s, kept an idempotent producer waiting on a SIGSTOPped leader for the whole
+# pause: a paused process's kernel keeps the connection up, and without an error librdkafka
+# does not refresh metadata). The native workload's request timeout is the same 5 s.
+SOCKET_TIMEOUT_MS = 5000
 CONSUME_BATCH = 500
 
 
@@ -107,6 +112,8 @@ class KafkaProducerWorker(_Worker):
                 "linger.ms": 1,
                 "message.timeout.ms": self.delivery_ms,
                 "request.timeout.ms": 5000,
+                # librdkafka's own request timeout (default 60 s): the native workload's 5 s.
+                "socket.timeout.ms": SOCKET_TIMEOUT_MS,
                 "retry.backoff.ms": 50,
             },
             logger=self.log,
@@ -181,6 +188,7 @@ class KafkaConsumerWorker(_Worker):
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
                 "session.timeout.ms": max(self.cfg.session_timeout_ms * 4, 6000),
+                "socket.timeout.ms": SOCKET_TIMEOUT_MS,
             },
             logger=self.log,
         )
