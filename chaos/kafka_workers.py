@@ -32,6 +32,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from chaos.workload_thread import WorkloadThread
+
 if TYPE_CHECKING:
     from chaos.runner import Recorder, RunConfig
 
@@ -64,26 +66,7 @@ def kafka_log(cfg: RunConfig) -> logging.Logger:
     return logger
 
 
-class _Worker(threading.Thread):
-    """A workload thread: `error` is what ended it, if anything (the runner fails the run)."""
-
-    def __init__(self, name: str, stop: threading.Event):
-        super().__init__(name=name, daemon=True)
-        self.process = name
-        self.stop = stop
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            self._run()
-        except BaseException as e:  # reported by the runner, which fails the run
-            self.error = e
-
-    def _run(self) -> None:
-        raise NotImplementedError
-
-
-class KafkaProducerWorker(_Worker):
+class KafkaProducerWorker(WorkloadThread):
     def __init__(
         self,
         n: int,
@@ -164,7 +147,7 @@ class KafkaProducerWorker(_Worker):
                 return
 
 
-class KafkaConsumerWorker(_Worker):
+class KafkaConsumerWorker(WorkloadThread):
     GROUP = "chaos-group"
 
     def __init__(

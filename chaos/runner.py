@@ -64,6 +64,7 @@ from chaos.history import HistoryWriter, op, read_history
 from chaos.kafka_workers import KafkaConsumerWorker, KafkaProducerWorker
 from chaos.link_faults import Links, inject_link
 from chaos.local_cluster import LocalCluster
+from chaos.workload_thread import WorkloadThread
 from raftlog.client import Admin, Consumer, Producer
 from raftlog.errors import RaftlogError
 from raftlog.records import iter_records
@@ -194,23 +195,15 @@ class Recorder:
 # -- the workload -------------------------------------------------------------------------------
 
 
-class ProducerWorker(threading.Thread):
+class ProducerWorker(WorkloadThread):
     def __init__(
         self, n: int, cfg: RunConfig, bootstrap: str, rec: Recorder, stop: threading.Event
     ):
-        super().__init__(name=f"producer-{n}", daemon=True)
-        self.n, self.cfg, self.bootstrap, self.rec, self.stop = n, cfg, bootstrap, rec, stop
-        self.process = f"producer-{n}"
+        super().__init__(f"producer-{n}", stop)
+        self.n, self.cfg, self.bootstrap, self.rec = n, cfg, bootstrap, rec
         self.acked = 0
         self.sent = 0
         self._room = threading.Semaphore(IN_FLIGHT_MAX)
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            self._run()
-        except BaseException as e:  # reported by the runner, which fails the run
-            self.error = e
 
     def _run(self) -> None:
         acks: str | int = "all" if self.cfg.acks == "all" else int(self.cfg.acks)
@@ -269,23 +262,15 @@ class ProducerWorker(threading.Thread):
         fut.add_done_callback(done)
 
 
-class ConsumerWorker(threading.Thread):
+class ConsumerWorker(WorkloadThread):
     GROUP = "chaos-group"
 
     def __init__(
         self, n: int, cfg: RunConfig, bootstrap: str, rec: Recorder, stop: threading.Event
     ):
-        super().__init__(name=f"consumer-{n}", daemon=True)
-        self.n, self.cfg, self.bootstrap, self.rec, self.stop = n, cfg, bootstrap, rec, stop
-        self.process = f"consumer-{n}"
+        super().__init__(f"consumer-{n}", stop)
+        self.n, self.cfg, self.bootstrap, self.rec = n, cfg, bootstrap, rec
         self.polled = 0
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            self._run()
-        except BaseException as e:
-            self.error = e
 
     def _run(self) -> None:
         consumer = Consumer(
