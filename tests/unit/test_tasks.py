@@ -18,7 +18,7 @@ RAFTLOG = Path(__file__).resolve().parents[2] / "raftlog"
 # by a done callback of its own (the producer's sender: a failure fails every batch).
 OWNED_OTHERWISE = {
     ("raftlog/client/reader.py", "read_range"),
-    ("raftlog/metadata/coordinator.py", "_flush"),
+    ("raftlog/metadata/commit_batcher.py", "_flush"),
     ("raftlog/client/consumer.py", "_start_join"),
     ("raftlog/client/sender.py", "start"),
 }
