@@ -98,3 +98,29 @@ def test_short_chaos_run_on_docker_is_valid_and_its_faults_were_applied(
     label = f"label=com.docker.compose.project={project}"
     assert docker("ps", "-a", "-q", "--filter", label) == ""
     assert docker("volume", "ls", "-q", "--filter", label) == ""
+
+
+def test_a_short_run_through_kafkas_own_client_on_docker_is_valid(
+    docker_image: str, tmp_path: Path
+) -> None:
+    """`--client kafka` on the docker backend: confluent-kafka from the host through the
+    containers' published external Kafka listeners, a node killed and started again."""
+    cfg = RunConfig(
+        out=tmp_path / "kafka",
+        backend="docker",
+        client="kafka",
+        duration_s=30.0,
+        faults=("kill",),
+        seed=SEED,
+        steady_s=5.0,
+        fault_s=(5.0, 8.0),
+        quiet_s=(4.0, 6.0),
+        recovery_s=8.0,
+        progress=False,
+    )
+    report = run(cfg)
+    assert report["valid"], f"{summary(report)}\nproblems: {report['problems']}"
+    assert report["acknowledged"] > 500 and report["lost"] == report["duplicated"] == 0
+    assert [f["kind"] for f in report["faults"]] == ["kill"] * len(report["faults"])
+    history = [json.loads(line) for line in (cfg.out / "history.jsonl").read_text().splitlines()]
+    assert sum(1 for o in history if o["f"] == "commit" and o["type"] == "ok") > 5
