@@ -166,3 +166,21 @@ def test_a_raftlog_group_refuses_a_kafka_member(cluster: Cluster) -> None:
         with KafkaRawClient(address) as conn:
             member_id = first_join(conn)
             assert join(conn, member_id).error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+
+
+def test_a_session_timeout_out_of_bounds_is_refused_as_kafka_does(cluster: Cluster) -> None:
+    address = cluster.kafka_bootstrap.split(",")[0]
+    with KafkaRawClient(address) as conn:
+        member_id = first_join(conn)
+        request = JoinGroupRequest(
+            "g",
+            10,  # ms: below the coordinator's minimum (100)
+            member_id,
+            "consumer",
+            (JoinGroupRequestProtocol("range", SUBSCRIPTION),),
+            rebalance_timeout_ms=10_000,
+        )
+        body = conn.request(ApiKey.JOIN_GROUP, JOIN_V, request)
+        assert (
+            JoinGroupResponse.decode(body, JOIN_V).error_code == ErrorCode.INVALID_SESSION_TIMEOUT
+        )

@@ -12,7 +12,8 @@ Rules kept here (Kafka's, GroupMetadataManager.java):
   again with it. v0-3 clients get their member id in the join's answer.
 - A JoinGroup answer waits until the rebalance it takes part in completes (the barrier); the
   leader's lists every member with the metadata of the chosen protocol, the others' lists
-  none. v0 has no rebalance timeout: the session timeout is used, as Kafka does.
+  none. v0 has no rebalance timeout: the session timeout is used, as Kafka does. A session
+  timeout outside the coordinator's bounds is INVALID_SESSION_TIMEOUT.
 - The subscription inside a "consumer" member's metadata (Kafka's ConsumerProtocol) is
   decoded for the registry (describe, lag, commits' partitions); metadata that does not decode
   (another protocol type, or a client's own format) joins with no topics: the bytes are
@@ -108,6 +109,12 @@ def handle_join_group(
             return JoinGroupResponse(int(ErrorCode.MEMBER_ID_REQUIRED), member_id=member_id)
     except RaftlogError as e:
         return _join_error(request, e)
+    lo, hi = coordinator.config.session_timeout_ms_min, coordinator.config.session_timeout_ms_max
+    if not lo <= request.session_timeout_ms <= hi:
+        # Kafka's answer (group.min/max.session.timeout.ms): clients report it as a config error.
+        return JoinGroupResponse(
+            int(ErrorCode.INVALID_SESSION_TIMEOUT), member_id=request.member_id
+        )
     protocols = [(p.name, p.metadata) for p in request.protocols]
     topics = subscribed_topics(request.protocol_type, protocols[0][1]) if protocols else []
     rebalance_timeout_ms = request.rebalance_timeout_ms
