@@ -26,7 +26,18 @@ from raftlog.client import Admin
 from raftlog.kafka.api import SUPPORTED_VERSIONS, ApiKey
 from raftlog.kafka.errors import ErrorCode
 from raftlog.kafka.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
+from raftlog.kafka.messages.commits import OffsetFetchRequest
+from raftlog.kafka.messages.consumer_protocol import ConsumerProtocolSubscription
 from raftlog.kafka.messages.fetch import FetchPartition, FetchRequest, FetchResponse
+from raftlog.kafka.messages.group_admin import DescribeGroupsRequest, ListGroupsRequest
+from raftlog.kafka.messages.groups import (
+    FindCoordinatorRequest,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    JoinGroupRequestProtocol,
+    LeaveGroupRequest,
+    SyncGroupRequest,
+)
 from raftlog.kafka.messages.list_offsets import (
     ListOffsetsPartition,
     ListOffsetsRequest,
@@ -228,6 +239,32 @@ def test_bad_frames_close_that_connection_only(kafka_broker: BrokerProcess, fram
     still_serving(kafka_broker)
 
 
+# The consumer-group APIs, on a group of their own (a JoinGroup that survives its mutation
+# either asks for a member id or completes at once: it is the group's only member).
+_SUBSCRIPTION = ConsumerProtocolSubscription((TOPIC,)).encode(0)
+GROUP_REQUESTS: list[tuple[ApiKey, int, Any]] = [
+    (ApiKey.FIND_COORDINATOR, 2, FindCoordinatorRequest("fuzz-group")),
+    (
+        ApiKey.JOIN_GROUP,
+        5,
+        JoinGroupRequest(
+            "fuzz-group",
+            10_000,
+            "",
+            "consumer",
+            (JoinGroupRequestProtocol("range", _SUBSCRIPTION),),
+            rebalance_timeout_ms=500,
+        ),
+    ),
+    (ApiKey.SYNC_GROUP, 3, SyncGroupRequest("fuzz-group", 1, "m")),
+    (ApiKey.HEARTBEAT, 3, HeartbeatRequest("fuzz-group", 1, "m")),
+    (ApiKey.LEAVE_GROUP, 2, LeaveGroupRequest("fuzz-group", "m")),
+    (ApiKey.OFFSET_FETCH, 5, OffsetFetchRequest("fuzz-group", None)),
+    (ApiKey.LIST_GROUPS, 2, ListGroupsRequest()),
+    (ApiKey.DESCRIBE_GROUPS, 4, DescribeGroupsRequest(("fuzz-group",))),
+]
+
+
 def test_fuzzed_frames_never_stop_the_broker(kafka_broker: BrokerProcess) -> None:
     """Thousands of mutated frames of every API: each is answered or closes its connection."""
     rng = random.Random(20261126)
@@ -240,6 +277,7 @@ def test_fuzzed_frames_never_stop_the_broker(kafka_broker: BrokerProcess) -> Non
         (ApiKey.PRODUCE, 8, ProduceRequest(None, 1, 1000, (("fuzz-sink", ((0, sink_batch),)),))),
         (ApiKey.FETCH, 11, FetchRequest(-1, 0, 1, 1 << 20, 0, 0, -1, one_fetch, (), "")),
         (ApiKey.LIST_OFFSETS, 5, ListOffsetsRequest(-1, 0, latest)),
+        *GROUP_REQUESTS,
     ]
     seeds = [request_frame(k, v, 1, bytes(r.encode(v))) for k, v, r in requests]
     probe = request_frame(ApiKey.API_VERSIONS, 0, PROBE_ID, b"")
