@@ -21,7 +21,7 @@ OUT/librdkafka.log, not the terminal: `kafka_log(out)` gives the logger both wor
 Rules: librdkafka's callbacks run inside poll()/consume() on the worker's own thread, so the
 in-flight bound is kept by polling until a slot frees (never by blocking on a semaphore); a
 record with an error (librdkafka reports a broker-side failure that way) is left out of the
-poll and logged in the history as "info"; every worker stops at the run's deadline.
+poll and named in its history entry ("errors"); every worker stops at the run's deadline.
 """
 
 from __future__ import annotations
@@ -200,9 +200,8 @@ class KafkaConsumerWorker(WorkloadThread):
                         [r.offset(), (r.value() or b"").decode()]
                     )
                 self.polled += sum(len(v) for v in value.values())
-                self.rec.complete(self.process, "ok", "poll", i, value, group=self.GROUP)
-                if errors:
-                    self.rec.standalone(self.process, "poll-error", errors[:5], group=self.GROUP)
+                extra = {"errors": errors[:5]} if errors else {}
+                self.rec.complete(self.process, "ok", "poll", i, value, group=self.GROUP, **extra)
                 if time.monotonic() >= next_commit and self.assignment:
                     next_commit = time.monotonic() + self.cfg.commit_interval_s
                     self._commit(consumer)
