@@ -14,7 +14,8 @@ running. Every line a process writes to the shared stdout/stderr is one write, s
 the nodes never merge.
 
 The configs, the ports and the node processes come from the launcher (raftlog/launcher.py):
-ports for `--port 0` come from below the kernel's ephemeral port range (`free_ports`), checked
+ports for `--port 0` come from below the kernel's ephemeral port range (`free_ports`,
+`free_base_port` for one node, whose Kafka port is PORT+300 across restarts), checked
 free for TCP and UDP: a port chosen by binding 0 comes from that range, where any process's
 next outgoing connection can take it before the node binds it.
 """
@@ -38,6 +39,7 @@ from raftlog.launcher import (
     PROFILE_DIR_ENV,
     NodeProcess,
     PortPlan,
+    free_base_port,
     free_ports,
     node_command,
     node_dir,
@@ -209,16 +211,16 @@ def _dev(args: argparse.Namespace) -> int:
             raft_address = f"{args.host}:{free_ports(1, args.host)[0]}"
             with open(address_file, "w") as f:
                 f.write(raft_address + "\n")
+        # --port 0: a base port whose Kafka offset is free too (free_base_port says why).
+        port = args.port or free_base_port(
+            (0, KAFKA_PORT_OFFSET) if args.kafka else (0,), args.host
+        )
         config = NodeConfig(
             node_id=1,
             data_dir=args.data_dir,
             controller_voters=[f"1@{raft_address}"],
-            client_listener=f"{args.host}:{args.port}",
-            kafka_listener=(
-                f"{args.host}:{args.port + KAFKA_PORT_OFFSET if args.port else 0}"
-                if args.kafka
-                else None
-            ),
+            client_listener=f"{args.host}:{port}",
+            kafka_listener=f"{args.host}:{port + KAFKA_PORT_OFFSET}" if args.kafka else None,
             auto_create_topics=args.auto_create_topics,
             fetch_zero_copy=args.fetch_zero_copy,
             fetch_zero_copy_min_bytes=args.fetch_zero_copy_min_bytes,

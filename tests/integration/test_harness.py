@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from raftlog.launcher import KAFKA_PORT_OFFSET
 from tests.integration._support import BrokerProcess
 
 
@@ -39,6 +40,22 @@ def test_restart_and_clean_stop_report_nothing(tmp_path: Path) -> None:
     b.restart()
     b.crash_restart()
     assert b.port == port and b.incarnation == 3
+    assert b.shutdown_and_check() == []
+
+
+def test_a_picked_port_keeps_its_kafka_port_below_the_ephemeral_range(tmp_path: Path) -> None:
+    """`--port 0` picks PORT with PORT+300 (the Kafka listener) free, both below the ephemeral
+    range, so a restart on PORT binds the same Kafka port (a port bound at 0 put PORT+300 in
+    that range, where an outgoing connection held it at a restart in CI)."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        ephemeral_min = int(f.read().split()[0])
+    b = BrokerProcess(tmp_path / "data", tmp_path / "logs")
+    b.start()
+    kafka = b.kafka_bootstrap
+    assert kafka == f"{b.host}:{b.port + KAFKA_PORT_OFFSET}"
+    assert b.port + KAFKA_PORT_OFFSET < ephemeral_min
+    b.restart()
+    assert b.kafka_bootstrap == kafka
     assert b.shutdown_and_check() == []
 
 
