@@ -95,17 +95,23 @@ def handle_produce(
     if acks == 0:
         return None
     if wait is not None and wait.remaining:
+        # Watched from now, not from when the connection's task first runs the coroutine
+        # below: a commit (or a lost leadership) that lands in between would call no one, and
+        # the request would hang until the client gave up (measured: a stopping leader's
+        # handed-over requests held librdkafka's partition for its 5 s request timeout).
+        settled = _settled(wait)
 
         async def committed() -> ProduceResponse:
-            await _settled(wait)
+            await settled
             return _response(results)
 
         return committed()
     return _response(results)
 
 
-async def _settled(wait: CommitWait) -> None:
-    """Until every partition of an acks=all request is committed or failed."""
+def _settled(wait: CommitWait) -> asyncio.Future[None]:
+    """Done once every partition of an acks=all request is committed or failed: `wait` calls
+    it from the moment this returns (await it from anywhere later)."""
     fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def done() -> None:
@@ -113,7 +119,9 @@ async def _settled(wait: CommitWait) -> None:
             fut.set_result(None)
 
     wait.on_done = done
-    await fut
+    if wait.remaining == 0:
+        done()
+    return fut
 
 
 # raftlog's error codes (results of the native path) as Kafka's, filled in as met.
