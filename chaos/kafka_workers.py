@@ -17,6 +17,8 @@ Kafka listeners, so the checker's verdict rests on a client written elsewhere:
 
 librdkafka's own log (connection failures under faults, by the hundred) goes to
 OUT/librdkafka.log, not the terminal: `kafka_log(out)` gives the logger both workers use.
+RAFTLOG_CHAOS_LIBRDKAFKA_DEBUG=CONTEXTS (librdkafka's `debug`, e.g. "eos,msg,protocol") adds
+its debug lines there, to trace what the client did with the brokers' answers.
 
 Rules: librdkafka's callbacks run inside poll()/consume() on the worker's own thread, so the
 in-flight bound is kept by polling until a slot frees (never by blocking on a semaphore); a
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -46,6 +49,7 @@ POLL_S = 0.3
 # does not refresh metadata). The native workload's request timeout is the same 5 s.
 SOCKET_TIMEOUT_MS = 5000
 CONSUME_BATCH = 500
+DEBUG_ENV = "RAFTLOG_CHAOS_LIBRDKAFKA_DEBUG"
 
 
 def _tp(topic: str, partition: int) -> str:
@@ -62,8 +66,14 @@ def kafka_log(cfg: RunConfig) -> logging.Logger:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         logger.addHandler(handler)
         logger.propagate = False
-        logger.setLevel(logging.INFO)
+        logger.setLevel(logging.DEBUG if os.environ.get(DEBUG_ENV) else logging.INFO)
     return logger
+
+
+def debug_settings() -> dict[str, str]:
+    """librdkafka's `debug` contexts from the environment (DEBUG_ENV), if any."""
+    contexts = os.environ.get(DEBUG_ENV)
+    return {"debug": contexts} if contexts else {}
 
 
 class KafkaProducerWorker(WorkloadThread):
@@ -98,6 +108,7 @@ class KafkaProducerWorker(WorkloadThread):
                 # librdkafka's own request timeout (default 60 s): the native workload's 5 s.
                 "socket.timeout.ms": SOCKET_TIMEOUT_MS,
                 "retry.backoff.ms": 50,
+                **debug_settings(),
             },
             logger=self.log,
         )
@@ -172,6 +183,7 @@ class KafkaConsumerWorker(WorkloadThread):
                 "auto.offset.reset": "earliest",
                 "session.timeout.ms": max(self.cfg.session_timeout_ms * 4, 6000),
                 "socket.timeout.ms": SOCKET_TIMEOUT_MS,
+                **debug_settings(),
             },
             logger=self.log,
         )

@@ -70,7 +70,12 @@ Start order: check that the node's ports are free (Raft TCP and heartbeat UDP fo
 the client listener for a broker: one that stays taken fails the start within seconds, naming
 it), join the quorum, wait until the local metadata has caught up (bounded), open the listener,
 register the broker (a new incarnation, so an older process of this node is fenced), reconcile
-the logs with the metadata, then heartbeat. SIGTERM/SIGINT stop it in reverse.
+the logs with the metadata, then heartbeat. SIGTERM/SIGINT stop it in reverse, after a
+controlled shutdown (Kafka's): a broker first proposes `shut_down_broker`, which moves its
+leaderships to other in-sync replicas, and waits (CONTROLLED_SHUTDOWN_S at most) until its
+own logs follow that, so clients meet NOT_LEADER with the new leaders while it still answers
+instead of waiting out its session timeout. A broker with no other live broker to hand over
+to, or without a quorum, skips it (a single node restarts as before).
 
 If the quorum member's Raft thread fails (quorum.py), the node stops with an error naming it,
 so that the process exits non-zero and a restart rebuilds its Raft state.
@@ -110,6 +115,7 @@ from raftlog.metadata.controller import (
 )
 from raftlog.metadata.coordinator import GroupCoordinator
 from raftlog.metadata.quorum import MetadataQuorum, check_port_free
+from raftlog.metadata.state import MetadataState
 from raftlog.readiness import remove_ready_file, write_line, write_ready_file
 from raftlog.replication.partition import ReplicationConfig
 from raftlog.storage import LogConfig
@@ -118,6 +124,9 @@ from raftlog.storage.checkpoint import atomic_write, fsync_dir
 log = logging.getLogger(__name__)
 
 READY_TIMEOUT_S = 60.0
+# How long a stopping broker waits for its controlled shutdown (the proposal and its own logs
+# following it) before it stops anyway; the controller then fences it after its session timeout.
+CONTROLLED_SHUTDOWN_S = 3.0
 # How often a broker compares its controller_voters with those the other brokers registered:
 # a wrong list is caught within seconds, at the cost of one local metadata read.
 VOTERS_CHECK_INTERVAL_S = 1.0
@@ -471,6 +480,7 @@ class Node:
                     self._signal_ready()
                 await stop.wait()
                 if self.broker is not None:
+                    await self._controlled_shutdown()
                     # Metadata changes still land on the loop while the TaskGroup winds down:
                     # a stopping broker no longer reconciles its logs with them.
                     self.broker.stopping = True
@@ -511,6 +521,43 @@ class Node:
             write_line(sys.stdout, f"raftlog broker {cfg.node_id} ready on {address}{also}")
         else:
             write_line(sys.stdout, f"raftlog controller {cfg.node_id} ready")
+
+    async def _controlled_shutdown(self) -> None:
+        """Hand this broker's leaderships over before it stops (module docstring)."""
+        broker, epoch, node_id = self.broker, self.broker_epoch, self.config.node_id
+        if broker is None or epoch is None:
+            return
+
+        def others_live(s: MetadataState) -> bool:
+            return any(not b["fenced"] for n, b in s.brokers.items() if n != node_id)
+
+        if not self.quorum.read(others_live):
+            return
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(CONTROLLED_SHUTDOWN_S):
+                moved = await self.quorum.propose(
+                    "shut_down_broker",
+                    timeout_s=CONTROLLED_SHUTDOWN_S,
+                    node_id=node_id,
+                    broker_epoch=epoch,
+                )
+                broker.reconcile()
+                await broker.wait_reconciled()
+        except (RaftlogError, TimeoutError) as e:
+            log.warning(
+                "broker %d: controlled shutdown failed (%s); stopping anyway, the controller "
+                "fences it after its session timeout",
+                node_id,
+                str(e) or f"not done within {CONTROLLED_SHUTDOWN_S:g} s",
+            )
+            return
+        log.info(
+            "broker %d: controlled shutdown: %s leaderships moved in %.2f s",
+            node_id,
+            moved,
+            time.monotonic() - started,
+        )
 
     async def _wait_ready(self, stop: asyncio.Event) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S

@@ -78,7 +78,7 @@ def format_status(st: dict[str, Any]) -> str:
         lines.append(
             f"  broker {b['node_id']}  {b['host']}:{b['port']}  replication {fetched_at}{kafka}  "
             f"rack={b['rack'] or '-'}  epoch={b['broker_epoch']}  "
-            f"{'FENCED' if b['fenced'] else 'alive'}"
+            f"{_broker_state(b)}"
         )
     partitions = st["partitions"]
     degraded = [p for p in partitions if p["offline_replicas"]]
@@ -102,3 +102,9 @@ def format_status(st: dict[str, Any]) -> str:
         for o in st["offline_logs"]:
             lines.append(f"  {o['topic']}-{o['partition']} on broker {o['node_id']}: {o['reason']}")
     return "\n".join(lines) + "\n"
+
+
+def _broker_state(b: dict[str, Any]) -> str:
+    if b.get("shutting_down"):
+        return "SHUT DOWN (stopped cleanly; fenced until it starts again)"
+    return "FENCED" if b["fenced"] else "alive"

@@ -388,6 +388,7 @@ class ClusterMetadata:
                         "rack": b["rack"],
                         "broker_epoch": b["broker_epoch"],
                         "fenced": b["fenced"],
+                        "shutting_down": b.get("shutting_down", False),
                     }
                     for _, b in sorted(s.brokers.items())
                 ],

@@ -6,7 +6,9 @@ send a UDP datagram (asyncio-dgram) every `broker_heartbeat_interval_ms` to the 
 controller, at the same host and port number as its Raft TCP listener. Only state changes go
 through Raft: the controller proposes `fence_broker` for a broker silent for
 `broker_session_timeout_ms` (which moves its leaderships to other ISR members) and
-`unfence_broker` when it is heard again.
+`unfence_broker` when it is heard again. A broker that stops cleanly fences itself first
+(`shut_down_broker`, proposed by the stopping node: Kafka's controlled shutdown); the
+controller leaves such a broker alone until it registers again.
 
 Rules:
 - A heartbeat counts only with the broker's current epoch (from its latest registration): a
@@ -143,7 +145,11 @@ class Controller:
         if not leader:
             return
         brokers = self.quorum.read(
-            lambda s: [(n, b["broker_epoch"], b["fenced"]) for n, b in sorted(s.brokers.items())]
+            lambda s: [
+                (n, b["broker_epoch"], b["fenced"])
+                for n, b in sorted(s.brokers.items())
+                if not b.get("shutting_down", False)  # fenced by itself until it registers
+            ]
         )
         for node_id, epoch, fenced in brokers:
             first = self._first_seen.get(node_id)

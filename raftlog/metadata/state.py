@@ -88,6 +88,7 @@ TOPOLOGY_COMMANDS = frozenset(
         "register_broker",
         "fence_broker",
         "unfence_broker",
+        "shut_down_broker",
         "create_topic",
         "delete_topic",
         "alter_isr",
@@ -284,9 +285,22 @@ class MetadataState:
         broker["fenced"] = True
         return _ok(self._remove_from_isrs(node_id, clean=True, restarted=False))
 
+    def _cmd_shut_down_broker(self, node_id: int, broker_epoch: int) -> Result:
+        """Controlled shutdown (Kafka's): a broker stopping cleanly asks first, so that its
+        leaderships move to other in-sync replicas while it still answers, and clients find
+        the new leaders at once rather than after its session timeout. It is fenced as a
+        silent broker is, and stays fenced while its heartbeats go on, until it registers
+        again (a new epoch: `register_broker` writes its entry anew)."""
+        broker = self._check_epoch(node_id, broker_epoch)
+        broker["shutting_down"] = True
+        if broker["fenced"]:
+            return _ok(0)
+        broker["fenced"] = True
+        return _ok(self._remove_from_isrs(node_id, clean=True, restarted=False))
+
     def _cmd_unfence_broker(self, node_id: int, broker_epoch: int) -> Result:
         broker = self._check_epoch(node_id, broker_epoch)
-        if not broker["fenced"]:
+        if not broker["fenced"] or broker.get("shutting_down", False):
             return _ok(0)
         broker["fenced"] = False
         return _ok(self._elect_for_returning(node_id))

@@ -515,6 +515,7 @@ def test_cluster_status_cli(cluster: Cluster) -> None:
             "rack",
             "broker_epoch",
             "fenced",
+            "shutting_down",
         }
         for b in st["brokers"]
     )

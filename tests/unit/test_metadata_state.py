@@ -110,6 +110,23 @@ def test_fencing_moves_leadership_within_the_isr_and_bumps_epochs() -> None:
     err(s, "unfence_broker", StaleBrokerEpochError, node_id=1, broker_epoch=epochs[1] - 1)
 
 
+def test_a_controlled_shutdown_moves_leaderships_and_stays_fenced_until_it_registers() -> None:
+    s, epochs = cluster(3)
+    ok(s, "create_topic", name="t", topic_id="id", partitions=3, replication_factor=3, config={})
+    led_by_2 = [i for i, p in enumerate(s.topics["t"]["partitions"]) if p.leader == 2]
+    assert ok(s, "shut_down_broker", node_id=2, broker_epoch=epochs[2]) == len(led_by_2)
+    assert s.brokers[2]["fenced"] and s.brokers[2]["shutting_down"]
+    for p in s.topics["t"]["partitions"]:
+        assert p.leader not in (2, NO_LEADER) and 2 not in p.isr
+    # Its heartbeats go on until the process ends: the controller's unfence is a no-op.
+    assert ok(s, "unfence_broker", node_id=2, broker_epoch=epochs[2]) == 0
+    assert s.brokers[2]["fenced"]
+    err(s, "shut_down_broker", StaleBrokerEpochError, node_id=2, broker_epoch=epochs[2] - 1)
+    # Started again: a new registration, alive, no longer shutting down.
+    ok(s, "register_broker", node_id=2, host="h", port=1, rack=None, incarnation="b", now_ms=1)
+    assert not s.brokers[2]["fenced"] and not s.brokers[2].get("shutting_down", False)
+
+
 def test_last_isr_member_fenced_means_offline_until_it_returns() -> None:
     s, epochs = cluster(1)
     ok(s, "create_topic", name="t", topic_id="id", partitions=1, replication_factor=1, config={})

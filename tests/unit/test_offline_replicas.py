@@ -147,6 +147,7 @@ def test_describe_cluster_names_every_field() -> None:
         "rack": None,
         "broker_epoch": epochs[1],
         "fenced": False,
+        "shutting_down": False,
     }
     p0 = d["partitions"][0]
     assert set(p0) == {
