@@ -77,6 +77,12 @@ from raftlog.topics import TopicPartition
 IN_FLIGHT_MAX = 2000
 # Every send resolves within the run: retried inside the client up to this, then indeterminate.
 DELIVERY_TIMEOUT_MS = 20_000
+# The same for librdkafka (message.timeout.ms), longer: when it expires on a request in flight,
+# librdkafka bumps the idempotent producer's epoch and re-sends the rest of that request's
+# records as new ones (its INTRODUCTION.md, "Message timeout considerations"), so records the
+# partition holds are written again. raftlog's client keeps a timed-out batch's epoch and
+# sequence; librdkafka recommends a large timeout (its default is 300 s).
+KAFKA_DELIVERY_TIMEOUT_MS = 60_000
 # How long the nodes get after the last fault to be whole again before the final reads.
 SETTLE_S = 90.0
 FINAL_READ_S = 120.0
@@ -631,7 +637,7 @@ def run(cfg: RunConfig) -> dict[str, Any]:
             nemesis.join(120)
             applied = len(nemesis.applied)
             for w in workers:
-                w.join(DELIVERY_TIMEOUT_MS / 1000 + 60)
+                w.join(max(DELIVERY_TIMEOUT_MS, KAFKA_DELIVERY_TIMEOUT_MS) / 1000 + 60)
             for t in [*workers, nemesis]:
                 if t.is_alive():
                     problems.append(f"{t.name} did not stop")
@@ -690,7 +696,7 @@ def _workers(
         kafka = cluster.kafka_bootstrap
         return [
             *(
-                KafkaProducerWorker(n, cfg, kafka, rec, stop, DELIVERY_TIMEOUT_MS)
+                KafkaProducerWorker(n, cfg, kafka, rec, stop, KAFKA_DELIVERY_TIMEOUT_MS)
                 for n in producers
             ),
             *(KafkaConsumerWorker(n, cfg, kafka, rec, stop) for n in consumers),
