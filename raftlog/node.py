@@ -382,7 +382,8 @@ class Node:
             on_failure=self._on_quorum_failure,
         )
         self._quorum_failed = asyncio.Event()
-        self.metadata = ClusterMetadata(self.quorum, voters)
+        # Cut off from the quorum past its session timeout, a broker's view of leaders is stale.
+        self.metadata = ClusterMetadata(self.quorum, voters, config.broker_session_timeout_ms)
         self.broker: Broker | None = None
         self.controller: Controller | None = None
         self.coordinator = (

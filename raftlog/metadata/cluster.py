@@ -85,9 +85,14 @@ def _topic_info(t: dict[str, Any], old: TopicInfo | None = None) -> TopicInfo:
 
 
 class ClusterMetadata:
-    def __init__(self, quorum: MetadataQuorum, voters: dict[int, str]):
+    def __init__(
+        self, quorum: MetadataQuorum, voters: dict[int, str], stale_after_ms: int | None = None
+    ):
+        """`stale_after_ms`: how long this node may reach no majority of the voters before
+        its view counts as stale (`stale`); None: never (a node's own clients only)."""
         self.quorum = quorum
         self.voters = voters
+        self.stale_after_ms = stale_after_ms
         # ISR changes waiting to go to the quorum, and the task sending them (alter_isr).
         self._isr_queue: list[tuple[dict[str, Any], asyncio.Future[int]]] = []
         self._isr_sender: asyncio.Task[None] | None = None
@@ -198,6 +203,14 @@ class ClusterMetadata:
         replication listener, or its client listener if it registered none."""
         self._refresh()
         return self._replication_endpoints.get(node_id)
+
+    @property
+    def stale(self) -> bool:
+        """Whether this node has been cut off from the metadata quorum for over
+        `stale_after_ms` (the broker session timeout: the others have fenced it by now and
+        moved its leaderships, so what it knows of leaders is out of date)."""
+        limit = self.stale_after_ms
+        return limit is not None and self.quorum.out_of_contact_s() * 1000 > limit
 
     @property
     def controller_id(self) -> int:

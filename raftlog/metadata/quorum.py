@@ -92,6 +92,10 @@ CONNECTION_RETRY_S = 0.5
 # leader resigns after 1.5 fetch timeouts (3 s); well above the election timeout here.
 LEADER_FALLBACK_S = 2.0
 TICK_WAIT_S = 0.005
+# How often the tick thread checks that this member can reach a majority of the voters
+# (`out_of_contact_s`). pysyncobj drops a connection that carried nothing for its
+# connectionTimeout (3.5 s); a leader sends on each every APPEND_ENTRIES_PERIOD_S.
+CONTACT_CHECK_S = 0.1
 # A port in use at start is tried again this long before the node gives up (check_port_free).
 PORT_IN_USE_RETRY_S = 3.0
 PORT_IN_USE_RETRY_INTERVAL_S = 0.1
@@ -210,6 +214,9 @@ class MetadataQuorum:
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self._failure: str | None = None
+        # Since when (time.monotonic()) this member reaches no majority of the voters; None
+        # while it does. Written by the tick thread only.
+        self._contact_lost_at: float | None = None
 
     def start(self) -> None:
         """Join the quorum. Raises OSError (EADDRINUSE, naming the address) if the Raft port
@@ -262,6 +269,7 @@ class MetadataQuorum:
         if replica is None or journal is None:
             raise InvariantError("the Raft replica and its journal are not set up (start() first)")
         next_compaction = 0.0
+        next_contact_check = 0.0
         try:
             while not self._stopping.is_set():
                 try:
@@ -273,6 +281,9 @@ class MetadataQuorum:
                     self._stopping.wait(TICK_WAIT_S)
                     continue
                 now = time.monotonic()
+                if now >= next_contact_check:
+                    next_contact_check = now + CONTACT_CHECK_S
+                    self._check_contact(replica, now)
                 if now >= next_compaction and (
                     len(journal) > COMPACT_ENTRIES
                     or journal.size_bytes > JOURNAL_BYTES_COMPACT
@@ -291,6 +302,25 @@ class MetadataQuorum:
                 exc_info=True,
             )
             self._on_failure(e)
+
+    def _check_contact(self, replica: _Replica, now: float) -> None:
+        """Note whether this member is connected to a majority of the voters (itself counted
+        if it votes)."""
+        voters = len(self.voters) + (self.raft_address is not None)
+        reached = (self.raft_address is not None) + sum(
+            1 for node in replica.otherNodes if replica.isNodeConnected(node)
+        )
+        if 2 * reached > voters:
+            self._contact_lost_at = None
+        elif self._contact_lost_at is None:
+            self._contact_lost_at = now
+
+    def out_of_contact_s(self) -> float:
+        """How long this member has reached no majority of the voters (0.0 while it does). A
+        broker cut off this long past its session timeout has been fenced by the others, and
+        its view of who leads what is stale (kafka/handlers/metadata.py)."""
+        lost = self._contact_lost_at
+        return 0.0 if lost is None else time.monotonic() - lost
 
     def stop(self) -> None:
         self._stopping.set()

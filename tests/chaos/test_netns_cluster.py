@@ -20,6 +20,9 @@ from chaos.faults import FaultSpec, inject
 from chaos.local_cluster import NETNS_REPLICATION_PORT, LocalCluster, wait_until
 from chaos.netns import NetnsNetwork
 from raftlog.client import Admin, Producer
+from raftlog.kafka.api import ApiKey
+from raftlog.kafka.messages.metadata import MetadataRequest, MetadataResponse
+from tests.kafka._raw import KafkaRawClient
 
 pytestmark = pytest.mark.skipif(
     netns.available() is not None, reason=f"network namespaces: {netns.available()}"
@@ -160,3 +163,53 @@ def test_a_producer_leaves_a_leader_cut_off_from_the_cluster(
         with Admin(c.address(next(n for n in NODES if n != leader))) as admin:
             now = admin.describe_topics(["zombie"])[0].partitions[0]
     assert now.leader != leader, (now, took)
+
+
+def _kafka_leaders(address: str, topic: str) -> list[int]:
+    """The leaders of `topic`'s partitions as the broker at `address` names them to Kafka's
+    clients (Metadata v8)."""
+    with KafkaRawClient(address) as c:
+        body = c.request(ApiKey.METADATA, 8, MetadataRequest((topic,)))
+    (t,) = MetadataResponse.decode(body, 8).topics
+    return [p.leader for p in sorted(t.partitions, key=lambda p: p.partition)]
+
+
+def test_a_leader_cut_off_from_the_quorum_names_no_leader_to_kafka_clients(
+    cluster: tuple[LocalCluster, NetnsNetwork],
+) -> None:
+    """Kafka's clients ask any broker for metadata. A leader cut off from the others but not
+    from clients (the isolate fault's default) answered with its stale view ("I lead") while
+    the majority had fenced it and moved its partitions, and librdkafka kept sending it
+    produce requests that could not commit (20.6 s without writes in a 10-minute chaos run).
+    Past its session timeout without a majority it names no leader; healed, it names them."""
+    c, net = cluster
+    c.start()
+    c.wait_view(1, lambda v: v["controller_id"] > 0, CONVERGE_TIMEOUT_S, "a controller")
+    topic = "stale"
+    with Admin(c.bootstrap) as admin:
+        admin.create_topic(topic, 1, 3, {"min.insync.replicas": "2"})
+        leader = wait_until(
+            lambda: next(
+                (p.leader for p in admin.describe_topics([topic])[0].partitions if p.leader > 0),
+                None,
+            ),
+            CONVERGE_TIMEOUT_S,
+            "a leader",
+        )
+    address = c.kafka_address(leader)
+    assert wait_until(
+        lambda: _kafka_leaders(address, topic) == [leader] or None,
+        CONVERGE_TIMEOUT_S,
+        f"node {leader} naming itself the leader",
+    )
+    with inject(FaultSpec("isolate", (leader,)), network=net):
+        assert wait_until(
+            lambda: _kafka_leaders(address, topic) == [-1] or None,
+            CONVERGE_TIMEOUT_S,
+            f"node {leader}, cut off, naming no leader",
+        )
+    assert wait_until(
+        lambda: min(_kafka_leaders(address, topic)) > 0 or None,
+        CONVERGE_TIMEOUT_S,
+        f"node {leader}, healed, naming a leader again",
+    )

@@ -85,6 +85,11 @@ def handle_find_coordinator(
         return _no_coordinator(
             ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {request.key_type}"
         )
+    if ctx.metadata.stale:
+        return _no_coordinator(
+            ErrorCode.COORDINATOR_NOT_AVAILABLE,
+            f"broker {ctx.config.node_id} is cut off from the metadata quorum; ask another",
+        )
     node = ctx.metadata.controller_id
     for b in ctx.metadata.kafka_brokers(source.external):
         if b.node_id == node:

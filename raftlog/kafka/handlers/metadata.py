@@ -8,7 +8,11 @@ Rules:
   Kafka external listener): a client follows partition leaders through them. A partition whose
   leader is not a live broker with a Kafka listener is LEADER_NOT_AVAILABLE with leader -1
   (clients retry); an unknown topic is UNKNOWN_TOPIC_OR_PARTITION unless the request allows
-  auto-creation and the broker does it (the native rule, `topics_to_auto_create`).
+  auto-creation and the broker does it (the native rule, `topics_to_auto_create`). A broker
+  cut off from the metadata quorum past its session timeout (`ClusterMetadata.stale`) names
+  no leader at all: the others have fenced it and moved its leaderships, and a client told
+  "I lead" kept sending to it (librdkafka: 20.6 s without writes in an isolate chaos run);
+  told LEADER_NOT_AVAILABLE, it asks another broker.
 - ListOffsets: timestamp -2 is the log start, -1 the high watermark (what a consumer may read:
   without transactions the last stable offset is the same), any other the first offset whose
   timestamp is at least it, below the high watermark (-1/-1 when there is none). A stated
@@ -89,25 +93,28 @@ def _metadata(
         MetadataBroker(b.node_id, b.host, b.port, b.rack) for b in md.kafka_brokers(external)
     ]
     alive = {b.node_id for b in brokers}
+    # A stale view names no leader (module docstring).
+    leaders = set() if md.stale else alive
     topics: list[MetadataTopic] = []
     if names is None:
         for t in md.topics().values():
-            topics.append(_topic(t, alive))
+            topics.append(_topic(t, alive, leaders))
     else:
         for name in names:
             try:
                 if name in create_errors:
                     raise create_errors[name]
-                topics.append(_topic(md.topic(name), alive))
+                topics.append(_topic(md.topic(name), alive, leaders))
             except RaftlogError as e:
                 topics.append(MetadataTopic(kafka_code(e), name, False, []))
     return MetadataResponse(0, brokers, CLUSTER_ID, md.controller_id, topics)
 
 
-def _topic(t: TopicInfo, alive: set[int]) -> MetadataTopic:
+def _topic(t: TopicInfo, alive: set[int], leaders: set[int]) -> MetadataTopic:
+    """`alive`: the live brokers; `leaders`: those that may be named as a leader."""
     partitions = []
     for p in t.partitions:
-        leader = p.leader if p.leader in alive else -1
+        leader = p.leader if p.leader in leaders else -1
         error = 0 if leader >= 0 else int(ErrorCode.LEADER_NOT_AVAILABLE)
         offline = [r for r in p.replicas if r not in alive]
         partitions.append(

@@ -107,6 +107,7 @@ def context(coordinator: FakeCoordinator | None, controller_id: int = 1, **kw: A
     }
     metadata = SimpleNamespace(
         controller_id=controller_id,
+        stale=kw.get("stale", False),
         kafka_brokers=lambda external=False: brokers[external],
         quorum=kw.get("quorum", FakeQuorum()),
     )
@@ -168,6 +169,14 @@ def test_find_coordinator_without_a_live_controller_is_retriable(controller_id: 
     )
     assert answer.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
     assert answer.node_id == -1 and answer.error_message
+
+
+def test_find_coordinator_from_a_broker_cut_off_from_the_quorum_is_retriable() -> None:
+    answer = handle_find_coordinator(
+        context(None, 1, stale=True), FindCoordinatorRequest("g"), 1, SOURCE
+    )
+    assert answer.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    assert "cut off" in str(answer.error_message)
 
 
 def test_find_coordinator_of_a_transaction_says_there_are_none() -> None:
