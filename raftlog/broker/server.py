@@ -10,7 +10,9 @@ Shutdown (`stop`): stop accepting, let in-flight requests finish (bounded by
 `shutdown_timeout_ms`), flush and close every log (every one, even if some fail). After kill -9
 instead, the next start runs storage recovery and every acknowledged record is there.
 
-Housekeeping (every `flush_check_interval_ms`): flush by `flush.ms`, retention every
+Housekeeping (every `flush_check_interval_ms`): while the broker is cut off from the metadata
+quorum (`writable_partition`), fail its waiting acks=all produces; flush by `flush.ms`,
+retention every
 `retention_check_interval_ms`, move logs that went offline to the LogManager's offline table
 and reopen offline ones whose backoff passed. The scrubber, a task of its own, checks closed
 segments' checksums (`scrub_bytes_per_s`, in slices of at most SCRUB_SECONDS_PER_TICK_MAX every
@@ -333,6 +335,8 @@ class Broker:
         next_retention = loop.time() + self.config.retention_check_interval_ms / 1000
         while True:
             await asyncio.sleep(self.config.flush_check_interval_ms / 1000)
+            if self.metadata.stale:
+                self.replicas.cut_off()  # its waiting acks=all produces: ask elsewhere
             self.logs.maybe_flush()
             if loop.time() >= next_retention:
                 self.logs.enforce_retention(self.replicas.high_watermarks())
@@ -676,6 +680,20 @@ class Broker:
                     f"broker {self.config.node_id} cannot serve {tp}, its log is offline: {offline}"
                 )
         return self.replicas.leader(tp)
+
+    def writable_partition(self, tp: TopicPartition) -> Partition:
+        """`leader_partition`, refused while this broker is cut off from the metadata quorum
+        past its session timeout (`ClusterMetadata.stale`): the others have fenced it and
+        moved its leaderships, and its acks=all requests cannot commit. Kafka's clients
+        refresh metadata on NOT_LEADER_OR_FOLLOWER, not on a timeout (librdkafka retried the
+        same cut-off leader for a whole 18 s isolation); reads of committed data go on."""
+        p = self.leader_partition(tp)
+        if self.metadata.stale:
+            raise NotLeaderOrFollowerError(
+                f"broker {self.config.node_id} is cut off from the metadata quorum; its "
+                f"leadership of {tp} has likely moved: ask another broker for metadata"
+            )
+        return p
 
     def leader_log(self, tp: TopicPartition) -> PartitionLog:
         """The log of a partition this broker leads, or the error a client should act on."""

@@ -423,6 +423,18 @@ class PartitionCore:
         self._check()
         return actions
 
+    def cut_off(self) -> list[Action]:
+        """This broker is cut off from the metadata quorum (its leadership has likely moved):
+        the acks=all waiters fail with NotLeaderOrFollowerError, so that their clients look
+        for the new leader instead of waiting out their timeout. Their records stay: they
+        commit if the cut heals first, or go when this replica follows the new leader."""
+        if self.role is not Role.LEADER:
+            return []
+        return self._fail_waiters(
+            NotLeaderOrFollowerError,
+            f"{self.name}: broker {self.node_id} is cut off from the metadata quorum",
+        )
+
     def update_isr(
         self,
         isr: Iterable[int],

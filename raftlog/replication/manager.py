@@ -223,6 +223,14 @@ class ReplicaManager:
             p.wake(p.follower_waiters)
             p.wake(p.consumer_waiters)
 
+    def cut_off(self) -> None:
+        """This broker is cut off from the metadata quorum: every led partition's acks=all
+        waiters fail (PartitionCore.cut_off)."""
+        now = self.clock_ms()
+        for p in self.partitions.values():
+            if p.core.waiters:
+                self._perform(p, p.core.cut_off(), now)
+
     async def _tick_loop(self) -> None:
         interval = self.config.tick_interval_ms / 1000
         next_checkpoint = self.clock_ms() + self.config.high_watermark_checkpoint_interval_ms

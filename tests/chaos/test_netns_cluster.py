@@ -21,8 +21,10 @@ from chaos.local_cluster import NETNS_REPLICATION_PORT, LocalCluster, wait_until
 from chaos.netns import NetnsNetwork
 from raftlog.client import Admin, Producer
 from raftlog.kafka.api import ApiKey
+from raftlog.kafka.errors import ErrorCode
 from raftlog.kafka.messages.metadata import MetadataRequest, MetadataResponse
 from tests.kafka._raw import KafkaRawClient
+from tests.kafka.test_listener import batch, produce
 
 pytestmark = pytest.mark.skipif(
     netns.available() is not None, reason=f"network namespaces: {netns.available()}"
@@ -208,6 +210,11 @@ def test_a_leader_cut_off_from_the_quorum_names_no_leader_to_kafka_clients(
             CONVERGE_TIMEOUT_S,
             f"node {leader}, cut off, naming no leader",
         )
+        # ... and refusing writes (NOT_LEADER_OR_FOLLOWER: librdkafka refreshes its metadata
+        # on that; on a request timeout it only retries the same broker).
+        with KafkaRawClient(address) as raw:
+            answer = produce(raw, topic, 0, batch([(None, b"during")]))
+        assert answer.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER, answer
     assert wait_until(
         lambda: min(_kafka_leaders(address, topic)) > 0 or None,
         CONVERGE_TIMEOUT_S,

@@ -106,6 +106,19 @@ def test_acks_all_waits_for_the_isr_then_completes_in_order() -> None:
     assert completions(fetch(core, 3, 3, now=4)) == {"b": None}
 
 
+def test_a_leader_cut_off_from_the_quorum_fails_its_waiters_and_keeps_its_records() -> None:
+    core, log, _ = leader(records=2)
+    core.wait_for_commit(0, 5000, "a", 1)
+    core.wait_for_commit(1, 5000, "b", 1)
+    done = completions(core.cut_off())
+    assert set(done) == {"a", "b"}
+    assert all(isinstance(e, NotLeaderOrFollowerError) for e in done.values())
+    assert core.role is Role.LEADER and log.log_end_offset == 2 and core.cut_off() == []
+    # A follower has nothing to fail.
+    core.become_follower(2, 6, 1, (1, 2, 3))
+    assert core.cut_off() == []
+
+
 def test_acks_all_fails_when_the_isr_falls_below_the_minimum() -> None:
     core, _log, _ = leader(records=1)
     core.wait_for_commit(0, 500, "a", 1)

@@ -229,7 +229,7 @@ class ProduceGroup:
                 if p is None:
                     try:
                         p = _Pending(
-                            self._broker.leader_partition(TopicPartition(topic, partition)),
+                            self._broker.writable_partition(TopicPartition(topic, partition)),
                             partition,
                         )
                     except RaftlogError as e:

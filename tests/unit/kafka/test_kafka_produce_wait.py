@@ -48,7 +48,7 @@ class _Ctx:
     def topics_to_auto_create(self, names: Any) -> list[str]:
         return []
 
-    def leader_partition(self, tp: Any) -> _Partition:
+    def writable_partition(self, tp: Any) -> _Partition:
         return _Partition()
 
 
