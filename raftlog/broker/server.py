@@ -200,6 +200,8 @@ class Broker:
         self.replication_connections = Connections(config, "replication")
         self._server: asyncio.Server | None = None
         self._housekeeping: asyncio.Task[None] | None = None
+        # Whether housekeeping last found this broker cut off from the quorum (logged on change).
+        self._cut_off = False
         self._offline_reporter: asyncio.Task[None] | None = None
         self._scrubber: asyncio.Task[None] | None = None
         # Its background loops: a loop that ends with an error (a bug: the expected ones are
@@ -335,7 +337,20 @@ class Broker:
         next_retention = loop.time() + self.config.retention_check_interval_ms / 1000
         while True:
             await asyncio.sleep(self.config.flush_check_interval_ms / 1000)
-            if self.metadata.stale:
+            stale = self.metadata.stale
+            if stale != self._cut_off:
+                self._cut_off = stale
+                if stale:
+                    log.warning(
+                        "broker %d is cut off from the metadata quorum (no majority of the "
+                        "voters for %.1f s): refusing produce, naming no leaders to Kafka's "
+                        "clients",
+                        self.config.node_id,
+                        self.metadata.quorum.out_of_contact_s(),
+                    )
+                else:
+                    log.warning("broker %d reaches the metadata quorum again", self.config.node_id)
+            if stale:
                 self.replicas.cut_off()  # its waiting acks=all produces: ask elsewhere
             self.logs.maybe_flush()
             if loop.time() >= next_retention:

@@ -215,6 +215,12 @@ def test_a_leader_cut_off_from_the_quorum_names_no_leader_to_kafka_clients(
         with KafkaRawClient(address) as raw:
             answer = produce(raw, topic, 0, batch([(None, b"during")]))
         assert answer.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER, answer
+        # ... and says so in its log, once (its housekeeping also fails waiting produces).
+        assert wait_until(
+            lambda: "cut off from the metadata quorum" in c.nodes[leader].err_paths[-1].read_text(),
+            CONVERGE_TIMEOUT_S,
+            f"node {leader} logging that it is cut off",
+        )
     assert wait_until(
         lambda: min(_kafka_leaders(address, topic)) > 0 or None,
         CONVERGE_TIMEOUT_S,
