@@ -65,6 +65,7 @@ class _Metadata:
     """The one-topic metadata a broker Connection needs (this node leads partition 0)."""
 
     topology_version = 0
+    stale = False  # in contact with the metadata quorum (Broker.writable_partition asks)
 
     def __init__(self, topics: dict[str, Any]):
         self._topics = topics
