@@ -120,6 +120,14 @@ class InvalidPartitionsError(RaftlogError):
     code = 13
 
 
+class InvalidReplicaAssignmentError(RaftlogError):
+    """An explicit replica assignment that cannot be used: the wrong number of replicas, a
+    broker named twice, an unknown broker, or partitions it does not cover (Kafka:
+    INVALID_REPLICA_ASSIGNMENT)."""
+
+    code = 62
+
+
 class InvalidRequestError(RaftlogError):
     """A request is well framed but its content is not acceptable."""
 

@@ -64,6 +64,7 @@ class ApiKey(enum.IntEnum):
     DELETE_GROUPS = 17
     RESET_OFFSETS = 18
     INIT_PRODUCER_ID = 19
+    CREATE_PARTITIONS = 20
 
 
 # api key -> (min version, max version) this code speaks.
@@ -725,6 +726,17 @@ REQUEST_BODIES: dict[int, _Shape] = {
         validate_only=_BOOL,
     ),
     ApiKey.DELETE_TOPICS: _Struct({"topics": _STRS}),
+    ApiKey.CREATE_PARTITIONS: _Struct(
+        {
+            "topics": _List(
+                _Struct(
+                    {"name": _STR, "count": _INT},
+                    assignments=_Nullable(_List(_List(_INT))),
+                )
+            )
+        },
+        validate_only=_BOOL,
+    ),
     ApiKey.DESCRIBE_CONFIGS: _Struct(topics=_Nullable(_STRS)),
     ApiKey.PRODUCE: _ProduceBody(
         {

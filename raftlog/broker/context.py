@@ -103,4 +103,12 @@ class HandlerContext(Protocol):
         validate_only: bool = False,
     ) -> TopicInfo: ...
 
+    async def create_partitions(
+        self,
+        name: str,
+        count: int,
+        assignments: list[list[int]] | None = None,
+        validate_only: bool = False,
+    ) -> None: ...
+
     async def delete_topic(self, name: str) -> None: ...

@@ -171,6 +171,7 @@ class Broker:
             (protocol.ApiKey.METADATA, admin.handle_metadata),
             (protocol.ApiKey.CREATE_TOPICS, admin.handle_create_topics),
             (protocol.ApiKey.DELETE_TOPICS, admin.handle_delete_topics),
+            (protocol.ApiKey.CREATE_PARTITIONS, admin.handle_create_partitions),
             (protocol.ApiKey.DESCRIBE_CONFIGS, admin.handle_describe_configs),
             (protocol.ApiKey.PRODUCE, produce.handle_produce),
             (protocol.ApiKey.FETCH, fetch.handle_fetch),
@@ -643,6 +644,26 @@ class Broker:
             async with asyncio.timeout(CREATE_OPEN_S_MAX):
                 await self.wait_reconciled()
         return info
+
+    async def create_partitions(
+        self,
+        name: str,
+        count: int,
+        assignments: list[list[int]] | None = None,
+        validate_only: bool = False,
+    ) -> None:
+        """Grow topic `name` to `count` partitions; answered, as create_topic is, once this
+        broker's logs of the new partitions are open (for at most CREATE_OPEN_S_MAX)."""
+        if validate_only:
+            self.metadata.check_create_partitions(name, count, assignments)
+            return
+        before = len(self.metadata.topic(name).partitions)
+        await self.metadata.create_partitions(name, count, assignments)
+        self.reconcile()
+        log.info("grew topic %s from %d to %d partitions", name, before, count)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(CREATE_OPEN_S_MAX):
+                await self.wait_reconciled()
 
     async def delete_topic(self, name: str) -> None:
         await self.metadata.delete_topic(name)

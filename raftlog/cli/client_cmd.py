@@ -109,6 +109,33 @@ def register(sub: Any) -> None:
     add_json(d, "one object per topic, its partitions as objects; unknown figures are null")
     add_bootstrap(d)
     d.set_defaults(func=_topic_describe)
+    a = tsub.add_parser(
+        "alter",
+        help="grow a topic to more partitions",
+        description="Grow a topic to more partitions (it never shrinks). Producers and "
+        "consumer groups pick the new partitions up without a restart: native clients at "
+        "their next metadata refresh, groups by a rebalance. Records with a key may go to "
+        "another partition than before (the partition is the key's hash modulo the count).",
+    )
+    a.add_argument("topic", help="the topic to grow")
+    a.add_argument(
+        "-p",
+        "--partitions",
+        type=positive_int,
+        required=True,
+        help="the new total number of partitions (more than it has)",
+    )
+    a.add_argument(
+        "--replica-assignment",
+        type=_replica_assignment,
+        metavar="B:B:B,B:B:B,...",
+        help="the new partitions' replicas, broker ids, first the preferred leader (as "
+        "kafka-topics: a list of every partition's, or of the new ones' only; default: "
+        "the controller places them)",
+    )
+    a.add_argument("--validate-only", action="store_true", help="check, change nothing")
+    add_bootstrap(a)
+    a.set_defaults(func=_topic_alter)
     rm = tsub.add_parser("delete", help="delete topics and their data")
     rm.add_argument("topic", nargs="+", help="topics to delete")
     add_bootstrap(rm)
@@ -319,6 +346,36 @@ def _desc_json(t: Any) -> dict[str, Any]:
             for p in t.partitions
         ],
     }
+
+
+def _replica_assignment(s: str) -> list[list[int]]:
+    """An argparse type: "1:2:3,2:3:1" -> [[1, 2, 3], [2, 3, 1]]."""
+    out = []
+    for part in s.split(","):
+        try:
+            replicas = [int(b) for b in part.split(":")]
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{s!r}: each partition's replicas are broker ids joined by ':' and the "
+                "partitions are joined by ',', e.g. 1:2:3,2:3:1"
+            ) from None
+        out.append(replicas)
+    return out
+
+
+def _topic_alter(args: argparse.Namespace) -> int:
+    with Admin(args.bootstrap_server) as admin:
+        known = admin.list_topics().get(args.topic)
+        before = 0 if known is None else len(known.partitions)  # unknown: the broker says so
+        assignment = args.replica_assignment
+        if assignment is not None and len(assignment) == args.partitions and before:
+            assignment = assignment[before:]  # kafka-topics' form: every partition's replicas
+        admin.create_partitions(args.topic, args.partitions, assignment, args.validate_only)
+    if args.validate_only:
+        print(f"topic {args.topic} can grow from {before} to {args.partitions} partitions")
+    else:
+        print(f"grew topic {args.topic} from {before} to {args.partitions} partitions")
+    return 0
 
 
 def _topic_delete(args: argparse.Namespace) -> int:

@@ -27,12 +27,15 @@ from raftlog.messages.groups import (
 )
 from raftlog.messages.metadata import DescribeClusterRequest
 from raftlog.messages.topics import (
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
+    NewPartitions,
     NewTopic,
     PartitionFigures,
 )
@@ -100,6 +103,27 @@ class AsyncAdmin:
         request = CreateTopicsRequest((spec,))
         body, _ = await self.client.request(None, protocol.ApiKey.CREATE_TOPICS, request.to_body())
         for r in CreateTopicsResponse.from_body(body).topics:
+            if r.error:
+                raise error_from_code(r.error, r.message or "")
+
+    async def create_partitions(
+        self,
+        name: str,
+        count: int,
+        assignments: Sequence[Sequence[int]] | None = None,
+        validate_only: bool = False,
+    ) -> None:
+        """Grow topic `name` to `count` partitions (never fewer: InvalidPartitionsError).
+        `assignments`: the new partitions' replicas, one broker list each (None: the
+        controller places them); `validate_only`: check, grow nothing."""
+        spec = NewPartitions(
+            name, count, None if assignments is None else tuple(tuple(a) for a in assignments)
+        )
+        request = CreatePartitionsRequest((spec,), validate_only)
+        body, _ = await self.client.request(
+            None, protocol.ApiKey.CREATE_PARTITIONS, request.to_body()
+        )
+        for r in CreatePartitionsResponse.from_body(body).topics:
             if r.error:
                 raise error_from_code(r.error, r.message or "")
 
@@ -275,6 +299,16 @@ class Admin:
     ) -> None:
         """`replication_factor` None: the brokers' default_replication_factor (KIP-464)."""
         self._run(self._async.create_topic(name, partitions, replication_factor, config))
+
+    def create_partitions(
+        self,
+        name: str,
+        count: int,
+        assignments: Sequence[Sequence[int]] | None = None,
+        validate_only: bool = False,
+    ) -> None:
+        """Grow topic `name` to `count` partitions (see AsyncAdmin.create_partitions)."""
+        self._run(self._async.create_partitions(name, count, assignments, validate_only))
 
     def delete_topics(self, names: Iterable[str]) -> None:
         self._run(self._async.delete_topics(names))

@@ -142,6 +142,7 @@ _BY_CLASS: dict[type[BaseException], ErrorCode] = {
     e.TopicAlreadyExistsError: ErrorCode.TOPIC_ALREADY_EXISTS,
     e.InvalidTopicError: ErrorCode.INVALID_TOPIC_EXCEPTION,
     e.InvalidPartitionsError: ErrorCode.INVALID_PARTITIONS,
+    e.InvalidReplicaAssignmentError: ErrorCode.INVALID_REPLICA_ASSIGNMENT,
     e.InvalidRequestError: ErrorCode.INVALID_REQUEST,
     e.UnsupportedVersionError: ErrorCode.UNSUPPORTED_VERSION,
     e.RequestTimedOutError: ErrorCode.REQUEST_TIMED_OUT,

@@ -1,9 +1,13 @@
-"""Topic administration: CreateTopics (API 2), DeleteTopics (API 3), DescribeConfigs (API 4).
+"""Topic administration: CreateTopics (API 2), DeleteTopics (API 3), DescribeConfigs (API 4),
+CreatePartitions (API 20).
 
 CreateTopics: request ``{"topics": [{"name", "partitions", "config": {k: v},
 "replication_factor"}, ...], "validate_only": bool}`` (a spec's fields other than `name` may be
 left out: the broker's defaults; `validate_only` is sent only when set). DeleteTopics: request
-``{"topics": [name, ...]}``. Both answer ``{"topics": [[name, error, message], ...]}``.
+``{"topics": [name, ...]}``. CreatePartitions (API 20): request ``{"topics": [{"name", "count",
+"assignments": [[broker, ...], ...] | null}, ...], "validate_only": bool}`` (`count`: the new
+total; `assignments`: one replica list per new partition, null or left out: the controller
+places them). All three answer ``{"topics": [[name, error, message], ...]}``.
 
 DescribeConfigs: request ``{"topics": [name, ...] | null}`` (null: every topic); response
 ``{"topics": [{"name", "error", "message", "topic_id", "config", "overrides", "partitions":
@@ -92,6 +96,54 @@ class CreateTopicsResponse:
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> CreateTopicsResponse:
         return cls(tuple(TopicResult.from_wire(t) for t in body["topics"]))
+
+
+@dataclass(frozen=True, slots=True)
+class NewPartitions:
+    """Grow topic `name` to `count` partitions; `assignments`: the new partitions' replicas."""
+
+    name: str
+    count: int
+    assignments: tuple[tuple[int, ...], ...] | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "count": self.count}
+        if self.assignments is not None:
+            out["assignments"] = [list(a) for a in self.assignments]
+        return out
+
+    @classmethod
+    def from_wire(cls, w: dict[str, Any]) -> NewPartitions:
+        assignments = w.get("assignments")
+        return cls(
+            w["name"],
+            w["count"],
+            None if assignments is None else tuple(tuple(a) for a in assignments),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitionsRequest:
+    topics: tuple[NewPartitions, ...]
+    validate_only: bool = False  # check, grow nothing
+
+    def to_body(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"topics": [t.to_wire() for t in self.topics]}
+        if self.validate_only:
+            body["validate_only"] = True
+        return body
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> CreatePartitionsRequest:
+        """A request from a body that passed `protocol.check_request_body`."""
+        return cls(
+            tuple(NewPartitions.from_wire(t) for t in body["topics"]),
+            bool(body.get("validate_only", False)),
+        )
+
+
+# CreatePartitions answers as CreateTopics does: each topic's name, error and message.
+CreatePartitionsResponse = CreateTopicsResponse
 
 
 @dataclass(frozen=True, slots=True)

@@ -265,6 +265,24 @@ class ClusterMetadata:
         )
         return self.topic(name)
 
+    async def create_partitions(
+        self, name: str, count: int, assignments: list[list[int]] | None = None
+    ) -> TopicInfo:
+        """Grow topic `name` to `count` partitions (MetadataState.create_partitions)."""
+        args: dict[str, Any] = {"name": name, "partitions": count}
+        if assignments is not None:
+            args["assignments"] = [list(a) for a in assignments]
+        await self.quorum.propose("create_partitions", **args)
+        return self.topic(name)
+
+    def check_create_partitions(
+        self, name: str, count: int, assignments: list[list[int]] | None = None
+    ) -> None:
+        """Raise what create_partitions would be refused with, against this node's copy of
+        the state; change nothing (a validate-only request)."""
+        wanted = None if assignments is None else [list(a) for a in assignments]
+        self.quorum.read(lambda state: state.new_partitions(name, count, wanted))
+
     async def allocate_producer_ids(self, count: int) -> int:
         """A block of `count` producer ids, unique in the cluster; returns its first id."""
         return int(await self.quorum.propose("allocate_producer_ids", count=count))

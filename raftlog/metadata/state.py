@@ -3,7 +3,8 @@
 It holds the registries that ZooKeeper held for early Kafka, plus partition state (KRaft):
 
 - brokers: id, endpoint, rack, incarnation and broker epoch, fenced or not (broker registry);
-- topics: id, config, and per partition a PartitionState (partition_state.py): the replicas,
+- topics: id, config, and per partition a PartitionState (partition_state.py; a topic grows
+  by create_partitions and never shrinks): the replicas,
   leader, leader epoch, ISR, ELR and partition epoch, changed only by its transitions, which
   hold every election rule and check the partition's invariants at their end;
 - consumer groups: state, members, generation, chosen assignor and the assignment (consumer
@@ -51,6 +52,7 @@ from raftlog.errors import (
     GroupIdNotFoundError,
     GroupNotEmptyError,
     InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
     InvalidRequestError,
     RaftlogError,
@@ -90,6 +92,7 @@ TOPOLOGY_COMMANDS = frozenset(
         "unfence_broker",
         "shut_down_broker",
         "create_topic",
+        "create_partitions",
         "delete_topic",
         "alter_isr",
         "alter_isr_batch",
@@ -414,6 +417,88 @@ class MetadataState:
         }
         self._rebalance_groups_for(name)
         return _ok(topic_id)
+
+    def _cmd_create_partitions(
+        self, name: str, partitions: int, assignments: list[list[int]] | None = None
+    ) -> Result:
+        """Grow topic `name` to `partitions` (Kafka's CreatePartitions). The new partitions
+        are placed as a new topic's are (leaders spread, racks alternate), or on
+        `assignments`, one replica list per new partition. Shrinking is refused: a record's
+        partition would change under its key, and data would be dropped. Groups subscribed
+        to the topic rebalance, as on a topic's creation. Returns the new partition count."""
+        replicas = self.new_partitions(name, partitions, assignments)
+        topic = self.topics[name]
+        current = len(topic["partitions"])
+        self.partitions_created += len(replicas)
+        rules = TopicRules.of(topic["config"])
+        topic["partitions"].extend(
+            PartitionState.new(name, current + i, r, rules) for i, r in enumerate(replicas)
+        )
+        self._rebalance_groups_for(name)
+        return _ok(partitions)
+
+    def new_partitions(
+        self, name: str, partitions: int, assignments: list[list[int]] | None = None
+    ) -> list[list[int]]:
+        """The replicas create_partitions would give the new partitions of `name`, or the
+        error it would refuse with; changes nothing (a validate-only request asks this)."""
+        topic = self.topics.get(name)
+        if topic is None:
+            raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+        current = len(topic["partitions"])
+        if not isinstance(partitions, int) or partitions <= current:
+            raise InvalidPartitionsError(
+                f"topic {name!r} has {current} partitions: it can grow to more, not to "
+                f"{partitions!r} (partitions are never removed)"
+            )
+        if partitions > MAX_PARTITIONS:
+            raise InvalidPartitionsError(
+                f"topic {name!r}: partitions must be at most {MAX_PARTITIONS}, got {partitions}"
+            )
+        factor = len(topic["partitions"][0].replicas)
+        added = partitions - current
+        if assignments is None:
+            return self._assign_replicas(added, factor)
+        return self._checked_assignments(name, current, added, factor, assignments)
+
+    def _checked_assignments(
+        self, name: str, first: int, count: int, factor: int, assignments: list[list[int]]
+    ) -> list[list[int]]:
+        """`assignments` for partitions first..first+count-1, or InvalidReplicaAssignmentError
+        naming what is wrong: one list per new partition, `factor` distinct registered
+        live brokers each (Kafka's rules for a CreatePartitions assignment)."""
+        if len(assignments) != count:
+            raise InvalidReplicaAssignmentError(
+                f"topic {name!r}: {count} new partitions need {count} replica assignments, "
+                f"got {len(assignments)}"
+            )
+        out = []
+        for i, replicas in enumerate(assignments):
+            where = f"topic {name!r} partition {first + i}"
+            if not isinstance(replicas, (list, tuple)) or not all(_is_int(r) for r in replicas):
+                raise InvalidReplicaAssignmentError(
+                    f"{where}: replicas must be broker ids, got {replicas!r:.200}"
+                )
+            if len(replicas) != factor:
+                raise InvalidReplicaAssignmentError(
+                    f"{where}: {len(replicas)} replicas given; the topic's replication factor "
+                    f"is {factor}"
+                )
+            if len(set(replicas)) != len(replicas):
+                raise InvalidReplicaAssignmentError(
+                    f"{where}: a broker is named twice in {replicas}"
+                )
+            unknown = sorted(r for r in replicas if r not in self.brokers)
+            if unknown:
+                raise InvalidReplicaAssignmentError(f"{where}: unknown brokers {unknown}")
+            down = sorted(r for r in replicas if not self._live(r))
+            if down:
+                raise InvalidReplicaAssignmentError(
+                    f"{where}: brokers {down} are fenced or shutting down (a new partition's "
+                    "replicas must be live: each starts in its ISR)"
+                )
+            out.append(list(replicas))
+        return out
 
     def _cmd_delete_topic(self, name: str) -> Result:
         if name not in self.topics:

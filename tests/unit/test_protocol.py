@@ -210,6 +210,13 @@ VALID_BODIES: dict[int, dict[str, object]] = {
         "validate_only": True,
     },
     protocol.ApiKey.DELETE_TOPICS: {"topics": ["t"]},
+    protocol.ApiKey.CREATE_PARTITIONS: {
+        "topics": [
+            {"name": "t", "count": 6},
+            {"name": "u", "count": 3, "assignments": [[1, 2], [2, 3]]},
+        ],
+        "validate_only": False,
+    },
     protocol.ApiKey.DESCRIBE_CONFIGS: {"topics": None},
     protocol.ApiKey.PRODUCE: {"acks": -1, "timeout_ms": 1, "topics": [["t", [[0, 5], [1, 0]]]]},
     protocol.ApiKey.FETCH: {
@@ -292,6 +299,12 @@ def test_every_api_has_a_body_shape_and_accepts_its_documented_body() -> None:
             {"topics": [{"name": "t", "config": {"retention.ms": float("inf")}}]},
             "malformed CREATE_TOPICS request: topics[0].config['retention.ms'] must be a "
             "string or an integer or null, got inf",
+        ),
+        (
+            protocol.ApiKey.CREATE_PARTITIONS,
+            {"topics": [{"name": "t", "count": 4, "assignments": [[1, "2"]]}]},
+            "malformed CREATE_PARTITIONS request: topics[0].assignments[0][1] must be a 64-bit "
+            "integer, got '2'",
         ),
         (
             protocol.ApiKey.OFFSET_COMMIT,

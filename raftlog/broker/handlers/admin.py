@@ -1,4 +1,5 @@
-"""ApiVersions, Metadata, CreateTopics, DeleteTopics, DescribeConfigs and ListOffsets.
+"""ApiVersions, Metadata, CreateTopics, CreatePartitions, DeleteTopics, DescribeConfigs and
+ListOffsets.
 
 These are control-plane requests: small, rare, and answered from metadata and log state.
 Bodies and responses are documented in docs/PROTOCOL.md.
@@ -26,6 +27,8 @@ from raftlog.messages.offsets import (
     ListOffsetsResponse,
 )
 from raftlog.messages.topics import (
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteTopicsRequest,
@@ -116,6 +119,23 @@ async def handle_create_topics(
         except RaftlogError as e:
             results.append(TopicResult(name, e.code, str(e)))
     return Response(CreateTopicsResponse(tuple(results)).to_body())
+
+
+async def handle_create_partitions(
+    broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
+) -> Response:
+    request = CreatePartitionsRequest.from_body(body)
+    results = []
+    for spec in request.topics:
+        assignments = None if spec.assignments is None else [list(a) for a in spec.assignments]
+        try:
+            await broker.create_partitions(
+                spec.name, spec.count, assignments, validate_only=request.validate_only
+            )
+            results.append(TopicResult(spec.name))
+        except RaftlogError as e:
+            results.append(TopicResult(spec.name, e.code, str(e)))
+    return Response(CreatePartitionsResponse(tuple(results)).to_body())
 
 
 async def handle_delete_topics(
