@@ -452,7 +452,9 @@ class Accumulator:
             if partition is None:
                 raise InvariantError("partition is None")
             entry = self.by_topic.get(topic)
-            if entry is None or len(entry[0]) <= partition:
+            # Every partition's queue, not only this one's: the stint may move to any of them
+            # (a topic that grew has queues to add).
+            if entry is None or len(entry[0]) < partitions:
                 entry = self.topic_queues(topic, partitions)
             q = entry[0][partition]
             # Close the open batch before this record would take it past batch_size (a batch
@@ -589,7 +591,7 @@ class Accumulator:
                 else:
                     p = partition
                 entry = self.by_topic.get(topic)
-                if entry is None or len(entry[0]) <= p:
+                if entry is None or len(entry[0]) < partitions:  # as in _append
                     entry = self.topic_queues(topic, partitions)
                 q = entry[0][p]
                 record_bytes = 25 + len(values[i])

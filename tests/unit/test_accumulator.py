@@ -4,6 +4,7 @@ the buffer's accounting. The drain, append and send_many paths are in test_clien
 
 from __future__ import annotations
 
+import random
 import time
 
 import pytest
@@ -109,3 +110,32 @@ def test_the_sender_is_woken_once_per_pass() -> None:
         acc.wake_scheduled = False  # as the sender's pass does
     fill(acc, TP1, 1)
     assert len(wakes) == 2
+
+
+@pytest.mark.parametrize("many", [False, True])
+def test_keyless_records_spread_over_the_partitions_a_topic_grew_by(many: bool) -> None:
+    """The sticky partitioner moves among every partition the metadata names: after the topic
+    grew, its stints reach partitions that had no queue yet (they raised IndexError)."""
+    topics: dict[str, TopicInfo] = {}
+    # Seed 2: the first stint after the growth is on partition 0, which has a queue; the
+    # next ones are on partitions that have none yet.
+    rng = random.Random(2)
+    config = ProducerConfig(batch_size=100, linger_ms=60_000)
+    acc = Accumulator(config, topics, lambda: None, rng)
+
+    def grow_to(n: int) -> None:
+        topics["t"] = TopicInfo(
+            "t", "id", tuple(PartitionInfo(p, 0, 0, (0,), (0,)) for p in range(n))
+        )
+
+    grow_to(1)
+    for _ in range(3):
+        assert acc.append("t", b"x" * 60, None, None, None, None, True) is not None
+    grow_to(8)
+    for _ in range(200):
+        if many:
+            assert acc.append_many("t", [b"y" * 60], 0, None, True, []) == 1
+        else:
+            assert acc.append("t", b"y" * 60, None, None, None, None, True) is not None
+    used = {tp.partition for tp, q in acc.queues.items() if q}
+    assert used == set(range(8)), used
