@@ -96,6 +96,10 @@ class ConsumerConfig:
     heartbeat_interval_ms: int = 1000
     max_poll_interval_ms: int = 300_000
     group_instance_id: str | None = None
+    # Without a group_id, a subscription's topics are looked up again this often, and the
+    # partitions a topic grew by since are read from their start (Kafka's
+    # metadata.max.age.ms). A group learns of them by a rebalance instead.
+    metadata_max_age_ms: int = 300_000
     # Assignors in preference order; the group uses the first one every member offers.
     partition_assignment_strategy: tuple[str, ...] = ("range", "sticky", "roundrobin")
     # Rebalance listener (Kafka's ConsumerRebalanceListener, eager protocol), called inside
@@ -118,7 +122,12 @@ class ConsumerConfig:
                 f"heartbeat_interval_ms={self.heartbeat_interval_ms} must be below "
                 f"session_timeout_ms={self.session_timeout_ms}"
             )
-        for name in ("max_poll_records", "fetch_max_bytes", "max_partition_fetch_bytes"):
+        for name in (
+            "max_poll_records",
+            "fetch_max_bytes",
+            "max_partition_fetch_bytes",
+            "metadata_max_age_ms",
+        ):
             if getattr(self, name) < 1:
                 raise InvalidConfigError(f"{name}={getattr(self, name)}: must be >= 1")
         for name in ("fetch_min_bytes", "fetch_max_wait_ms"):
@@ -145,6 +154,10 @@ class AsyncConsumer:
         # has no buffered records left; the partition is not fetched until then.
         self._partition_errors: dict[TopicPartition, RaftlogError] = {}
         self._started = False
+        # Without a group: whether the assignment is the subscription's whole topics (then
+        # `_follow_growth` adds the partitions they grow by), and when it next looks.
+        self._whole_topics = False
+        self._metadata_due = 0.0
         cfg = self.config
         self._group: GroupMembership | None = None
         if cfg.group_id is not None:
@@ -222,8 +235,27 @@ class AsyncConsumer:
             info = await self.client.topic(t)
             tps.extend(TopicPartition(t, p.partition) for p in info.partitions)
         self.assign(tps)
+        self._whole_topics = True
+        self._metadata_due = time.monotonic() + self.config.metadata_max_age_ms / 1000
+
+    async def _follow_growth(self) -> None:
+        """Without a group: assign the partitions the subscribed topics grew by, from offset
+        0 (every record in them was written after this consumer subscribed, or is as new)."""
+        self._metadata_due = time.monotonic() + self.config.metadata_max_age_ms / 1000
+        await self.client.refresh_metadata(self._subscription)
+        added = []
+        for t in self._subscription:
+            info = self.client.topics.get(t)
+            for p in () if info is None else info.partitions:
+                tp = TopicPartition(t, p.partition)
+                if tp not in self._positions:
+                    self._positions[tp] = 0
+                    added.append(tp)
+        if added:
+            log.info("subscribed topics grew: reading %s from offset 0", ", ".join(map(str, added)))
 
     def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
+        self._whole_topics = False
         tps = [TopicPartition(*tp) for tp in partitions]
         self._positions = {tp: self._positions.get(tp) for tp in tps}
         self._paused &= set(tps)
@@ -384,6 +416,8 @@ class AsyncConsumer:
             if not await self._wait_rebalance(deadline):
                 return {}
             self._maybe_auto_commit()
+        elif self._whole_topics and time.monotonic() >= self._metadata_due:
+            await self._follow_growth()
         while not self._buffer:
             if self._partition_errors:
                 tp = next(iter(self._partition_errors))

@@ -81,6 +81,10 @@ class ProducerConfig:
     max_in_flight_requests_per_connection: int = 5
     # How long send() may block (metadata, a full buffer) before raising.
     max_block_ms: int = 60_000
+    # The metadata of the topics sent to is refreshed at least this often, also without
+    # errors, so that a grown topic's new partitions get records (Kafka's
+    # metadata.max.age.ms).
+    metadata_max_age_ms: int = 300_000
     # Records buffered across all partitions before send() blocks (bounds client memory).
     buffer_memory: int = 32 * 1024 * 1024
     # Where a keyed record goes: "default" (xxhash), "murmur2" (Kafka's Java client's, so
@@ -122,6 +126,7 @@ class ProducerConfig:
             "request_timeout_ms",
             "max_in_flight_requests_per_connection",
             "buffer_memory",
+            "metadata_max_age_ms",
         ):
             if getattr(self, name) < 1:
                 raise InvalidConfigError(f"{name}={getattr(self, name)}: must be >= 1")

@@ -21,6 +21,11 @@ attempts it had and the last error they met, so a broker's StorageError reaches 
 application as itself, not as a bare timeout. Every future completes by its delivery timeout
 plus EXPIRY_GRACE_S, whatever the broker or the sender does (client/futures.py).
 
+Metadata: refreshed for a topic when a batch of it meets a retriable error, and for every
+topic sent to at least every metadata_max_age_ms (checked by the sender's passes), so that a
+topic grown meanwhile gets records in its new partitions (keyless records at once; a key may
+hash to another partition than before, as in Kafka).
+
 Idempotence (client/idempotence.py states its rules): the sender asks for a producer id
 (InitProducerId) before the first send, tells the state of every send, answer and failure,
 drains with its per-partition `room`, stamps each batch's bytes with what `begin_send`
@@ -146,6 +151,8 @@ class Sender:
         # Pre-encoded Produce headers of one-batch requests, per partition.
         self._templates: dict[TopicPartition, protocol.ProduceTemplate] = {}
         self._refreshing: set[str] = set()
+        # When the sender next refreshes every known topic's metadata (metadata_max_age_ms).
+        self._metadata_due = time.monotonic() + config.metadata_max_age_ms / 1000
         self._connecting: set[int] = set()
         self._sender: asyncio.Task[None] | None = None
         self._closing = False
@@ -256,6 +263,8 @@ class Sender:
             now = time.monotonic()
             if idem is not None and idem.bump_due:
                 self.bump_epoch()
+            if now >= self._metadata_due:
+                self._refresh_all(now)
             with acc.lock:
                 acc.wake_scheduled = False
                 requests, next_ready, expired = acc.drain(
@@ -490,6 +499,23 @@ class Sender:
         if topic not in self._refreshing:
             self._refreshing.add(topic)
             self._spawn(self._refresh(topic), f"metadata refresh of {topic}")
+
+    def _refresh_all(self, now: float) -> None:
+        """Refresh every known topic's metadata in one request (metadata_max_age_ms)."""
+        self._metadata_due = now + self.config.metadata_max_age_ms / 1000
+        topics = sorted(set(self.client.topics) - self._refreshing)
+        if topics:
+            self._refreshing.update(topics)
+            self._spawn(self._refresh_topics(topics), "periodic metadata refresh")
+
+    async def _refresh_topics(self, topics: list[str]) -> None:
+        try:
+            await self.client.refresh_metadata(topics)
+        except RaftlogError as e:
+            log.debug("metadata refresh for %s failed: %s", ", ".join(topics), e)
+        finally:
+            self._refreshing.difference_update(topics)
+        self._kick()
 
     async def _refresh(self, topic: str) -> None:
         try:

@@ -18,6 +18,8 @@ from raftlog.errors import (
     FencedLeaderEpochError,
     GroupNotEmptyError,
     InconsistentGroupProtocolError,
+    InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
     InvalidRequestError,
     InvalidUpdateVersionError,
@@ -324,13 +326,84 @@ def test_topic_creation_rebalances_subscribed_groups() -> None:
     assert len(s.groups["g"].assignment[m["member_id"]]) == 2
 
 
+def test_a_topic_grows_and_never_shrinks_and_subscribed_groups_rebalance() -> None:
+    s, _ = cluster(3)
+    ok(s, "create_topic", name="t", topic_id="id", partitions=2, replication_factor=2, config={})
+    m = join(s, topics=("t",))
+    assert len(s.groups["g"].assignment[m["member_id"]]) == 2
+    assert ok(s, "create_partitions", name="t", partitions=5) == 5
+    parts = s.topics["t"]["partitions"]
+    assert [p.partition for p in parts] == [0, 1, 2, 3, 4]
+    for p in parts[2:]:
+        # Each new partition: the topic's replication factor, distinct brokers, all in the
+        # ISR, led by its first replica at epoch 0.
+        assert len(set(p.replicas)) == 2 and p.isr == p.replicas and p.leader == p.replicas[0]
+        assert p.leader_epoch == 0
+    assert {p.leader for p in parts[2:]} == {1, 2, 3}  # leaders spread
+    assert s.groups["g"].phase.value == "PreparingRebalance"
+    join(s, member=m["member_id"], topics=("t",))
+    assert len(s.groups["g"].assignment[m["member_id"]]) == 5
+
+    before = copy.deepcopy(s)
+    assert "has 5 partitions" in err(
+        s, "create_partitions", InvalidPartitionsError, name="t", partitions=5
+    )
+    err(s, "create_partitions", InvalidPartitionsError, name="t", partitions=3)
+    err(s, "create_partitions", InvalidPartitionsError, name="t", partitions=10_001)
+    err(s, "create_partitions", UnknownTopicOrPartitionError, name="nope", partitions=3)
+    assert s == before
+
+
+def test_an_explicit_assignment_for_new_partitions_is_checked() -> None:
+    s, epochs = cluster(3)
+    ok(s, "create_topic", name="t", topic_id="id", partitions=1, replication_factor=2, config={})
+    bad = {
+        "need 2 replica assignments, got 1": [[1, 2]],
+        "3 replicas given; the topic's replication factor is 2": [[1, 2], [1, 2, 3]],
+        "a broker is named twice": [[1, 1], [2, 3]],
+        "unknown brokers [7]": [[1, 7], [2, 3]],
+    }
+    for message, assignments in bad.items():
+        got = err(
+            s,
+            "create_partitions",
+            InvalidReplicaAssignmentError,
+            name="t",
+            partitions=3,
+            assignments=assignments,
+        )
+        assert message in got, got
+    ok(s, "fence_broker", node_id=3, broker_epoch=epochs[3])
+    got = err(
+        s,
+        "create_partitions",
+        InvalidReplicaAssignmentError,
+        name="t",
+        partitions=2,
+        assignments=[[3, 1]],
+    )
+    assert "brokers [3] are fenced" in got
+    ok(s, "create_partitions", name="t", partitions=3, assignments=[[2, 1], [1, 2]])
+    assert [p.replicas for p in s.topics["t"]["partitions"][1:]] == [[2, 1], [1, 2]]
+    assert [p.leader for p in s.topics["t"]["partitions"][1:]] == [2, 1]
+    # Placed by the controller with a broker down: only live brokers get the new replicas.
+    ok(s, "create_partitions", name="t", partitions=5)
+    assert all(3 not in p.replicas for p in s.topics["t"]["partitions"][3:])
+    # new_partitions answers what the command would do, and changes nothing.
+    before = copy.deepcopy(s)
+    assert len(s.new_partitions("t", 7)) == 2
+    with pytest.raises(InvalidPartitionsError):
+        s.new_partitions("t", 4)
+    assert s == before
+
+
 def random_command(rng: random.Random, i: int) -> tuple[str, dict[str, Any]]:
     """One command like a controller's, or (one in ten) a malformed or hostile one."""
     kind = rng.choice(
         [
             "register", "fence", "unfence", "create", "delete", "join", "leave", "commit",
             "batch", "reset", "delete_group", "producer_ids", "isr", "offline", "malformed",
-            "join", "tick", "kafka_join", "sync",
+            "join", "tick", "kafka_join", "sync", "grow",
         ]
     )  # fmt: skip
     node = rng.randint(1, 4)
@@ -361,6 +434,13 @@ def random_command(rng: random.Random, i: int) -> tuple[str, dict[str, Any]]:
         )
     if kind == "delete":
         return ("delete_topic", {"name": f"t{rng.randint(0, 3)}"})
+    if kind == "grow":
+        grow: dict[str, Any] = {"name": f"t{rng.randint(0, 3)}", "partitions": rng.randint(0, 9)}
+        if rng.random() < 0.3:
+            grow["assignments"] = [
+                rng.sample([1, 2, 3, 4, 5], rng.randint(1, 3)) for _ in range(rng.randint(0, 4))
+            ]
+        return ("create_partitions", grow)
     if kind == "join":
         return (
             "join_group",
