@@ -322,6 +322,8 @@ class Connection(asyncio.Protocol):
         # An oversized frame was answered: its rest is read and dropped, then we close.
         self._draining = False
         self._sending = False  # a sendfile writer is running
+        # Why to close once every request so far is answered (close_after_answer), or None.
+        self._close_after: str | None = None
         # Segment fds held by queued responses (Response.fds), bounded by reading less.
         self._response_fds = 0
         # Payload bytes of queued responses (Response.nbytes), and of those gathered in _out.
@@ -340,6 +342,11 @@ class Connection(asyncio.Protocol):
         # The frame deadline: the number of the incomplete frame being timed, and its timer.
         self._timed_frame = -1
         self._frame_timer: asyncio.TimerHandle | None = None
+
+    def close_after_answer(self, why: str) -> None:
+        """Close this connection once every request read so far is answered (requests read
+        after it are dropped; the client sends them again on a new connection)."""
+        self._close_after = why
 
     @property
     def request_bytes_max(self) -> int:
@@ -845,6 +852,13 @@ class Connection(asyncio.Protocol):
             else:
                 transport.writelines([header, *parts])  # type: ignore[list-item]
                 self._release(resp)
+        if self._close_after is not None and not self._slots and not self._closing:
+            log.debug(
+                "closing connection from %s after its answers: %s", self.peer, self._close_after
+            )
+            self._write_gathered()
+            self._close()
+            return
         self._update_reading()
         if self._draining:
             self._maybe_finish_draining()

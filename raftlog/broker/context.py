@@ -52,6 +52,10 @@ class RequestSource(Protocol):
         """The client id of the request being handled ("" when its protocol has none)."""
         ...
 
+    def close_after_answer(self, why: str) -> None:
+        """Close the connection once this request (and those before it) is answered."""
+        ...
+
 
 class HandlerContext(Protocol):
     """The broker operations request handlers use."""

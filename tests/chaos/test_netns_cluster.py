@@ -210,6 +210,14 @@ def test_a_leader_cut_off_from_the_quorum_names_no_leader_to_kafka_clients(
             CONVERGE_TIMEOUT_S,
             f"node {leader}, cut off, naming no leader",
         )
+        # ... and closing the connection once it has answered: librdkafka asks the broker it
+        # sent to last for metadata again, so over an open connection it kept asking this one
+        # (23.7 s without writes in a 10-minute isolate run).
+        with KafkaRawClient(address) as raw:
+            body = raw.request(ApiKey.METADATA, 8, MetadataRequest((topic,)))
+            (t,) = MetadataResponse.decode(body, 8).topics
+            assert [p.leader for p in t.partitions] == [-1]
+            assert raw.closed_by_broker(CONVERGE_TIMEOUT_S)
         # ... and refusing writes (NOT_LEADER_OR_FOLLOWER: librdkafka refreshes its metadata
         # on that; on a request timeout it only retries the same broker).
         with KafkaRawClient(address) as raw:
@@ -226,3 +234,7 @@ def test_a_leader_cut_off_from_the_quorum_names_no_leader_to_kafka_clients(
         CONVERGE_TIMEOUT_S,
         f"node {leader}, healed, naming a leader again",
     )
+    # ... and keeping the connection open again.
+    with KafkaRawClient(address) as raw:
+        raw.request(ApiKey.METADATA, 8, MetadataRequest((topic,)))
+        assert not raw.closed_by_broker(1.0)

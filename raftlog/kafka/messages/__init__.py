@@ -46,7 +46,11 @@ from raftlog.kafka.messages.metadata import MetadataRequest
 from raftlog.kafka.messages.offsets_for_leader_epoch import OffsetForLeaderEpochRequest
 from raftlog.kafka.messages.produce import ProduceRequest
 from raftlog.kafka.messages.producer_ids import InitProducerIdRequest
-from raftlog.kafka.messages.topics import CreateTopicsRequest, DeleteTopicsRequest
+from raftlog.kafka.messages.topics import (
+    CreatePartitionsRequest,
+    CreateTopicsRequest,
+    DeleteTopicsRequest,
+)
 from raftlog.kafka.wire import KafkaDecodeError, Reader
 
 
@@ -70,6 +74,7 @@ REQUEST_TYPES: dict[ApiKey, type[KafkaRequest]] = {
     ApiKey.OFFSET_FOR_LEADER_EPOCH: OffsetForLeaderEpochRequest,
     ApiKey.CREATE_TOPICS: CreateTopicsRequest,
     ApiKey.DELETE_TOPICS: DeleteTopicsRequest,
+    ApiKey.CREATE_PARTITIONS: CreatePartitionsRequest,
     ApiKey.DESCRIBE_CONFIGS: DescribeConfigsRequest,
     ApiKey.FIND_COORDINATOR: FindCoordinatorRequest,
     ApiKey.JOIN_GROUP: JoinGroupRequest,

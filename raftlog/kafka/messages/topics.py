@@ -1,8 +1,10 @@
-"""CreateTopics (API key 19), versions 0-4, and DeleteTopics (API key 20), versions 0-3.
+"""CreateTopics (API key 19), versions 0-4, DeleteTopics (API key 20), versions 0-3, and
+CreatePartitions (API key 37), versions 0-1.
 
 Byte by byte, big-endian (Kafka's CreateTopicsRequest.json, CreateTopicsResponse.json,
-DeleteTopicsRequest.json, DeleteTopicsResponse.json). Fields a version lacks take their
-defaults when decoded and are left out when encoded.
+DeleteTopicsRequest.json, DeleteTopicsResponse.json, CreatePartitionsRequest.json,
+CreatePartitionsResponse.json). Fields a version lacks take their defaults when decoded and
+are left out when encoded.
 
 CreateTopics request (v0-v4 are the same on the wire; v4 only lets -1 partitions or
 replication factor without assignments ask for the broker's default, KIP-464, which
@@ -36,10 +38,28 @@ DeleteTopics response:
   responses         array of:
     name        string
     error_code  int16
+
+CreatePartitions request (v0 and v1 are the same; v1 only lets a throttled answer come
+before the throttling, KIP-219):
+  topics  array of:
+    name         string
+    count        int32   the topic's new partition count, in total
+    assignments  nullable array of (null: the broker places the new partitions):
+      broker_ids   array of int32   one entry per new partition, in partition order
+  timeout_ms     int32
+  validate_only  boolean  check, grow nothing
+
+CreatePartitions response (v0 and v1 are the same):
+  throttle_time_ms  int32
+  results           array of:
+    name           string
+    error_code     int16
+    error_message  nullable_string
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -71,6 +91,12 @@ class CreatableTopic(NamedTuple):
 
 def _read_int32(r: Reader) -> int:
     return r.int32()
+
+
+def _write_int32s(w: Writer, values: tuple[int, ...]) -> None:
+    w.array_length(len(values))
+    for value in values:
+        w.int32(value)
 
 
 def _read_string(r: Reader) -> str:
@@ -123,9 +149,7 @@ class CreateTopicsRequest:
             w.array_length(len(t.assignments))
             for a in t.assignments:
                 w.int32(a.partition_index)
-                w.array_length(len(a.broker_ids))
-                for broker_id in a.broker_ids:
-                    w.int32(broker_id)
+                _write_int32s(w, a.broker_ids)
             w.array_length(len(t.configs))
             for c in t.configs:
                 w.string(c.name)
@@ -144,6 +168,27 @@ class CreatableTopicResult(NamedTuple):
     error_message: str | None = None
 
 
+def _write_results(w: Writer, results: tuple[CreatableTopicResult, ...], messages: bool) -> None:
+    """CreateTopics' and CreatePartitions' per-topic results (`messages`: with error_message)."""
+    w.array_length(len(results))
+    for t in results:
+        w.string(t.name)
+        w.int16(t.error_code)
+        if messages:
+            w.nullable_string(t.error_message)
+
+
+def _result_reader(messages: bool) -> Callable[[Reader], CreatableTopicResult]:
+    """What `_write_results` writes, one result."""
+
+    def read(r: Reader) -> CreatableTopicResult:
+        name, error_code = r.string("name"), r.int16("error_code")
+        message = r.nullable_string("error_message") if messages else None
+        return CreatableTopicResult(name, error_code, message)
+
+    return read
+
+
 @dataclass(frozen=True, slots=True)
 class CreateTopicsResponse:
     topics: tuple[CreatableTopicResult, ...]
@@ -154,12 +199,7 @@ class CreateTopicsResponse:
         w = Writer()
         if version >= 2:
             w.int32(self.throttle_time_ms)
-        w.array_length(len(self.topics))
-        for t in self.topics:
-            w.string(t.name)
-            w.int16(t.error_code)
-            if version >= 1:
-                w.nullable_string(t.error_message)
+        _write_results(w, self.topics, messages=version >= 1)
         return w.getvalue()
 
     @classmethod
@@ -169,13 +209,7 @@ class CreateTopicsResponse:
         check_decode_version(ApiKey.CREATE_TOPICS, version)
         reader = as_reader(source)
         throttle_time_ms = reader.int32("throttle_time_ms") if version >= 2 else 0
-
-        def result(r: Reader) -> CreatableTopicResult:
-            name, error_code = r.string("name"), r.int16("error_code")
-            message = r.nullable_string("error_message") if version >= 1 else None
-            return CreatableTopicResult(name, error_code, message)
-
-        return cls(reader.array(result, "topics"), throttle_time_ms)
+        return cls(reader.array(_result_reader(version >= 1), "topics"), throttle_time_ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,3 +269,88 @@ class DeleteTopicsResponse:
             return DeletableTopicResult(r.string("name"), r.int16("error_code"))
 
         return cls(reader.array(result, "responses"), throttle_time_ms)
+
+
+class CreatePartitionsAssignment(NamedTuple):
+    """The replicas (broker ids, the first the preferred leader) of one new partition."""
+
+    broker_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitionsTopic:
+    """A dataclass, not a NamedTuple: Kafka's field `count` would hide tuple.count."""
+
+    name: str
+    count: int  # the new total
+    assignments: tuple[CreatePartitionsAssignment, ...] | None = None  # None: broker places
+
+
+def _read_partitions_assignment(r: Reader) -> CreatePartitionsAssignment:
+    return CreatePartitionsAssignment(r.array(_read_int32, "broker_ids"))
+
+
+def _read_partitions_topic(r: Reader) -> CreatePartitionsTopic:
+    name = r.string("name")
+    count = r.int32("count")
+    return CreatePartitionsTopic(
+        name, count, r.nullable_array(_read_partitions_assignment, "assignments")
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitionsRequest:
+    topics: tuple[CreatePartitionsTopic, ...]
+    timeout_ms: int = TIMEOUT_MS_DEFAULT
+    validate_only: bool = False
+
+    @classmethod
+    def decode(
+        cls, source: Reader | bytes | bytearray | memoryview, version: int
+    ) -> CreatePartitionsRequest:
+        check_decode_version(ApiKey.CREATE_PARTITIONS, version)
+        reader = as_reader(source)
+        topics = reader.array(_read_partitions_topic, "topics")
+        timeout_ms = reader.int32("timeout_ms")
+        return cls(topics, timeout_ms, reader.boolean("validate_only"))
+
+    def encode(self, version: int) -> bytes:
+        check_encode_version(ApiKey.CREATE_PARTITIONS, version)
+        w = Writer()
+        w.array_length(len(self.topics))
+        for t in self.topics:
+            w.string(t.name)
+            w.int32(t.count)
+            w.array_length(None if t.assignments is None else len(t.assignments))
+            for a in t.assignments or ():
+                _write_int32s(w, a.broker_ids)
+        w.int32(self.timeout_ms)
+        w.boolean(self.validate_only)
+        return w.getvalue()
+
+
+# One topic's outcome (Kafka's CreatePartitionsTopicResult has CreatableTopicResult's fields);
+# `error_message` is null on success.
+CreatePartitionsTopicResult = CreatableTopicResult
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitionsResponse:
+    results: tuple[CreatePartitionsTopicResult, ...]
+    throttle_time_ms: int = 0
+
+    def encode(self, version: int) -> bytes:
+        check_encode_version(ApiKey.CREATE_PARTITIONS, version)
+        w = Writer()
+        w.int32(self.throttle_time_ms)
+        _write_results(w, self.results, messages=True)
+        return w.getvalue()
+
+    @classmethod
+    def decode(
+        cls, source: Reader | bytes | bytearray | memoryview, version: int
+    ) -> CreatePartitionsResponse:
+        check_decode_version(ApiKey.CREATE_PARTITIONS, version)
+        reader = as_reader(source)
+        throttle_time_ms = reader.int32("throttle_time_ms")
+        return cls(reader.array(_result_reader(True), "results"), throttle_time_ms)

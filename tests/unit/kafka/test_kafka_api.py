@@ -32,7 +32,8 @@ def test_api_keys_are_kafkas_numbers() -> None:
     assert ApiKey.LIST_GROUPS == 16 and ApiKey.API_VERSIONS == 18
     assert ApiKey.CREATE_TOPICS == 19 and ApiKey.DELETE_TOPICS == 20
     assert ApiKey.INIT_PRODUCER_ID == 22 and ApiKey.OFFSET_FOR_LEADER_EPOCH == 23
-    assert ApiKey.DESCRIBE_CONFIGS == 32 and ApiKey.DELETE_GROUPS == 42
+    assert ApiKey.DESCRIBE_CONFIGS == 32 and ApiKey.CREATE_PARTITIONS == 37
+    assert ApiKey.DELETE_GROUPS == 42
     assert ApiKey.DESCRIBE_CLUSTER == 60
     assert api_name(ApiKey.OFFSET_FOR_LEADER_EPOCH) == "OffsetForLeaderEpoch"
     assert api_name(1000) == "api key 1000"
@@ -49,6 +50,7 @@ def test_supported_versions_are_below_the_first_flexible_except_api_versions_3()
         ApiKey.INIT_PRODUCER_ID: (0, 1),
         ApiKey.CREATE_TOPICS: (0, 4),
         ApiKey.DELETE_TOPICS: (0, 3),
+        ApiKey.CREATE_PARTITIONS: (0, 1),
         ApiKey.DESCRIBE_CONFIGS: (0, 2),
         ApiKey.JOIN_GROUP: (0, 5),
         ApiKey.SYNC_GROUP: (0, 3),

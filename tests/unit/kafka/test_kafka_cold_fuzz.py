@@ -1,9 +1,9 @@
 """The cold APIs' decoders (InitProducerId, OffsetForLeaderEpoch, CreateTopics, DeleteTopics,
-DescribeConfigs, and the consumer-group APIs (SUPPORTED_VERSIONS), whose samples come from
-kafka_group_samples.py) under mutated bodies: thousands per message type and version, from a seeded
-random generator, read as `decode_request` reads a body (from a Reader placed in the frame,
-then every byte consumed). A body either decodes to a message that encodes again or raises
-KafkaDecodeError naming the field; nothing else (IndexError, struct.error,
+CreatePartitions, DescribeConfigs, and the consumer-group APIs (SUPPORTED_VERSIONS), whose
+samples come from kafka_group_samples.py) under mutated bodies: thousands per message type and
+version, from a seeded random generator, read as `decode_request` reads a body (from a Reader
+placed in the frame, then every byte consumed). A body either decodes to a message that encodes
+again or raises KafkaDecodeError naming the field; nothing else (IndexError, struct.error,
 UnicodeDecodeError, MemoryError) escapes."""
 
 from __future__ import annotations
@@ -36,6 +36,11 @@ from raftlog.kafka.messages.topics import (
     CreatableTopic,
     CreatableTopicConfig,
     CreatableTopicResult,
+    CreatePartitionsAssignment,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreatePartitionsTopic,
+    CreatePartitionsTopicResult,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeletableTopicResult,
@@ -108,6 +113,38 @@ CASES: list[tuple[range, Any, list[Any]]] = [
         range(4),
         DeleteTopicsResponse,
         [DeleteTopicsResponse((DeletableTopicResult("a"), DeletableTopicResult("b", 3)), 0)],
+    ),
+    (
+        range(2),
+        CreatePartitionsRequest,
+        [
+            CreatePartitionsRequest(
+                (
+                    CreatePartitionsTopic("a", 3),
+                    CreatePartitionsTopic(
+                        "b-é",
+                        4,
+                        (CreatePartitionsAssignment((1, 2)), CreatePartitionsAssignment((3, 1))),
+                    ),
+                    CreatePartitionsTopic("c", 2, ()),
+                ),
+                30000,
+                True,
+            )
+        ],
+    ),
+    (
+        range(2),
+        CreatePartitionsResponse,
+        [
+            CreatePartitionsResponse(
+                (
+                    CreatePartitionsTopicResult("a", 37, "never shrinks"),
+                    CreatePartitionsTopicResult("b"),
+                ),
+                5,
+            )
+        ],
     ),
     (
         range(3),
