@@ -657,10 +657,9 @@ class Broker:
         if validate_only:
             self.metadata.check_create_partitions(name, count, assignments)
             return
-        before = len(self.metadata.topic(name).partitions)
         await self.metadata.create_partitions(name, count, assignments)
         self.reconcile()
-        log.info("grew topic %s from %d to %d partitions", name, before, count)
+        log.info("grew topic %s to %d partitions", name, count)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(CREATE_OPEN_S_MAX):
                 await self.wait_reconciled()
