@@ -128,6 +128,22 @@ class InvalidReplicaAssignmentError(RaftlogError):
     code = 62
 
 
+class ElectionNotNeededError(RaftlogError):
+    """A preferred-leader election for a partition its preferred leader already leads
+    (Kafka: ELECTION_NOT_NEEDED)."""
+
+    code = 63
+
+
+class PreferredLeaderNotAvailableError(RaftlogError):
+    """A preferred-leader election for a partition whose preferred leader (its first replica)
+    is not a live ISR member (Kafka: PREFERRED_LEADER_NOT_AVAILABLE). Retriable: it may catch
+    up and rejoin the ISR."""
+
+    code = 64
+    retriable = True
+
+
 class InvalidRequestError(RaftlogError):
     """A request is well framed but its content is not acceptable."""
 

@@ -18,6 +18,9 @@
     controller_voters = ["1@127.0.0.1:19092", "2@127.0.0.1:19093", "3@127.0.0.1:19094"]
     broker_heartbeat_interval_ms = 500
     broker_session_timeout_ms = 3000
+    auto_leader_rebalance_enable = true          # leaders go back to their preferred replica
+    leader_imbalance_check_interval_ms = 300000  #   this often, for a broker with more than
+    leader_imbalance_per_broker_percentage = 10  #   this share of them led elsewhere
     auto_create_topics = false
     fetch_zero_copy = true                       # false: pread + write instead of sendfile
     fetch_zero_copy_min_bytes = 65536            # optional: smaller data is copied (pread)
@@ -111,6 +114,7 @@ from raftlog.metadata.controller import (
     RETRY_BACKOFF_MAX_S,
     RETRY_BACKOFF_MIN_S,
     Controller,
+    LeaderBalance,
     send_heartbeats,
 )
 from raftlog.metadata.coordinator import GroupCoordinator
@@ -171,6 +175,12 @@ class NodeConfig:
     # Kafka's defaults are 2 s / 9 s; a local cluster wants faster failure detection.
     broker_heartbeat_interval_ms: int = 500
     broker_session_timeout_ms: int = 3000
+    # Kafka's auto.leader.rebalance.enable, leader.imbalance.check.interval.seconds (300 s)
+    # and leader.imbalance.per.broker.percentage: the active controller moves leaderships
+    # back to their preferred replicas (controller.py's LeaderBalance).
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_ms: int = 300_000
+    leader_imbalance_per_broker_percentage: int = 10
     auto_create_topics: bool = False
     fetch_zero_copy: bool = True
     default_partitions: int = 1
@@ -199,6 +209,16 @@ class NodeConfig:
         if "controller" in self.roles and self.node_id not in voters:
             raise InvalidConfigError(
                 f"node {self.node_id} has the controller role but is not in controller_voters"
+            )
+        if self.leader_imbalance_check_interval_ms < 1:
+            raise InvalidConfigError(
+                f"leader_imbalance_check_interval_ms={self.leader_imbalance_check_interval_ms}: "
+                "must be >= 1"
+            )
+        if not 0 <= self.leader_imbalance_per_broker_percentage <= 100:
+            raise InvalidConfigError(
+                "leader_imbalance_per_broker_percentage="
+                f"{self.leader_imbalance_per_broker_percentage}: must be 0..100"
             )
         if self.broker_session_timeout_ms <= self.broker_heartbeat_interval_ms:
             raise InvalidConfigError(
@@ -471,6 +491,12 @@ class Node:
                         cfg.voters[cfg.node_id],
                         cfg.broker_session_timeout_ms,
                         on_active=on_active,
+                        leader_balance=LeaderBalance(
+                            cfg.leader_imbalance_check_interval_ms,
+                            cfg.leader_imbalance_per_broker_percentage,
+                        )
+                        if cfg.auto_leader_rebalance_enable
+                        else None,
                     )
                     tg.create_task(self.controller.run())
                     tg.create_task(coordinator.run())

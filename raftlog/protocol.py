@@ -65,6 +65,7 @@ class ApiKey(enum.IntEnum):
     RESET_OFFSETS = 18
     INIT_PRODUCER_ID = 19
     CREATE_PARTITIONS = 20
+    ELECT_LEADERS = 21
 
 
 # api key -> (min version, max version) this code speaks.
@@ -737,6 +738,7 @@ REQUEST_BODIES: dict[int, _Shape] = {
         },
         validate_only=_BOOL,
     ),
+    ApiKey.ELECT_LEADERS: _Struct(partitions=_Nullable(_PARTITIONS_OF)),
     ApiKey.DESCRIBE_CONFIGS: _Struct(topics=_Nullable(_STRS)),
     ApiKey.PRODUCE: _ProduceBody(
         {

@@ -172,6 +172,7 @@ class Broker:
             (protocol.ApiKey.CREATE_TOPICS, admin.handle_create_topics),
             (protocol.ApiKey.DELETE_TOPICS, admin.handle_delete_topics),
             (protocol.ApiKey.CREATE_PARTITIONS, admin.handle_create_partitions),
+            (protocol.ApiKey.ELECT_LEADERS, admin.handle_elect_leaders),
             (protocol.ApiKey.DESCRIBE_CONFIGS, admin.handle_describe_configs),
             (protocol.ApiKey.PRODUCE, produce.handle_produce),
             (protocol.ApiKey.FETCH, fetch.handle_fetch),
@@ -663,6 +664,19 @@ class Broker:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(CREATE_OPEN_S_MAX):
                 await self.wait_reconciled()
+
+    async def elect_leaders(
+        self, partitions: list[tuple[str, int]] | None
+    ) -> list[tuple[str, int, int, str | None]]:
+        """Preferred-leader elections (ClusterMetadata.elect_leaders); logs what moved."""
+        results = await self.metadata.elect_leaders(partitions)
+        self.reconcile()
+        moved = [f"{t}-{p}" for t, p, code, _ in results if code == 0]
+        if moved:
+            log.info(
+                "preferred leaders elected for %d partitions: %s", len(moved), ", ".join(moved[:10])
+            )
+        return results
 
     async def delete_topic(self, name: str) -> None:
         await self.metadata.delete_topic(name)

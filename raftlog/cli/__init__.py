@@ -20,6 +20,7 @@ from raftlog.cli import (
     demo_cmd,
     dev_cmd,
     group_cmd,
+    partitions_cmd,
     storage_cmd,
 )
 from raftlog.errors import RaftlogError
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     client_cmd.register(sub)
     cluster_cmd.register(sub)
     group_cmd.register(sub)
+    partitions_cmd.register(sub)
     demo_cmd.register(sub)
     storage_cmd.register(sub)
     bench_cmd.register(sub)

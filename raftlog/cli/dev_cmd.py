@@ -233,6 +233,9 @@ def _dev(args: argparse.Namespace) -> int:
 # A local cluster reacts in seconds: a follower that has not caught up for this long leaves the
 # ISR (Kafka's replica.lag.time.max.ms, 30 s by default, as NodeConfig's).
 DEV_REPLICA_LAG_TIME_MAX_MS = 5000
+# ... and a restarted node, once back in the ISR, gets its preferred leaderships back within
+# this (Kafka's leader.imbalance.check.interval.seconds, 300 s, as NodeConfig's).
+DEV_LEADER_IMBALANCE_CHECK_INTERVAL_MS = 10_000
 # How long `raftlog dev` waits for its nodes to stop cleanly before it kills them.
 DEV_STOP_TIMEOUT_S = 30.0
 
@@ -244,6 +247,7 @@ def replication_defaults(nodes: int) -> dict[str, Any]:
     return {
         "default_replication_factor": rf,
         "replica_lag_time_max_ms": DEV_REPLICA_LAG_TIME_MAX_MS,
+        "leader_imbalance_check_interval_ms": DEV_LEADER_IMBALANCE_CHECK_INTERVAL_MS,
         "log": {"min.insync.replicas": 2 if rf >= 3 else 1},
     }
 

@@ -26,6 +26,7 @@ from raftlog.messages.groups import (
     ResetOffsetsResponse,
 )
 from raftlog.messages.metadata import DescribeClusterRequest
+from raftlog.messages.partitions import ElectLeadersRequest, ElectLeadersResponse
 from raftlog.messages.topics import (
     CreatePartitionsRequest,
     CreatePartitionsResponse,
@@ -126,6 +127,23 @@ class AsyncAdmin:
         for r in CreatePartitionsResponse.from_body(body).topics:
             if r.error:
                 raise error_from_code(r.error, r.message or "")
+
+    async def elect_leaders(
+        self, partitions: Iterable[TopicPartition] | None = None
+    ) -> dict[TopicPartition, RaftlogError | None]:
+        """Preferred-leader elections: each partition's preferred leader (its first replica)
+        leads again if it is a live in-sync replica. `partitions` None: every partition whose
+        preferred leader does not lead. Returns each partition's outcome: None (it leads
+        now) or the error (ElectionNotNeededError: it led already;
+        PreferredLeaderNotAvailableError; UnknownTopicOrPartitionError)."""
+        wanted = None if partitions is None else tuple(TopicPartition(*tp) for tp in partitions)
+        body, _ = await self.client.request(
+            None, protocol.ApiKey.ELECT_LEADERS, ElectLeadersRequest(wanted).to_body()
+        )
+        return {
+            r.tp: None if r.error == 0 else error_from_code(r.error, r.message or "")
+            for r in ElectLeadersResponse.from_body(body).partitions
+        }
 
     async def delete_topics(self, names: Iterable[str]) -> None:
         request = DeleteTopicsRequest(tuple(names))
@@ -309,6 +327,12 @@ class Admin:
     ) -> None:
         """Grow topic `name` to `count` partitions (see AsyncAdmin.create_partitions)."""
         self._run(self._async.create_partitions(name, count, assignments, validate_only))
+
+    def elect_leaders(
+        self, partitions: Iterable[TopicPartition] | None = None
+    ) -> dict[TopicPartition, RaftlogError | None]:
+        """Preferred-leader elections (see AsyncAdmin.elect_leaders)."""
+        return self._run(self._async.elect_leaders(partitions))  # type: ignore[no-any-return]
 
     def delete_topics(self, names: Iterable[str]) -> None:
         self._run(self._async.delete_topics(names))

@@ -143,6 +143,8 @@ _BY_CLASS: dict[type[BaseException], ErrorCode] = {
     e.InvalidTopicError: ErrorCode.INVALID_TOPIC_EXCEPTION,
     e.InvalidPartitionsError: ErrorCode.INVALID_PARTITIONS,
     e.InvalidReplicaAssignmentError: ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+    e.ElectionNotNeededError: ErrorCode.ELECTION_NOT_NEEDED,
+    e.PreferredLeaderNotAvailableError: ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
     e.InvalidRequestError: ErrorCode.INVALID_REQUEST,
     e.UnsupportedVersionError: ErrorCode.UNSUPPORTED_VERSION,
     e.RequestTimedOutError: ErrorCode.REQUEST_TIMED_OUT,

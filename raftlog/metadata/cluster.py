@@ -283,6 +283,15 @@ class ClusterMetadata:
         wanted = None if assignments is None else [list(a) for a in assignments]
         self.quorum.read(lambda state: state.new_partitions(name, count, wanted))
 
+    async def elect_leaders(
+        self, partitions: list[tuple[str, int]] | None
+    ) -> list[tuple[str, int, int, str | None]]:
+        """Preferred-leader elections (MetadataState.elect_leaders): (topic, partition,
+        error code, message) per partition, 0 where its preferred leader leads now."""
+        wanted = None if partitions is None else [[t, p] for t, p in partitions]
+        results = await self.quorum.propose("elect_leaders", partitions=wanted)
+        return [(t, p, code, message) for t, p, code, message in results]
+
     async def allocate_producer_ids(self, count: int) -> int:
         """A block of `count` producer ids, unique in the cluster; returns its first id."""
         return int(await self.quorum.propose("allocate_producer_ids", count=count))

@@ -22,6 +22,13 @@ Rules:
   starts again, as on becoming active. Heartbeats sent meanwhile wait in the socket; without
   this, one stalled controller fenced every broker at once (30,000 replicas re-led).
 
+Leaders come back (Kafka's auto.leader.rebalance.enable): every `LeaderBalance.interval_ms`
+the active controller proposes `elect_leaders` for the partitions whose preferred leader (the
+first replica) could lead again, for each broker whose share of its preferred partitions led
+by others is above `LeaderBalance.imbalance_percentage` (MetadataState.preferred_elections_due).
+A returning broker counts once it is back in the ISR, so only a caught-up replica takes its
+leaderships back.
+
 Heartbeat datagram: msgpack array [node_id, broker_epoch].
 """
 
@@ -32,6 +39,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import asyncio_dgram
 import msgpack
@@ -48,6 +56,15 @@ CONTROLLER_STALL_MS = 1000
 # Retries of proposals that must eventually succeed: 0.1 s, doubling to 2 s (a log line each).
 RETRY_BACKOFF_MIN_S = 0.1
 RETRY_BACKOFF_MAX_S = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderBalance:
+    """The automatic preferred-leader rebalance's settings (Kafka's
+    leader.imbalance.check.interval.seconds and leader.imbalance.per.broker.percentage)."""
+
+    interval_ms: int = 300_000
+    imbalance_percentage: int = 10
 
 
 def monotonic_ms() -> int:
@@ -67,8 +84,14 @@ class Controller:
         session_timeout_ms: int,
         clock_ms: Callable[[], int] = monotonic_ms,
         on_active: Callable[[bool], None] | None = None,
+        leader_balance: LeaderBalance | None = None,
     ):
+        """`leader_balance`: None turns the automatic preferred-leader rebalance off."""
         self.quorum = quorum
+        self.leader_balance = leader_balance
+        # When the next automatic leader rebalance is due (clock_ms), and whether one runs.
+        self._balance_at: int | None = None
+        self._balancing = False
         self.listen_address = listen_address
         self.session_timeout_ms = session_timeout_ms
         self.clock_ms = clock_ms
@@ -162,6 +185,39 @@ class Controller:
                 self._propose(node_id, "fence_broker", epoch, silent_ms)
             elif fenced and heard_at is not None and now - heard_at <= self.session_timeout_ms:
                 self._propose(node_id, "unfence_broker", epoch, now - heard_at)
+        balance = self.leader_balance
+        if balance is not None:
+            if self._balance_at is None:
+                self._balance_at = now + balance.interval_ms
+            elif now >= self._balance_at and not self._balancing:
+                self._balance_at = now + balance.interval_ms
+                self._rebalance_leaders(balance)
+
+    def _rebalance_leaders(self, balance: LeaderBalance) -> None:
+        due = self.quorum.read(lambda s: s.preferred_elections_due(balance.imbalance_percentage))
+        if not due:
+            return
+        self._balancing = True
+
+        async def go() -> None:
+            try:
+                results = await self.quorum.propose("elect_leaders", partitions=due)
+                moved = [f"{t}-{p}" for t, p, code, _ in results if code == 0]
+                log.info(
+                    "preferred-leader rebalance: %d of %d partitions back with their preferred "
+                    "leader%s",
+                    len(moved),
+                    len(due),
+                    f" ({', '.join(moved[:10])}{', ...' if len(moved) > 10 else ''})"
+                    if moved
+                    else "",
+                )
+            except RaftlogError as e:
+                log.warning("preferred-leader rebalance failed: %s", e)
+            finally:
+                self._balancing = False
+
+        self._tasks.spawn(go(), "preferred-leader rebalance")
 
     async def close(self) -> None:
         """Cancel the proposals in flight (the node is stopping)."""

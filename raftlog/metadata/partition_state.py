@@ -15,7 +15,9 @@ Transitions (each checks everything that can refuse it before its first change, 
   gives up the leadership (the election rules are in its docstring);
 - `elect_returning`: an offline partition gets a returning ISR or ELR member back as leader;
 - `alter_isr`: the leader changes the ISR, with the current epochs only (no zombies);
-- `leave_for_offline_log`: a broker reports its replica's log offline.
+- `leave_for_offline_log`: a broker reports its replica's log offline;
+- `elect_preferred`: the first replica (the preferred leader) leads again, if it is a live
+  ISR member (Kafka's preferred-leader election: leadership spreads as it was assigned).
 
 Invariants (`_check`, after every transition):
 
@@ -249,6 +251,31 @@ class PartitionState:
             self._elect(node_id, rules, electable)
         self._bump_if_changed(before)
         self._check(before, rules)
+
+    def elect_preferred(self, rules: TopicRules, electable: Electable) -> bool:
+        """The preferred leader (the first replica) leads, at a new leader epoch, if it is in
+        the ISR and electable and does not lead already. Returns whether it took over; nothing
+        changes otherwise. Safe as any election within the ISR: it holds every committed
+        record, and the old leader follows it from the new epoch on."""
+        preferred = self.replicas[0]
+        if self.leader == preferred or preferred not in self.isr or not electable(preferred):
+            return False
+        before = self._view()
+        self.leader = preferred
+        self.leader_epoch += 1
+        self.partition_epoch += 1
+        self._check(before, rules)
+        return True
+
+    def preferred_state(self, electable: Electable) -> str:
+        """ "leads" (the preferred leader leads), "ready" (it could: elect_preferred would move
+        the leadership) or "unavailable" (it is not a live ISR member)."""
+        preferred = self.replicas[0]
+        if self.leader == preferred:
+            return "leads"
+        if preferred in self.isr and electable(preferred):
+            return "ready"
+        return "unavailable"
 
     # -- steps of the transitions (each leaves the checks to its transition) -----------------
 

@@ -49,12 +49,14 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from raftlog.errors import (
+    ElectionNotNeededError,
     GroupIdNotFoundError,
     GroupNotEmptyError,
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
     InvalidRequestError,
+    PreferredLeaderNotAvailableError,
     RaftlogError,
     StaleBrokerEpochError,
     TopicAlreadyExistsError,
@@ -93,6 +95,7 @@ TOPOLOGY_COMMANDS = frozenset(
         "shut_down_broker",
         "create_topic",
         "create_partitions",
+        "elect_leaders",
         "delete_topic",
         "alter_isr",
         "alter_isr_batch",
@@ -499,6 +502,78 @@ class MetadataState:
                 )
             out.append(list(replicas))
         return out
+
+    def _cmd_elect_leaders(self, partitions: list[list[Any]] | None = None) -> Result:
+        """Preferred-leader elections (Kafka's ElectLeaders, type preferred): each named
+        [topic, partition] gets its first replica back as leader if that is a live ISR
+        member; None: every partition whose preferred leader does not lead. Returns
+        [[topic, partition, error code, message], ...] (code 0: elected), one per partition
+        asked for, or per partition tried when None: a refusal of one does not refuse the
+        others (UnknownTopicOrPartitionError, ElectionNotNeededError,
+        PreferredLeaderNotAvailableError)."""
+        wanted: list[tuple[str, int]] = []
+        if partitions is None:
+            for topic in self._sorted_topics():
+                for p in topic["partitions"]:
+                    if p.leader != p.replicas[0]:
+                        wanted.append((topic["name"], p.partition))
+        else:
+            for entry in partitions:
+                if len(entry) != 2 or type(entry[0]) is not str or not _is_int(entry[1]):
+                    raise InvalidRequestError(
+                        f"elect_leaders: each partition is [topic, partition], got {entry!r:.200}"
+                    )
+                wanted.append((entry[0], entry[1]))
+        results: list[list[Any]] = []
+        for topic_name, index in wanted:
+            found = self.topics.get(topic_name)
+            if found is None or not 0 <= index < len(found["partitions"]):
+                error: RaftlogError = UnknownTopicOrPartitionError(
+                    f"unknown partition {topic_name}-{index}"
+                )
+                results.append([topic_name, index, error.code, str(error)])
+                continue
+            p = found["partitions"][index]
+            rules = TopicRules.of(found["config"])
+            if p.elect_preferred(rules, self._electable(topic_name, index)):
+                results.append([topic_name, index, 0, None])
+                continue
+            if p.leader == p.replicas[0]:
+                error = ElectionNotNeededError(
+                    f"{topic_name}-{index}: its preferred leader {p.replicas[0]} leads already"
+                )
+            else:
+                error = PreferredLeaderNotAvailableError(
+                    f"{topic_name}-{index}: its preferred leader {p.replicas[0]} is not a live "
+                    f"in-sync replica (isr {p.isr})"
+                )
+            results.append([topic_name, index, error.code, str(error)])
+        return _ok(results)
+
+    def preferred_elections_due(self, imbalance_percentage: int) -> list[list[Any]]:
+        """The [topic, partition]s an automatic leader rebalance elects (Kafka's
+        auto.leader.rebalance.enable): for each broker whose share of its preferred
+        partitions led by others is above `imbalance_percentage` (Kafka's
+        leader.imbalance.per.broker.percentage), those it could lead now (a live ISR member).
+        Reads only."""
+        preferred: dict[int, int] = {}
+        ready: dict[int, list[list[Any]]] = {}
+        elsewhere: dict[int, int] = {}
+        for topic in self._sorted_topics():
+            name = topic["name"]
+            for p in topic["partitions"]:
+                b = p.replicas[0]
+                preferred[b] = preferred.get(b, 0) + 1
+                state = p.preferred_state(self._electable(name, p.partition))
+                if state != "leads":
+                    elsewhere[b] = elsewhere.get(b, 0) + 1
+                if state == "ready":
+                    ready.setdefault(b, []).append([name, p.partition])
+        due: list[list[Any]] = []
+        for b in sorted(ready):
+            if elsewhere[b] * 100 > imbalance_percentage * preferred[b]:
+                due.extend(ready[b])
+        return due
 
     def _cmd_delete_topic(self, name: str) -> Result:
         if name not in self.topics:

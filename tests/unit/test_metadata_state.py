@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from raftlog.errors import (
     CommitFailedError,
+    ElectionNotNeededError,
     FencedLeaderEpochError,
     GroupNotEmptyError,
     InconsistentGroupProtocolError,
@@ -23,6 +24,7 @@ from raftlog.errors import (
     InvalidReplicationFactorError,
     InvalidRequestError,
     InvalidUpdateVersionError,
+    PreferredLeaderNotAvailableError,
     StaleBrokerEpochError,
     TopicAlreadyExistsError,
     UnknownMemberIdError,
@@ -127,6 +129,54 @@ def test_a_controlled_shutdown_moves_leaderships_and_stays_fenced_until_it_regis
     # Started again: a new registration, alive, no longer shutting down.
     ok(s, "register_broker", node_id=2, host="h", port=1, rack=None, incarnation="b", now_ms=1)
     assert not s.brokers[2]["fenced"] and not s.brokers[2].get("shutting_down", False)
+
+
+def test_preferred_leaders_come_back_once_live_and_in_sync() -> None:
+    s, epochs = cluster(3)
+    ok(s, "create_topic", name="t", topic_id="id", partitions=6, replication_factor=3, config={})
+    parts = s.topics["t"]["partitions"]
+    preferred_by_2 = [p.partition for p in parts if p.replicas[0] == 2]
+    assert preferred_by_2 and all(parts[i].leader == 2 for i in preferred_by_2)
+    assert s.preferred_elections_due(10) == []
+    ok(s, "fence_broker", node_id=2, broker_epoch=epochs[2])
+    assert all(parts[i].leader != 2 for i in preferred_by_2)
+    # Fenced: not a live ISR member, so not due, and an explicit election is refused.
+    assert s.preferred_elections_due(10) == []
+    results = ok(s, "elect_leaders", partitions=[["t", preferred_by_2[0]], ["t", 99], ["u", 0]])
+    assert [r[2] for r in results] == [
+        PreferredLeaderNotAvailableError.code,
+        UnknownTopicOrPartitionError.code,
+        UnknownTopicOrPartitionError.code,
+    ], results
+    # Back, but not in the ISR yet (it has to catch up first): still not due.
+    ok(s, "unfence_broker", node_id=2, broker_epoch=epochs[2])
+    assert all(parts[i].leader != 2 for i in preferred_by_2)
+    assert s.preferred_elections_due(10) == []
+    for i in preferred_by_2:
+        p = parts[i]
+        ok(
+            s,
+            "alter_isr",
+            topic="t",
+            partition=i,
+            leader_id=p.leader,
+            leader_epoch=p.leader_epoch,
+            partition_epoch=p.partition_epoch,
+            isr=sorted([*p.isr, 2]),
+        )
+    due = s.preferred_elections_due(10)
+    assert due == [["t", i] for i in preferred_by_2]
+    # Above 100% nothing is ever due; the election itself needs no imbalance.
+    assert s.preferred_elections_due(100) == []
+    epochs_before = [parts[i].leader_epoch for i in preferred_by_2]
+    results = ok(s, "elect_leaders", partitions=None)
+    assert results == [["t", i, 0, None] for i in preferred_by_2]
+    assert all(parts[i].leader == 2 for i in preferred_by_2)
+    assert [parts[i].leader_epoch for i in preferred_by_2] == [e + 1 for e in epochs_before]
+    again = ok(s, "elect_leaders", partitions=[["t", preferred_by_2[0]]])
+    assert again[0][2] == ElectionNotNeededError.code
+    assert ok(s, "elect_leaders", partitions=None) == []
+    err(s, "elect_leaders", InvalidRequestError, partitions=[["t"]])
 
 
 def test_last_isr_member_fenced_means_offline_until_it_returns() -> None:
@@ -403,7 +453,7 @@ def random_command(rng: random.Random, i: int) -> tuple[str, dict[str, Any]]:
         [
             "register", "fence", "unfence", "create", "delete", "join", "leave", "commit",
             "batch", "reset", "delete_group", "producer_ids", "isr", "offline", "malformed",
-            "join", "tick", "kafka_join", "sync", "grow",
+            "join", "tick", "kafka_join", "sync", "grow", "elect",
         ]
     )  # fmt: skip
     node = rng.randint(1, 4)
@@ -434,6 +484,9 @@ def random_command(rng: random.Random, i: int) -> tuple[str, dict[str, Any]]:
         )
     if kind == "delete":
         return ("delete_topic", {"name": f"t{rng.randint(0, 3)}"})
+    if kind == "elect":
+        chosen = [[f"t{rng.randint(0, 3)}", rng.randint(0, 6)] for _ in range(rng.randint(0, 3))]
+        return ("elect_leaders", {"partitions": rng.choice([None, chosen])})
     if kind == "grow":
         grow: dict[str, Any] = {"name": f"t{rng.randint(0, 3)}", "partitions": rng.randint(0, 9)}
         if rng.random() < 0.3:

@@ -1,5 +1,5 @@
-"""ApiVersions, Metadata, CreateTopics, CreatePartitions, DeleteTopics, DescribeConfigs and
-ListOffsets.
+"""ApiVersions, Metadata, CreateTopics, CreatePartitions, DeleteTopics, DescribeConfigs,
+ListOffsets and ElectLeaders.
 
 These are control-plane requests: small, rare, and answered from metadata and log state.
 Bodies and responses are documented in docs/PROTOCOL.md.
@@ -11,7 +11,7 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from raftlog import __version__, protocol
-from raftlog.broker.response import Response
+from raftlog.broker.response import Response, error_response
 from raftlog.errors import RaftlogError
 from raftlog.messages.metadata import (
     ApiVersion,
@@ -26,6 +26,7 @@ from raftlog.messages.offsets import (
     ListOffsetsRequest,
     ListOffsetsResponse,
 )
+from raftlog.messages.partitions import ElectionResult, ElectLeadersRequest, ElectLeadersResponse
 from raftlog.messages.topics import (
     CreatePartitionsRequest,
     CreatePartitionsResponse,
@@ -136,6 +137,21 @@ async def handle_create_partitions(
         except RaftlogError as e:
             results.append(TopicResult(spec.name, e.code, str(e)))
     return Response(CreatePartitionsResponse(tuple(results)).to_body())
+
+
+async def handle_elect_leaders(
+    broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
+) -> Response:
+    """Preferred-leader elections; a failure of the whole request (no quorum) is its error."""
+    request = ElectLeadersRequest.from_body(body)
+    parts = request.partitions
+    wanted = None if parts is None else [(tp.topic, tp.partition) for tp in parts]
+    try:
+        elected = await broker.elect_leaders(wanted)
+    except RaftlogError as e:
+        return error_response(e)
+    results = tuple(ElectionResult(TopicPartition(t, p), c, m) for t, p, c, m in elected)
+    return Response(ElectLeadersResponse(results).to_body())
 
 
 async def handle_delete_topics(
