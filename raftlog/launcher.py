@@ -281,8 +281,10 @@ def cluster_settings(
     hosts: Sequence[str] | None = None,
     settings: Mapping[str, Any] | None = None,
     advertise: Callable[[int, str], str] | None = None,
+    controllers: int | None = None,
 ) -> list[dict[str, Any]]:
-    """The settings of nodes 1..n, combined controller+broker nodes that form one quorum.
+    """The settings of nodes 1..n: nodes 1..`controllers` (None: all) are controller+broker
+    nodes that form the quorum, the others broker-only nodes that follow it as observers.
 
     `hosts[i]` is node i+1's address (all 127.0.0.1 by default); `settings` are added to every
     node's (they win over the defaults here); `advertise(node_id, address)`, if given, is the
@@ -292,7 +294,10 @@ def cluster_settings(
     hosts = list(hosts) if hosts is not None else [LOOPBACK] * n
     if len(hosts) != n:
         raise ValueError(f"{len(hosts)} hosts for {n} nodes")
-    voters = [f"{i + 1}@{hosts[i]}:{ports.raft[i]}" for i in range(n)]
+    k = n if controllers is None else controllers
+    if not 1 <= k <= n:
+        raise ValueError(f"{k} controllers among {n} nodes: must be 1..{n}")
+    voters = [f"{i + 1}@{hosts[i]}:{ports.raft[i]}" for i in range(k)]
     nodes = []
     for i in range(n):
         client = f"{hosts[i]}:{ports.client[i]}"
@@ -308,7 +313,7 @@ def cluster_settings(
         nodes.append(
             {
                 "node_id": i + 1,
-                "roles": ["controller", "broker"],
+                "roles": ["controller", "broker"] if i < k else ["broker"],
                 "data_dir": os.path.abspath(node_dir(data_root, i + 1)),
                 "client_listener": client,
                 "replication_listener": replication,
@@ -327,10 +332,11 @@ def write_cluster_configs(
     hosts: Sequence[str] | None = None,
     settings: Mapping[str, Any] | None = None,
     advertise: Callable[[int, str], str] | None = None,
+    controllers: int | None = None,
 ) -> list[Path]:
     """Write `cluster_settings(...)` to `<data_root>/node-<id>/node.toml`; their paths."""
     paths = []
-    for node in cluster_settings(data_root, ports, hosts, settings, advertise):
+    for node in cluster_settings(data_root, ports, hosts, settings, advertise, controllers):
         path = node_dir(data_root, node["node_id"]) / "node.toml"
         path.parent.mkdir(parents=True, exist_ok=True)
         write_node_config(path, node)

@@ -57,6 +57,13 @@ HEALTH_TIMEOUT_MS = 3000
 def register(sub: Any) -> None:
     p = sub.add_parser("dev", help="run a local raftlog cluster in the foreground")
     p.add_argument("--nodes", type=int, default=1, help="number of nodes (1, 3 or 5 typical)")
+    p.add_argument(
+        "--controllers",
+        type=int,
+        default=None,
+        help="how many of the nodes (the first ones) are metadata quorum voters; the others "
+        "are broker-only nodes that follow the quorum (default: up to 3)",
+    )
     p.add_argument("--data-dir", default="./data", help="where the nodes keep their data")
     p.add_argument("--host", default="127.0.0.1", help="address every node listens on (127.0.0.1)")
     p.add_argument(
@@ -198,6 +205,10 @@ def node_health_problem(config: NodeConfig) -> str | None:
 def _dev(args: argparse.Namespace) -> int:
     if not 1 <= args.nodes <= 9:
         raise InvalidConfigError(f"--nodes {args.nodes}: must be 1..9")
+    if args.controllers is not None and not 1 <= args.controllers <= args.nodes:
+        raise InvalidConfigError(
+            f"--controllers {args.controllers}: must be 1..{args.nodes} (--nodes)"
+        )
     logging.getLogger().setLevel(args.log_level)
     if args.nodes == 1:
         # The Raft address is chosen once and kept in DIR/raft-address, so that restarts
@@ -291,6 +302,7 @@ def _run_cluster(args: argparse.Namespace) -> int:
                 "broker_session_timeout_ms": args.session_timeout_ms,
                 **replication_defaults(n),
             },
+            controllers=min(3, n) if args.controllers is None else args.controllers,
         )
     # The nodes share our stdout and stderr; each writes its lines whole (write_line).
     nodes = [

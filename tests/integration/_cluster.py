@@ -41,15 +41,17 @@ Describe = dict[str, Any]
 
 
 def write_cluster_configs(
-    root: Path, n: int, session_timeout_ms: int, **settings: Any
+    root: Path, n: int, session_timeout_ms: int, controllers: int | None = None, **settings: Any
 ) -> list[Path]:
     """`raftlog dev --nodes n --port 0`'s configs: DIR/node-<id>/node.toml on free ports,
-    plus any other node settings (e.g. connection_idle_ms_max=1000)."""
+    plus any other node settings (e.g. connection_idle_ms_max=1000); nodes after the first
+    `controllers` (None: none) are broker-only."""
     return launcher.write_cluster_configs(
         root,
         PortPlan.picked(n, HOST),
         [HOST] * n,
         {"broker_session_timeout_ms": session_timeout_ms, **settings},
+        controllers=controllers,
     )
 
 
@@ -93,10 +95,17 @@ class NodeProcess(BrokerProcess):
 class Cluster:
     """Nodes 1..n of one cluster under `root`; `nodes[i]` is node i."""
 
-    def __init__(self, root: Path, n: int = 3, session_timeout_ms: int = 1500, **settings: Any):
+    def __init__(
+        self,
+        root: Path,
+        n: int = 3,
+        session_timeout_ms: int = 1500,
+        controllers: int | None = None,
+        **settings: Any,
+    ):
         self.root = root
         self.session_timeout_ms = session_timeout_ms
-        paths = write_cluster_configs(root / "data", n, session_timeout_ms, **settings)
+        paths = write_cluster_configs(root / "data", n, session_timeout_ms, controllers, **settings)
         self.nodes = {
             i + 1: NodeProcess(path, root / "logs" / f"node-{i + 1}")
             for i, path in enumerate(paths)

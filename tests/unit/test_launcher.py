@@ -115,6 +115,16 @@ def test_cluster_settings_form_one_quorum_of_combined_nodes() -> None:
         assert "advertised_listener" not in n
 
 
+def test_cluster_settings_make_the_nodes_after_the_controllers_broker_only() -> None:
+    nodes = cluster_settings("/r", PortPlan.based(9092, 5), controllers=3)
+    voters = ["1@127.0.0.1:9192", "2@127.0.0.1:9193", "3@127.0.0.1:9194"]
+    assert [n["roles"] for n in nodes] == [["controller", "broker"]] * 3 + [["broker"]] * 2
+    assert all(n["controller_voters"] == voters for n in nodes)
+    for bad in (0, 6):
+        with pytest.raises(ValueError, match=f"{bad} controllers among 5 nodes"):
+            cluster_settings("/r", PortPlan.based(9092, 5), controllers=bad)
+
+
 def test_cluster_settings_take_each_nodes_host_and_what_it_advertises() -> None:
     nodes = cluster_settings(
         "/r",
