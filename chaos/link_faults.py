@@ -7,11 +7,12 @@
             ...                                               # the toxic is on
                                                               # removed here, always
 
-Where the proxies sit: each node advertises a proxy's address as its client listener and
-another's as its replication listener, so the metadata names the proxies to everyone who looks
-a broker up: producers and consumers after their bootstrap, and other brokers' replica fetchers
-(which dial the replication listener). A toxic on node i goes on both of its proxies and so
-hurts every client and replication connection TO node i (its produce and fetch requests, and
+Where the proxies sit: each node advertises a proxy's address as its client listener,
+another's as its replication listener and, with a Kafka listener, a third's as that one, so
+the metadata names the proxies to everyone who looks a broker up: producers and consumers
+after their bootstrap (raftlog's and Kafka's), and other brokers' replica fetchers (which dial
+the replication listener). A toxic on node i goes on all of its proxies and so hurts every
+client and replication connection TO node i (its produce and fetch requests, and
 the fetches of the followers of the partitions it leads) in the stream it names ("upstream":
 the requests, "downstream": the responses). Raft traffic (pysyncobj) is not proxied: pysyncobj names
 a peer by its address and only one side of a pair dials, so two names for one peer break its
@@ -109,7 +110,7 @@ class Links:
         self.address = address
         self.server = server
         self.client = Toxiproxy()
-        # Each node's proxies: one per listener it advertises (client, replication).
+        # Each node's proxies: one per listener it advertises (client, replication, Kafka).
         self.proxies: dict[int, list[Proxy]] = {}
         self.tag = f"raftlog-{os.getpid()}-{int(time.time() * 1000) % 1_000_000}"
         deadline = time.monotonic() + SERVER_START_TIMEOUT_S

@@ -583,11 +583,6 @@ def run(cfg: RunConfig) -> dict[str, Any]:
         raise FaultError(f"backend {cfg.backend!r}: must be one of {', '.join(BACKENDS)}")
     if cfg.client not in CLIENTS:
         raise FaultError(f"client {cfg.client!r}: must be one of {', '.join(CLIENTS)}")
-    if cfg.client == "kafka" and set(cfg.faults) & set(LINK_KINDS):
-        raise FaultError(
-            "--client kafka: the link kinds proxy raftlog's own client listeners (and the "
-            "replication links), not the Kafka listeners; run them with --client raftlog"
-        )
     if cfg.backend == "docker":
         refuse_unsupported(cfg.faults, cfg.nodes)
     cfg.out.mkdir(parents=True, exist_ok=True)

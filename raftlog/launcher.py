@@ -288,8 +288,8 @@ def cluster_settings(
 
     `hosts[i]` is node i+1's address (all 127.0.0.1 by default); `settings` are added to every
     node's (they win over the defaults here); `advertise(node_id, address)`, if given, is the
-    address the node advertises instead of its client and of its replication listener (a
-    proxy in front of each)."""
+    address the node advertises instead of its client, its replication and its Kafka listener
+    (a proxy in front of each)."""
     n = ports.nodes
     hosts = list(hosts) if hosts is not None else [LOOPBACK] * n
     if len(hosts) != n:
@@ -302,14 +302,15 @@ def cluster_settings(
     for i in range(n):
         client = f"{hosts[i]}:{ports.client[i]}"
         replication = f"{hosts[i]}:{ports.replication[i]}"
-        advertised = (
-            {
+        kafka = f"{hosts[i]}:{ports.kafka[i]}" if ports.kafka else None
+        advertised = {}
+        if advertise is not None:
+            advertised = {
                 "advertised_listener": advertise(i + 1, client),
                 "replication_advertised_listener": advertise(i + 1, replication),
             }
-            if advertise is not None
-            else {}
-        )
+            if kafka is not None:
+                advertised["kafka_advertised_listener"] = advertise(i + 1, kafka)
         nodes.append(
             {
                 "node_id": i + 1,
@@ -317,7 +318,7 @@ def cluster_settings(
                 "data_dir": os.path.abspath(node_dir(data_root, i + 1)),
                 "client_listener": client,
                 "replication_listener": replication,
-                "kafka_listener": f"{hosts[i]}:{ports.kafka[i]}" if ports.kafka else None,
+                "kafka_listener": kafka,
                 "controller_voters": voters,
                 **advertised,
                 **(settings or {}),

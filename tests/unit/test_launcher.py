@@ -136,6 +136,17 @@ def test_cluster_settings_take_each_nodes_host_and_what_it_advertises() -> None:
     assert nodes[1]["client_listener"] == "10.0.0.2:9092"
     assert nodes[1]["advertised_listener"] == "proxy-2-10.0.0.2:9092"
     assert nodes[1]["replication_advertised_listener"] == "proxy-2-10.0.0.2:9292"
+    assert "kafka_advertised_listener" not in nodes[1]
+    # With Kafka listeners, those are proxied too (the chaos suite's link faults for Kafka's
+    # clients).
+    nodes = cluster_settings(
+        "/r",
+        PortPlan.same(2, 9092, 9192, 9292, 9392),
+        hosts=["10.0.0.1", "10.0.0.2"],
+        advertise=lambda node_id, address: f"proxy-{node_id}-{address}",
+    )
+    assert nodes[1]["kafka_listener"] == "10.0.0.2:9392"
+    assert nodes[1]["kafka_advertised_listener"] == "proxy-2-10.0.0.2:9392"
 
 
 def test_given_settings_win_over_the_clusters_own() -> None:
