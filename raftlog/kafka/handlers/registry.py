@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from raftlog.kafka.api import ApiKey
 from raftlog.kafka.handlers import (
     configs,
+    elect_leaders,
     fetch,
     group_admin,
     group_offsets,
@@ -36,6 +37,7 @@ HANDLERS: dict[int, Callable[..., Any]] = {
     **offsets_for_leader_epoch.HANDLERS,
     **producer_ids.HANDLERS,
     **topics.HANDLERS,
+    **elect_leaders.HANDLERS,
     **groups.HANDLERS,
     **group_offsets.HANDLERS,
     **group_admin.HANDLERS,

@@ -28,6 +28,7 @@ from raftlog.kafka.api import SUPPORTED_VERSIONS, ApiKey, api_name
 from raftlog.kafka.messages.api_versions import ApiVersionsRequest
 from raftlog.kafka.messages.commits import OffsetCommitRequest, OffsetFetchRequest
 from raftlog.kafka.messages.configs import DescribeConfigsRequest
+from raftlog.kafka.messages.elect_leaders import ElectLeadersRequest
 from raftlog.kafka.messages.fetch import FetchRequest
 from raftlog.kafka.messages.group_admin import (
     DeleteGroupsRequest,
@@ -75,6 +76,7 @@ REQUEST_TYPES: dict[ApiKey, type[KafkaRequest]] = {
     ApiKey.CREATE_TOPICS: CreateTopicsRequest,
     ApiKey.DELETE_TOPICS: DeleteTopicsRequest,
     ApiKey.CREATE_PARTITIONS: CreatePartitionsRequest,
+    ApiKey.ELECT_LEADERS: ElectLeadersRequest,
     ApiKey.DESCRIBE_CONFIGS: DescribeConfigsRequest,
     ApiKey.FIND_COORDINATOR: FindCoordinatorRequest,
     ApiKey.JOIN_GROUP: JoinGroupRequest,

@@ -33,7 +33,7 @@ def test_api_keys_are_kafkas_numbers() -> None:
     assert ApiKey.CREATE_TOPICS == 19 and ApiKey.DELETE_TOPICS == 20
     assert ApiKey.INIT_PRODUCER_ID == 22 and ApiKey.OFFSET_FOR_LEADER_EPOCH == 23
     assert ApiKey.DESCRIBE_CONFIGS == 32 and ApiKey.CREATE_PARTITIONS == 37
-    assert ApiKey.DELETE_GROUPS == 42
+    assert ApiKey.DELETE_GROUPS == 42 and ApiKey.ELECT_LEADERS == 43
     assert ApiKey.DESCRIBE_CLUSTER == 60
     assert api_name(ApiKey.OFFSET_FOR_LEADER_EPOCH) == "OffsetForLeaderEpoch"
     assert api_name(1000) == "api key 1000"
@@ -51,6 +51,7 @@ def test_supported_versions_are_below_the_first_flexible_except_api_versions_3()
         ApiKey.CREATE_TOPICS: (0, 4),
         ApiKey.DELETE_TOPICS: (0, 3),
         ApiKey.CREATE_PARTITIONS: (0, 1),
+        ApiKey.ELECT_LEADERS: (0, 1),
         ApiKey.DESCRIBE_CONFIGS: (0, 2),
         ApiKey.JOIN_GROUP: (0, 5),
         ApiKey.SYNC_GROUP: (0, 3),

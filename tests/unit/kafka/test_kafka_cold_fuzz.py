@@ -1,10 +1,10 @@
 """The cold APIs' decoders (InitProducerId, OffsetForLeaderEpoch, CreateTopics, DeleteTopics,
-CreatePartitions, DescribeConfigs, and the consumer-group APIs (SUPPORTED_VERSIONS), whose
-samples come from kafka_group_samples.py) under mutated bodies: thousands per message type and
-version, from a seeded random generator, read as `decode_request` reads a body (from a Reader
-placed in the frame, then every byte consumed). A body either decodes to a message that encodes
-again or raises KafkaDecodeError naming the field; nothing else (IndexError, struct.error,
-UnicodeDecodeError, MemoryError) escapes."""
+CreatePartitions, ElectLeaders, DescribeConfigs, and the consumer-group APIs
+(SUPPORTED_VERSIONS), whose samples come from kafka_group_samples.py) under mutated bodies:
+thousands per message type and version, from a seeded random generator, read as
+`decode_request` reads a body (from a Reader placed in the frame, then every byte consumed). A
+body either decodes to a message that encodes again or raises KafkaDecodeError naming the
+field; nothing else (IndexError, struct.error, UnicodeDecodeError, MemoryError) escapes."""
 
 from __future__ import annotations
 
@@ -23,6 +23,13 @@ from raftlog.kafka.messages.configs import (
     DescribeConfigsResponse,
     DescribeConfigsResult,
     DescribeConfigsSynonym,
+)
+from raftlog.kafka.messages.elect_leaders import (
+    ElectLeadersRequest,
+    ElectLeadersResponse,
+    PartitionResult,
+    ReplicaElectionResult,
+    TopicPartitions,
 )
 from raftlog.kafka.messages.offsets_for_leader_epoch import (
     EpochEndOffset,
@@ -142,6 +149,38 @@ CASES: list[tuple[range, Any, list[Any]]] = [
                     CreatePartitionsTopicResult("a", 37, "never shrinks"),
                     CreatePartitionsTopicResult("b"),
                 ),
+                5,
+            )
+        ],
+    ),
+    (
+        range(2),
+        ElectLeadersRequest,
+        [
+            ElectLeadersRequest(
+                (
+                    TopicPartitions("a", (0, 2)),
+                    TopicPartitions("b-é", ()),
+                    TopicPartitions("c", (7,)),
+                ),
+                60000,
+                1,
+            ),
+            ElectLeadersRequest(None, 5),
+        ],
+    ),
+    (
+        range(2),
+        ElectLeadersResponse,
+        [
+            ElectLeadersResponse(
+                (
+                    ReplicaElectionResult(
+                        "a", (PartitionResult(0), PartitionResult(2, 84, "leads already"))
+                    ),
+                    ReplicaElectionResult("b", ()),
+                ),
+                0,
                 5,
             )
         ],
