@@ -144,6 +144,16 @@ class PreferredLeaderNotAvailableError(RaftlogError):
     retriable = True
 
 
+class OffsetNotAvailableError(RaftlogError):
+    """A leader that has just taken over does not know its partition's committed end yet: its
+    high watermark is below the start of its leader epoch until its followers' fetches move it
+    (Kafka: OFFSET_NOT_AVAILABLE, KIP-207). Answering its older one would make a partition's
+    end offset go back. Retriable: moments, while its ISR holds min.insync.replicas."""
+
+    code = 65
+    retriable = True
+
+
 class InvalidRequestError(RaftlogError):
     """A request is well framed but its content is not acceptable."""
 

@@ -64,6 +64,7 @@ from raftlog.errors import (
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
+    OffsetNotAvailableError,
     RaftlogError,
     RequestTimedOutError,
     StaleBrokerEpochError,
@@ -480,6 +481,20 @@ class PartitionCore:
         return actions
 
     # -- leader: produce ----------------------------------------------------------------------
+
+    def known_high_watermark(self) -> int:
+        """The high watermark, or OffsetNotAvailableError while it is below the start of this
+        leader's epoch (KIP-207): a leader that just took over (a failover, a preferred-leader
+        election) holds the high watermark it had as a follower, which can be older than what
+        its predecessor answered, until its followers' fetches move it. An end offset (what
+        ListOffsets answers) must not go back."""
+        if self.high_watermark < self.epoch_start_offset:
+            raise OffsetNotAvailableError(
+                f"{self.name}: leader {self.node_id} took over at leader epoch "
+                f"{self.leader_epoch} and does not know the committed end yet (high watermark "
+                f"{self.high_watermark} below the epoch's start {self.epoch_start_offset})"
+            )
+        return self.high_watermark
 
     def check_produce(self, acks: int) -> RaftlogError | None:
         """Before appending: may this broker take the produce at all?"""

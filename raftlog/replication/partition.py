@@ -107,6 +107,10 @@ class Partition:
     def high_watermark(self) -> int:
         return self.core.high_watermark
 
+    def known_high_watermark(self) -> int:
+        """The high watermark for ListOffsets (PartitionCore.known_high_watermark)."""
+        return self.core.known_high_watermark()
+
     @property
     def fsync_policy(self) -> bool:
         return self.core.config.fsync_policy

@@ -9,6 +9,7 @@ from raftlog.errors import (
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
+    OffsetNotAvailableError,
     RequestTimedOutError,
     StaleBrokerEpochError,
     UnknownLeaderEpochError,
@@ -380,3 +381,22 @@ def test_perform_on_log_applies_the_log_actions_and_refuses_the_rest() -> None:
     assert log.log_end_offset == 1 and core.high_watermark <= 1
     with pytest.raises(ReplicationInvariantError, match="not a log action"):
         perform_on_log(core, log, HighWatermarkChanged(0), 0)
+
+
+def test_a_new_leader_answers_no_end_offset_until_its_followers_confirm_its_epoch_start() -> None:
+    """KIP-207: a replica that takes over holds the high watermark it had as a follower, older
+    than its predecessor's; ListOffsets must not see the end go back meanwhile."""
+    log = SimLog()
+    for _ in range(10):
+        log.append_leader((0,), 4)  # written under the previous leader, epoch 4
+    core = PartitionCore(1, "t-0", log)
+    config = PartitionConfig(min_insync_replicas=2, replica_lag_time_max_ms=LAG_MS)
+    for a in core.become_leader(5, 0, (1, 2, 3), (1, 2, 3), {2: 10, 3: 11}, config, now_ms=0):
+        if isinstance(a, AssignEpoch):
+            perform_on_log(core, log, a, 0)
+    assert core.high_watermark == 0 and core.epoch_start_offset == 10
+    with pytest.raises(OffsetNotAvailableError, match="below the epoch's start 10"):
+        core.known_high_watermark()
+    fetch(core, 2, 10, now=1)
+    fetch(core, 3, 10, now=1)
+    assert core.known_high_watermark() == 10

@@ -225,7 +225,9 @@ def _config_items(cfg: Any) -> list[tuple[str, Any]]:
 def handle_list_offsets(
     broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response:
-    """timestamp -2: log start; -1: high watermark; else first offset with ts >= timestamp."""
+    """timestamp -2: log start; -1: high watermark; else first offset with ts >= timestamp.
+    A leader that does not know its high watermark yet answers OffsetNotAvailableError for the
+    last two (`Partition.known_high_watermark`)."""
     results = []
     for topic, parts in ListOffsetsRequest.from_body(body).topics:
         out = []
@@ -233,10 +235,12 @@ def handle_list_offsets(
             partition, timestamp = p.partition, p.timestamp
             try:
                 leader = broker.leader_partition(TopicPartition(topic, partition))
-                plog, hw = leader.log, leader.high_watermark
+                plog = leader.log
                 if timestamp == protocol.EARLIEST_TIMESTAMP:
                     out.append(ListOffsetsPartitionResult(partition, offset=plog.log_start_offset))
-                elif timestamp == protocol.LATEST_TIMESTAMP:
+                    continue
+                hw = leader.known_high_watermark()  # a new leader's may not be known yet
+                if timestamp == protocol.LATEST_TIMESTAMP:
                     out.append(ListOffsetsPartitionResult(partition, offset=hw))
                 else:
                     found = plog.offset_for_timestamp(timestamp)

@@ -20,7 +20,10 @@ Rules:
 - ListOffsets: timestamp -2 is the log start, -1 the high watermark (what a consumer may read:
   without transactions the last stable offset is the same), any other the first offset whose
   timestamp is at least it, below the high watermark (-1/-1 when there is none). A stated
-  current leader epoch is checked as a fetch's is (KIP-320).
+  current leader epoch is checked as a fetch's is (KIP-320). A leader whose high watermark is
+  below the start of its epoch (it just took over; `Partition.known_high_watermark`) answers
+  the last two with OFFSET_NOT_AVAILABLE (v5+; LEADER_NOT_AVAILABLE before), as Kafka's
+  (KIP-207): its older high watermark would make the end offset go back.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Collection
 from typing import TYPE_CHECKING, Any
 
-from raftlog.errors import RaftlogError
+from raftlog.errors import OffsetNotAvailableError, RaftlogError
 from raftlog.kafka.api import SUPPORTED_VERSIONS, ApiKey
 from raftlog.kafka.errors import ErrorCode, kafka_code
 from raftlog.kafka.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
@@ -143,15 +146,26 @@ def handle_list_offsets(
             try:
                 leader = ctx.leader_partition(TopicPartition(topic, partition))
                 replicas.consumer_fetch(leader, p.current_leader_epoch)  # KIP-320's check
-                plog, hw = leader.log, leader.high_watermark
+                plog = leader.log
                 if timestamp == EARLIEST_TIMESTAMP:
                     found = (plog.log_start_offset, -1)
-                elif timestamp == LATEST_TIMESTAMP:
-                    found = (hw, -1)
                 else:
-                    at = plog.offset_for_timestamp(timestamp)
-                    found = (-1, -1) if at is None or at[0] >= hw else (at[0], at[1])
+                    hw = leader.known_high_watermark()  # a new leader's may not be known yet
+                    if timestamp == LATEST_TIMESTAMP:
+                        found = (hw, -1)
+                    else:
+                        at = plog.offset_for_timestamp(timestamp)
+                        found = (-1, -1) if at is None or at[0] >= hw else (at[0], at[1])
                 out.append(ListOffsetsPartitionResponse(partition, 0, found[1], found[0], -1))
+            except OffsetNotAvailableError:
+                # Only v5+ knows OFFSET_NOT_AVAILABLE; older clients retry LEADER_NOT_AVAILABLE
+                # (Kafka's own broker answers them so).
+                code = (
+                    ErrorCode.OFFSET_NOT_AVAILABLE
+                    if version >= 5
+                    else ErrorCode.LEADER_NOT_AVAILABLE
+                )
+                out.append(ListOffsetsPartitionResponse(partition, int(code), -1, -1, -1))
             except RaftlogError as e:
                 out.append(ListOffsetsPartitionResponse(partition, kafka_code(e), -1, -1, -1))
         topics.append((topic, out))
