@@ -125,6 +125,10 @@ class RunConfig:
     commit_interval_s: float = 1.0
     session_timeout_ms: int = 1500
     replica_lag_time_max_ms: int = 3000
+    # The controller's automatic preferred-leader rebalance runs this often (raftlog dev's
+    # 10 s, not the 300 s default): leaderships move back while faults strike, and a run
+    # checks that those moves lose nothing either.
+    leader_imbalance_check_interval_ms: int = 10_000
     # Schedule shape (chaos/faults.py defaults are for long runs; a short run scales them).
     steady_s: float | None = None
     fault_s: tuple[float, float] | None = None
@@ -559,7 +563,11 @@ def _cluster(
 ) -> tuple[LocalCluster | DockerCluster, Any, Links | None]:
     """The run's cluster on its backend, the network its network faults go through, and the
     proxies of its link faults (local only)."""
-    settings = {"replica_lag_time_max_ms": cfg.replica_lag_time_max_ms, **cfg.extra}
+    settings = {
+        "replica_lag_time_max_ms": cfg.replica_lag_time_max_ms,
+        "leader_imbalance_check_interval_ms": cfg.leader_imbalance_check_interval_ms,
+        **cfg.extra,
+    }
     if cfg.backend == "docker":
         docker = DockerCluster(cfg.out / "cluster", cfg.nodes, cfg.session_timeout_ms, settings)
         return docker, docker.network, None
