@@ -197,19 +197,30 @@ def test_admin_clients_give_a_returned_broker_its_preferred_leaderships_back(
 
 def _wait_end_offsets(cluster: Cluster, wanted: list[int]) -> None:
     """Poll until each partition's end offset (ListOffsets latest: the high watermark) is
-    `wanted`. A leader elected just after it rejoined the ISR may answer its own high watermark
-    from before it caught up (the previous leader's is not yet in a fetch answer) for a moment
-    after the election, so the end offsets are waited for, not read once."""
-    from confluent_kafka import Consumer, TopicPartition
+    `wanted`, and check that it never answers less. A leader elected just after it rejoined
+    the ISR holds its own high watermark from before it caught up (the previous leader's is
+    not yet in a fetch answer) for a moment after the election; it answers
+    OFFSET_NOT_AVAILABLE until its followers move it (KIP-207), not that older value (50 -> 0
+    for 0.1-0.3 s before the fix)."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": cluster.kafka_bootstrap, "group.id": "ends"})
     ends: list[int] = []
 
     def reached() -> bool:
-        ends[:] = [
-            consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=WAIT_S)[1]
-            for p in range(PARTITIONS)
-        ]
+        got = []
+        for p in range(PARTITIONS):
+            try:
+                got.append(
+                    consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=WAIT_S)[1]
+                )
+            except KafkaException as e:
+                if e.args[0].code() != KafkaError.OFFSET_NOT_AVAILABLE:
+                    raise
+                return False  # the new leader does not know its high watermark yet
+        back = [(p, g, w) for p, (g, w) in enumerate(zip(got, wanted, strict=True)) if g < w]
+        assert not back, f"end offsets went back after the election (partition, got, was): {back}"
+        ends[:] = got
         return ends == wanted
 
     try:
