@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -68,6 +69,38 @@ def consume(
                 emit(f"F {e}")
     finally:
         consumer.close()
+
+
+class ThreadMember:
+    """A member consuming (`consume`) in a thread of the test process; its event lines in
+    `lines`."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, name: str):
+        self.name = name
+        self.lines: list[str] = []
+        self.stopped = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(
+            target=self._run, args=(bootstrap, group, topic), name=name, daemon=True
+        )
+        self.thread.start()
+
+    def _run(self, bootstrap: str, group: str, topic: str) -> None:
+        try:
+            consume(bootstrap, group, topic, self.name, self.lines.append, self.stopped.is_set)
+        except BaseException as e:
+            self.error = e
+
+    def partitions(self) -> set[int]:
+        """The partitions it has processed records of."""
+        return {int(line.split()[2]) for line in list(self.lines) if line.startswith("R ")}
+
+    def stop(self) -> None:
+        """Stop polling and close (a clean leave)."""
+        self.stopped.set()
+        self.thread.join(60)
+        assert not self.thread.is_alive(), f"{self.name} did not stop"
+        assert self.error is None, f"{self.name}: {self.error!r}"
 
 
 def main() -> None:

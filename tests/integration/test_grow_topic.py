@@ -22,7 +22,7 @@ from raftlog.client import Admin, Consumer, Producer, RecordFuture
 from raftlog.errors import InvalidPartitionsError, InvalidReplicaAssignmentError
 from raftlog.topics import TopicPartition
 from tests.integration._cluster import Cluster, started_cluster
-from tests.integration._group_member import consume
+from tests.integration._group_member import ThreadMember
 from tests.integration._support import wait_for
 
 TOPIC = "growing"
@@ -85,31 +85,6 @@ class Production:
         return self.acked
 
 
-class Member:
-    def __init__(self, bootstrap: str, name: str):
-        self.lines: list[str] = []
-        self.stopped = threading.Event()
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(
-            target=self._run, args=(bootstrap, name), name=name, daemon=True
-        )
-        self.thread.start()
-
-    def _run(self, bootstrap: str, name: str) -> None:
-        try:
-            consume(bootstrap, GROUP, TOPIC, name, self.lines.append, self.stopped.is_set)
-        except BaseException as e:
-            self.error = e
-
-    def partitions(self) -> set[int]:
-        return {int(line.split()[2]) for line in list(self.lines) if line.startswith("R ")}
-
-    def stop(self) -> None:
-        self.stopped.set()
-        self.thread.join(60)
-        assert not self.thread.is_alive() and self.error is None, self.error
-
-
 class Reader:
     """A consumer without a group, subscribed to the whole topic: the partitions it read."""
 
@@ -165,7 +140,7 @@ def test_a_topic_grows_under_load_and_its_producer_and_group_use_the_new_partiti
     with Admin(cluster.bootstrap) as admin:
         admin.create_topic(TOPIC, BEFORE, 3, {"min.insync.replicas": "2"})
         production = Production(cluster.bootstrap)
-        members = [Member(cluster.bootstrap, f"m{i}") for i in range(2)]
+        members = [ThreadMember(cluster.bootstrap, GROUP, TOPIC, f"m{i}") for i in range(2)]
         reader = Reader(cluster.bootstrap)
         try:
             wait_for(

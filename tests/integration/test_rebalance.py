@@ -25,7 +25,7 @@ from typing import Any
 from raftlog.client import Admin, AsyncConsumer, Consumer, Producer
 from raftlog.errors import GroupIdNotFoundError
 from raftlog.topics import TopicPartition
-from tests.integration._group_member import GROUP_OPTS, consume
+from tests.integration._group_member import GROUP_OPTS, ThreadMember
 from tests.integration._support import BrokerProcess, _child_env, wait_for
 
 TOPIC = "events"
@@ -67,31 +67,6 @@ class Production:
         self.thread.join(60)
         assert not self.thread.is_alive() and self.error is None, self.error
         return self.sent
-
-
-class ThreadMember:
-    """A member consuming in a thread of the test process; its event lines in `lines`."""
-
-    def __init__(self, bootstrap: str, name: str):
-        self.name = name
-        self.lines: list[str] = []
-        self.stopped = threading.Event()
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, args=(bootstrap,), daemon=True)
-        self.thread.start()
-
-    def _run(self, bootstrap: str) -> None:
-        try:
-            consume(bootstrap, GROUP, TOPIC, self.name, self.lines.append, self.stopped.is_set)
-        except BaseException as e:
-            self.error = e
-
-    def stop(self) -> None:
-        """Stop polling and close (a clean leave)."""
-        self.stopped.set()
-        self.thread.join(60)
-        assert not self.thread.is_alive(), f"{self.name} did not stop"
-        assert self.error is None, f"{self.name}: {self.error!r}"
 
 
 class ProcessMember:
@@ -207,12 +182,12 @@ def test_a_clean_join_processes_no_record_twice_and_refuses_no_commit(
     broker: BrokerProcess,
 ) -> None:
     with topic_in_production(broker) as (admin, production):
-        a = ThreadMember(broker.bootstrap, "a")
+        a = ThreadMember(broker.bootstrap, GROUP, TOPIC, "a")
         b: ThreadMember | None = None
         try:
             wait_for(lambda: len(processed(a.lines)) >= 300, WAIT_S, "a processing records")
             generation = wait_for(lambda: stable_with(admin, 1), WAIT_S, "a alone")["generation"]
-            b = ThreadMember(broker.bootstrap, "b")
+            b = ThreadMember(broker.bootstrap, GROUP, TOPIC, "b")
             d = wait_for(lambda: stable_with(admin, 2), WAIT_S, "a and b sharing the topic")
             assert d["generation"] == generation + 1
             b_start = len(b.lines)
@@ -232,8 +207,8 @@ def test_a_clean_leave_processes_no_record_twice_and_refuses_no_commit(
     broker: BrokerProcess,
 ) -> None:
     with topic_in_production(broker) as (admin, production):
-        a = ThreadMember(broker.bootstrap, "a")
-        b = ThreadMember(broker.bootstrap, "b")
+        a = ThreadMember(broker.bootstrap, GROUP, TOPIC, "a")
+        b = ThreadMember(broker.bootstrap, GROUP, TOPIC, "b")
         try:
             wait_for(lambda: stable_with(admin, 2), WAIT_S, "a and b sharing the topic")
             wait_for(
@@ -263,7 +238,7 @@ def test_after_a_kill_only_what_the_member_processed_since_its_last_commit_is_re
 ) -> None:
     with topic_in_production(broker) as (admin, production):
         victim = ProcessMember(broker.bootstrap, "victim", tmp_path)
-        survivors = [ThreadMember(broker.bootstrap, name) for name in ("a", "b")]
+        survivors = [ThreadMember(broker.bootstrap, GROUP, TOPIC, name) for name in ("a", "b")]
         try:
             wait_for(lambda: stable_with(admin, 3), WAIT_S, "three members sharing the topic")
             wait_for(
