@@ -76,11 +76,14 @@ def test_the_nodes_advertise_their_proxies_and_data_flows_through_them(
     linked: tuple[LocalCluster, Links],
 ) -> None:
     c, links = linked
-    # The client listener's proxy and the replication listener's (replica fetchers dial it).
+    # The client listener's proxy, the replication listener's (replica fetchers dial it) and,
+    # where the node has one, the Kafka listener's (Kafka's clients dial it).
     advertised = {
         b["node_id"]: [f"{b['host']}:{b['port']}", "{}:{}".format(*b["replication"])]
+        + (["{}:{}".format(*b["kafka"])] if b.get("kafka") else [])
         for b in c.describe(1)["brokers"]
     }
+    assert all(len(a) == 3 for a in advertised.values()), advertised
     assert advertised == {n: [str(p.listen) for p in links.proxies[n]] for n in c.node_ids()}
     with Producer(bootstrap_servers=c.bootstrap, acks="all") as producer:
         producer.send(TOPIC, b"through the proxy", partition=0).result(30)
