@@ -66,6 +66,7 @@ class ApiKey(enum.IntEnum):
     INIT_PRODUCER_ID = 19
     CREATE_PARTITIONS = 20
     ELECT_LEADERS = 21
+    ALTER_PARTITION_REASSIGNMENTS = 22
 
 
 # api key -> (min version, max version) this code speaks.
@@ -739,6 +740,13 @@ REQUEST_BODIES: dict[int, _Shape] = {
         validate_only=_BOOL,
     ),
     ApiKey.ELECT_LEADERS: _Struct(partitions=_Nullable(_PARTITIONS_OF)),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: _Struct(
+        {
+            "reassignments": _List(
+                _Tuple(("topic", _STR), ("partition", _INT), ("replicas", _Nullable(_List(_INT))))
+            )
+        }
+    ),
     ApiKey.DESCRIBE_CONFIGS: _Struct(topics=_Nullable(_STRS)),
     ApiKey.PRODUCE: _ProduceBody(
         {

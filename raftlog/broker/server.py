@@ -150,7 +150,7 @@ class Broker:
         self._reconcile_wanted = asyncio.Event()
         self._reconciler: asyncio.Task[None] | None = None
         # What the hosted logs were last planned from: (topic, id, partitions) of each topic.
-        self._planned: tuple[tuple[str, str, int], ...] | None = None
+        self._planned: tuple[tuple[str, str, int, tuple[int, ...]], ...] | None = None
         # Log files are created and opened on this thread (file creation is slow), then
         # handed to the loop; one thread keeps one writer per log directory at a time.
         self._open_executor = ThreadPoolExecutor(
@@ -173,6 +173,10 @@ class Broker:
             (protocol.ApiKey.DELETE_TOPICS, admin.handle_delete_topics),
             (protocol.ApiKey.CREATE_PARTITIONS, admin.handle_create_partitions),
             (protocol.ApiKey.ELECT_LEADERS, admin.handle_elect_leaders),
+            (
+                protocol.ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+                admin.handle_alter_partition_reassignments,
+            ),
             (protocol.ApiKey.DESCRIBE_CONFIGS, admin.handle_describe_configs),
             (protocol.ApiKey.PRODUCE, produce.handle_produce),
             (protocol.ApiKey.FETCH, fetch.handle_fetch),
@@ -480,9 +484,22 @@ class Broker:
     async def _reconcile_pass_at(self) -> None:
         self._seen_topology = self.metadata.topology_version
         topics = self.metadata.topics()
-        planned = tuple(sorted((t.name, t.topic_id, len(t.partitions)) for t in topics.values()))
+        node = self.config.node_id
+        planned = tuple(
+            sorted(
+                (
+                    t.name,
+                    t.topic_id,
+                    len(t.partitions),
+                    # Which of them this node hosts: a reassignment moves replicas.
+                    tuple(p.partition for p in t.partitions if node in p.replicas),
+                )
+                for t in topics.values()
+            )
+        )
         if planned != self._planned:
-            # Topics came or went: the logs change. (Leaders and ISRs do not touch them.)
+            # Topics came or went, or replicas moved: the logs change. (Leaders and ISRs do
+            # not touch them.)
             started = time.monotonic()
             to_open = self.logs.plan(
                 topics.values(), self.config.node_id, sweep=self._planned is None
@@ -676,6 +693,17 @@ class Broker:
             log.info(
                 "preferred leaders elected for %d partitions: %s", len(moved), ", ".join(moved[:10])
             )
+        return results
+
+    async def alter_partition_reassignments(
+        self, entries: list[tuple[str, int, list[int] | None]]
+    ) -> list[tuple[str, int, int, str | None]]:
+        """Start or cancel reassignments (ClusterMetadata.alter_partition_reassignments)."""
+        results = await self.metadata.alter_partition_reassignments(entries)
+        self.reconcile()
+        started = [f"{t}-{p}" for t, p, code, _ in results if code == 0]
+        if started:
+            log.info("reassignments changed for %s", ", ".join(started[:10]))
         return results
 
     async def delete_topic(self, name: str) -> None:

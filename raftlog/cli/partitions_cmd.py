@@ -1,4 +1,13 @@
-"""`raftlog partitions elect-leaders`, after kafka-leader-election.
+"""`raftlog partitions elect-leaders`, after kafka-leader-election, and `raftlog partitions
+reassign`, after kafka-reassign-partitions.
+
+reassign: `--generate --topics T[,T...] --brokers 1,2,3` prints the current assignment and a
+balanced one over those brokers (the topics' replication factors kept) in Kafka's JSON
+(`{"version": 1, "partitions": [{"topic", "partition", "replicas"}, ...]}`); `--plan FILE
+--execute` starts the moves in FILE (KIP-455: the new replicas join and catch up, then the
+old ones leave); `--verify` prints each move's progress and exits 0 only when every one is
+complete; `--cancel` stops the moves under way (back to the original replicas).
+
 
 A partition's preferred leader is its first replica: where a topic's leaders were spread when
 it was created. After a broker fails and returns, its partitions stay led elsewhere until a
@@ -51,6 +60,23 @@ def register(sub: Any) -> None:
     e.add_argument("--partition", type=non_negative_int, help="with --topic: only this one")
     add_bootstrap(e)
     e.set_defaults(func=_elect_leaders)
+
+    r = psub.add_parser(
+        "reassign",
+        help="move partitions' replicas to other brokers",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    action = r.add_mutually_exclusive_group(required=True)
+    action.add_argument("--generate", action="store_true", help="print a balanced plan")
+    action.add_argument("--execute", action="store_true", help="start the plan's moves")
+    action.add_argument("--verify", action="store_true", help="exit 0 once every move is done")
+    action.add_argument("--cancel", action="store_true", help="stop the plan's moves")
+    r.add_argument("--plan", metavar="FILE", help="the plan (Kafka's reassignment JSON)")
+    r.add_argument("--topics", help="with --generate: T[,T...]")
+    r.add_argument("--brokers", help="with --generate: the broker ids to spread over, 1,2,3")
+    add_bootstrap(r)
+    r.set_defaults(func=_reassign)
 
 
 def _partitions_from_file(path: str) -> list[TopicPartition]:
@@ -109,3 +135,121 @@ def report(results: dict[TopicPartition, RaftlogError | None]) -> int:
             file=sys.stderr,
         )
     return 1 if failed else 0
+
+
+def _plan_from_file(path: str) -> dict[TopicPartition, list[int]]:
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+        return {
+            TopicPartition(str(x["topic"]), int(x["partition"])): [int(b) for b in x["replicas"]]
+            for x in doc["partitions"]
+        }
+    except OSError as e:
+        raise InvalidConfigError(f"{path}: {e.strerror}") from None
+    except (ValueError, KeyError, TypeError) as e:
+        raise InvalidConfigError(
+            f'{path}: not {{"version": 1, "partitions": [{{"topic": T, "partition": P, '
+            f'"replicas": [B, ...]}}, ...]}}: {e!r}'
+        ) from None
+
+
+def _plan_json(plan: dict[TopicPartition, list[int]]) -> str:
+    rows = [
+        {"topic": tp.topic, "partition": tp.partition, "replicas": replicas}
+        for tp, replicas in sorted(plan.items())
+    ]
+    return json.dumps({"version": 1, "partitions": rows})
+
+
+def _int_list(text: str, what: str) -> list[int]:
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InvalidConfigError(f"{what} {text!r}: broker ids joined by ',', e.g. 1,2,3") from None
+    if not out or len(set(out)) != len(out):
+        raise InvalidConfigError(f"{what} {text!r}: distinct broker ids, at least one")
+    return out
+
+
+def balanced_plan(
+    current: dict[TopicPartition, list[int]], brokers: list[int]
+) -> dict[TopicPartition, list[int]]:
+    """Each partition's replicas spread over `brokers` as a new topic's are over the live
+    ones: partition i's from position i in the ring, its replication factor kept."""
+    plan = {}
+    n = len(brokers)
+    for i, (tp, replicas) in enumerate(sorted(current.items())):
+        if len(replicas) > n:
+            raise InvalidConfigError(
+                f"{tp} has {len(replicas)} replicas; --brokers names only {n} brokers"
+            )
+        plan[tp] = [brokers[(i + j) % n] for j in range(len(replicas))]
+    return plan
+
+
+def _reassign(args: argparse.Namespace) -> int:
+    with Admin(args.bootstrap_server) as admin:
+        if args.generate:
+            if not args.topics or not args.brokers:
+                raise InvalidConfigError("--generate needs --topics and --brokers")
+            topics = [t for t in args.topics.split(",") if t]
+            brokers = _int_list(args.brokers, "--brokers")
+            view = admin.describe_cluster()
+            current = {
+                TopicPartition(p["topic"], p["partition"]): list(p["replicas"])
+                for p in view["partitions"]
+                if p["topic"] in topics
+            }
+            missing = sorted(set(topics) - {tp.topic for tp in current})
+            if missing:
+                raise InvalidConfigError(f"unknown topics {missing}")
+            print("Current partition replica assignment")
+            print(_plan_json(current))
+            print()
+            print("Proposed partition reassignment configuration")
+            print(_plan_json(balanced_plan(current, brokers)))
+            return 0
+        if not args.plan:
+            raise InvalidConfigError("--execute, --verify and --cancel need --plan FILE")
+        plan = _plan_from_file(args.plan)
+        if args.verify:
+            return _verify(admin.describe_cluster(), plan)
+        moves: dict[TopicPartition, Any] = {
+            tp: (None if args.cancel else replicas) for tp, replicas in plan.items()
+        }
+        results = admin.alter_partition_reassignments(moves)
+    failed = [(tp, e) for tp, e in sorted(results.items()) if e is not None]
+    done = [str(tp) for tp, e in sorted(results.items()) if e is None]
+    verb = "cancelled" if args.cancel else "started"
+    if done:
+        print(f"Successfully {verb} reassignment of partitions {', '.join(done)}")
+    for tp, error in failed:
+        print(f"Error in the reassignment of partition {tp}: {error}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _verify(view: dict[str, Any], plan: dict[TopicPartition, list[int]]) -> int:
+    by_tp = {TopicPartition(p["topic"], p["partition"]): p for p in view["partitions"]}
+    pending = 0
+    for tp, target in sorted(plan.items()):
+        p = by_tp.get(tp)
+        if p is None:
+            print(f"Reassignment of partition {tp}: unknown partition")
+            pending += 1
+        elif list(p["replicas"]) == target and not p.get("adding") and not p.get("removing"):
+            print(f"Reassignment of partition {tp} is completed")
+        elif p.get("adding") or p.get("removing"):
+            waiting = [r for r in p["adding"] if r not in p["isr"]]
+            print(
+                f"Reassignment of partition {tp} is still in progress "
+                f"(replicas {p['replicas']}, isr {p['isr']}, waiting for {waiting} to catch up)"
+            )
+            pending += 1
+        else:
+            print(
+                f"Reassignment of partition {tp}: its replicas are {p['replicas']}, not "
+                f"{target}, and no move is under way (cancelled, or not started)"
+            )
+            pending += 1
+    return 1 if pending else 0

@@ -145,6 +145,25 @@ class AsyncAdmin:
             for r in ElectLeadersResponse.from_body(body).partitions
         }
 
+    async def alter_partition_reassignments(
+        self, moves: dict[TopicPartition, Sequence[int] | None]
+    ) -> dict[TopicPartition, RaftlogError | None]:
+        """Move each partition's replicas to the given brokers (the first the preferred
+        leader), or cancel its reassignment under way (None). Returns each one's outcome:
+        None (started, or done at once) or the error."""
+        body = {
+            "reassignments": [
+                [tp.topic, tp.partition, None if r is None else list(r)] for tp, r in moves.items()
+            ]
+        }
+        answer, _ = await self.client.request(
+            None, protocol.ApiKey.ALTER_PARTITION_REASSIGNMENTS, body
+        )
+        return {
+            r.tp: None if r.error == 0 else error_from_code(r.error, r.message or "")
+            for r in ElectLeadersResponse.from_body(answer).partitions
+        }
+
     async def delete_topics(self, names: Iterable[str]) -> None:
         request = DeleteTopicsRequest(tuple(names))
         body, _ = await self.client.request(None, protocol.ApiKey.DELETE_TOPICS, request.to_body())
@@ -333,6 +352,12 @@ class Admin:
     ) -> dict[TopicPartition, RaftlogError | None]:
         """Preferred-leader elections (see AsyncAdmin.elect_leaders)."""
         return self._run(self._async.elect_leaders(partitions))  # type: ignore[no-any-return]
+
+    def alter_partition_reassignments(
+        self, moves: dict[TopicPartition, Sequence[int] | None]
+    ) -> dict[TopicPartition, RaftlogError | None]:
+        """See AsyncAdmin.alter_partition_reassignments."""
+        return self._run(self._async.alter_partition_reassignments(moves))  # type: ignore[no-any-return]
 
     def delete_topics(self, names: Iterable[str]) -> None:
         self._run(self._async.delete_topics(names))

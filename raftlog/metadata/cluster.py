@@ -292,6 +292,16 @@ class ClusterMetadata:
         results = await self.quorum.propose("elect_leaders", partitions=wanted)
         return [(t, p, code, message) for t, p, code, message in results]
 
+    async def alter_partition_reassignments(
+        self, entries: list[tuple[str, int, list[int] | None]]
+    ) -> list[tuple[str, int, int, str | None]]:
+        """Start, replace (a replica list) or cancel (None) reassignments
+        (MetadataState.alter_partition_reassignments): (topic, partition, error code, message)
+        per entry."""
+        wanted = [[t, p, None if r is None else list(r)] for t, p, r in entries]
+        results = await self.quorum.propose("alter_partition_reassignments", reassignments=wanted)
+        return [(t, p, code, message) for t, p, code, message in results]
+
     async def allocate_producer_ids(self, count: int) -> int:
         """A block of `count` producer ids, unique in the cluster; returns its first id."""
         return int(await self.quorum.propose("allocate_producer_ids", count=count))
@@ -441,6 +451,8 @@ class ClusterMetadata:
                         "replicas": list(p.replicas),
                         "isr": list(p.isr),
                         "offline_replicas": offline.get((name, i), []),
+                        "adding": list(p.adding),
+                        "removing": list(p.removing),
                     }
                     for name in sorted(s.topics)
                     for i, p in enumerate(s.topics[name]["partitions"])

@@ -5,8 +5,7 @@ ELR (KIP-966's eligible leader replicas) and a partition epoch. `PartitionState`
 methods are its only transitions; MetadataState (state.py) calls them from its commands and
 passes in what they need from the rest of the cluster: the topic's rules (`TopicRules`, from
 its config) and which replicas may lead (`electable`: the broker is live and has not reported
-this replica's log offline). Partition reassignment (adding and removing replicas) will be
-further transitions here.
+this replica's log offline).
 
 Transitions (each checks everything that can refuse it before its first change, and ends in
 `_check`, which runs in production too):
@@ -17,7 +16,12 @@ Transitions (each checks everything that can refuse it before its first change, 
 - `alter_isr`: the leader changes the ISR, with the current epochs only (no zombies);
 - `leave_for_offline_log`: a broker reports its replica's log offline;
 - `elect_preferred`: the first replica (the preferred leader) leads again, if it is a live
-  ISR member (Kafka's preferred-leader election: leadership spreads as it was assigned).
+  ISR member (Kafka's preferred-leader election: leadership spreads as it was assigned);
+- `reassign`, `cancel_reassignment`: move the replicas to a target set (KIP-455): the
+  replicas become target + the original ones leaving, the joining ones catch up and enter the
+  ISR through the leader's `alter_isr`, and the reassignment completes inside the ISR change
+  that puts the last target replica in the ISR (replicas = target, the leader re-elected from
+  the target if it was leaving). State only: a controller failover resumes it where it was.
 
 Invariants (`_check`, after every transition):
 
@@ -40,7 +44,7 @@ The record form (`to_record`/`from_record`) is the snapshot's: a plain dict of i
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from raftlog.errors import (
@@ -89,7 +93,7 @@ class PartitionState:
     # Which partition (names it in errors; not part of the snapshot's record).
     topic: str
     partition: int
-    # Invariant: distinct broker ids, not empty; fixed until reassignment transitions exist.
+    # Invariant: distinct broker ids, not empty; changed only by a reassignment (below).
     replicas: list[int]
     # Invariant: in isr, or NO_LEADER (offline).
     leader: int
@@ -101,6 +105,11 @@ class PartitionState:
     elr: list[int]
     # Invariant: never goes back; moves with every change of any field above.
     partition_epoch: int
+    # A reassignment under way (KIP-455): the replicas joining and leaving. Invariant: disjoint
+    # subsets of replicas; the target (replicas without `removing`) is not empty; both empty
+    # when none is under way.
+    adding: list[int] = field(default_factory=list)
+    removing: list[int] = field(default_factory=list)
 
     @classmethod
     def new(
@@ -124,6 +133,8 @@ class PartitionState:
             list(record["isr"]),
             list(record.get("elr", [])),
             int(record["partition_epoch"]),
+            list(record.get("adding", [])),
+            list(record.get("removing", [])),
         )
 
     def to_record(self) -> dict[str, Any]:
@@ -134,6 +145,12 @@ class PartitionState:
             "isr": list(self.isr),
             "elr": list(self.elr),
             "partition_epoch": self.partition_epoch,
+            # Only while a reassignment is under way: other records keep their old shape.
+            **(
+                {"adding": list(self.adding), "removing": list(self.removing)}
+                if self.adding or self.removing
+                else {}
+            ),
         }
 
     @property
@@ -203,6 +220,7 @@ class PartitionState:
         isr: list[int],
         rules: TopicRules,
         check_joiner: Callable[[int], None],
+        electable: Electable | None = None,
     ) -> int:
         """The leader changes the ISR; only with the current epochs (no zombies). Each replica
         that joins is first passed to `check_joiner`, which raises if it may not (fenced, its
@@ -227,6 +245,7 @@ class PartitionState:
         before = self._view()
         self._set_isr(list(isr), list(self.isr), rules)
         self.partition_epoch += 1
+        self._maybe_complete(rules, electable)
         self._check(before, rules)
         return self.partition_epoch
 
@@ -266,6 +285,90 @@ class PartitionState:
         self.partition_epoch += 1
         self._check(before, rules)
         return True
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding or self.removing)
+
+    def target_replicas(self) -> list[int]:
+        """Where a reassignment under way goes (the replicas, when none is)."""
+        return [r for r in self.replicas if r not in self.removing]
+
+    def original_replicas(self) -> list[int]:
+        """Where a reassignment under way came from (the replicas, when none is)."""
+        return [r for r in self.replicas if r not in self.adding]
+
+    def reassign(self, target: list[int], rules: TopicRules, electable: Electable) -> None:
+        """Start moving the replicas to `target` (distinct broker ids, at least
+        min.insync.replicas of them; the caller checks that the brokers exist). A reassignment
+        under way is replaced, counted from its original replicas. Completes at once if every
+        target replica is in the ISR already (a reorder, or only replicas leaving)."""
+        if not target or len(set(target)) != len(target):
+            raise InvalidRequestError(f"{self.name}: target replicas {target} must be distinct")
+        if len(target) < rules.min_insync_replicas:
+            raise InvalidRequestError(
+                f"{self.name}: {len(target)} target replicas {target}, fewer than "
+                f"min.insync.replicas={rules.min_insync_replicas}: acks=all could never succeed"
+            )
+        original = self.original_replicas()
+        replicas = list(target) + [r for r in original if r not in target]
+        if not any(r in replicas for r in self.isr):
+            raise InvalidRequestError(
+                f"{self.name}: replacing the reassignment would leave no in-sync replica "
+                f"(isr {self.isr}, replicas {replicas})"
+            )
+        before = self._view()
+        self.replicas = replicas
+        self.adding = [r for r in target if r not in original]
+        self.removing = [r for r in original if r not in target]
+        # Joining replicas of a replaced reassignment that are not replicas any more leave.
+        self.isr = [r for r in replicas if r in self.isr]
+        self.elr = [r for r in replicas if r in self.elr]
+        if self.leader != NO_LEADER and self.leader not in self.isr:
+            self._elect(self.leader, rules, electable)
+        self._bump_if_changed(before)
+        self._maybe_complete(rules, electable)
+        self._check(before, rules)
+
+    def cancel_reassignment(self, rules: TopicRules, electable: Electable) -> None:
+        """Stop the reassignment under way: back to the original replicas; the joining ones
+        leave (the ISR keeps its original members). Refused when no original replica is in the
+        ISR (only the joining ones hold the committed records now)."""
+        if not self.reassigning:
+            raise InvalidRequestError(f"{self.name}: no reassignment is under way")
+        original = self.original_replicas()
+        if not any(r in original for r in self.isr):
+            raise InvalidRequestError(
+                f"{self.name}: no original replica {original} is in the ISR {self.isr}; the "
+                "reassignment cannot be cancelled now (let it complete, or wait for one to "
+                "catch up)"
+            )
+        before = self._view()
+        self.replicas = original
+        self.adding, self.removing = [], []
+        self._set_isr([r for r in self.isr if r in original], [], rules)
+        self.elr = [r for r in self.elr if r in original]
+        if self.leader != NO_LEADER and self.leader not in self.isr:
+            self._elect(self.leader, rules, electable)
+        self._bump_if_changed(before)
+        self._check(before, rules)
+
+    def _maybe_complete(self, rules: TopicRules, electable: Electable | None) -> None:
+        """The reassignment completes once every target replica is in the ISR: the leaving
+        replicas go, and a leaving leader hands over to the first live target ISR member."""
+        if not self.reassigning:
+            return
+        target = self.target_replicas()
+        if any(r not in self.isr for r in target):
+            return
+        leaving_leader = self.leader in self.removing
+        self.replicas = target
+        self.adding, self.removing = [], []
+        self.isr = [r for r in target if r in self.isr]
+        self.elr = [r for r in self.elr if r in target]
+        if leaving_leader:
+            self._elect(self.leader, rules, electable or (lambda r: True))
+        self.partition_epoch += 1
 
     def preferred_state(self, electable: Electable) -> str:
         """ "leads" (the preferred leader leads), "ready" (it could: elect_preferred would move
@@ -307,7 +410,9 @@ class PartitionState:
             self.elr = [r for r in self.elr if r != leader]
             self._set_isr([leader], list(self.isr), rules)
             self.leader = leader
-        elif rules.unclean_election and (out := [r for r in self.replicas if ok(r)]):
+        elif rules.unclean_election and (
+            out := [r for r in self.replicas if ok(r) and r not in self.adding]
+        ):
             self.leader = out[0]
             self.isr = [out[0]]
             self.elr = []
@@ -315,9 +420,9 @@ class PartitionState:
             self.leader = NO_LEADER
         self.leader_epoch += 1
 
-    def _view(self) -> tuple[int, int, list[int], list[int], list[int], int]:
-        """What the epochs guard: (leader, leader_epoch, isr, elr, replicas, partition_epoch),
-        copied."""
+    def _view(self) -> tuple[Any, ...]:
+        """What the epochs guard: (leader, leader_epoch, isr, elr, replicas, partition_epoch,
+        adding, removing), copied."""
         return (
             self.leader,
             self.leader_epoch,
@@ -325,10 +430,12 @@ class PartitionState:
             list(self.elr),
             list(self.replicas),
             self.partition_epoch,
+            list(self.adding),
+            list(self.removing),
         )
 
     def _bump_if_changed(self, before: tuple[Any, ...]) -> None:
-        if self._view()[:5] != before[:5]:
+        if _guarded(self._view()) != _guarded(before):
             self.partition_epoch += 1
 
     def _check(self, before: tuple[Any, ...], rules: TopicRules) -> None:
@@ -349,21 +456,25 @@ class PartitionState:
             and (bool(isr) or (leader == NO_LEADER and bool(elr)))
             and (leader == NO_LEADER or leader in in_isr)
             and (not elr or len(isr) < rules.min_insync_replicas)
+            and len(set(self.adding)) == len(self.adding)
+            and len(set(self.removing)) == len(self.removing)
+            and set(self.adding) <= in_replicas
+            and set(self.removing) <= in_replicas
+            and set(self.adding).isdisjoint(self.removing)
+            and len(self.removing) < len(replicas)
         )
         if not ok:
             raise MetadataInvariantError(
-                f"{self.name}: leader {leader} isr {isr} elr {elr} replicas {replicas} break the "
-                f"partition invariants (min.insync.replicas={rules.min_insync_replicas})"
+                f"{self.name}: leader {leader} isr {isr} elr {elr} replicas {replicas} adding "
+                f"{self.adding} removing {self.removing} break the partition invariants "
+                f"(min.insync.replicas={rules.min_insync_replicas})"
             )
         leader_epoch, partition_epoch = self.leader_epoch, self.partition_epoch
         epochs_ok = (
             leader_epoch >= before[1]
             and partition_epoch >= before[5]
             and (leader == before[0] or leader_epoch > before[1])
-            and (
-                partition_epoch > before[5]
-                or (leader, leader_epoch, isr, elr, replicas) == before[:5]
-            )
+            and (partition_epoch > before[5] or _guarded(self._view()) == _guarded(before))
         )
         if not epochs_ok:
             raise MetadataInvariantError(
@@ -371,3 +482,8 @@ class PartitionState:
                 f"went from {before} to {self._view()}: a leader change needs a new leader "
                 "epoch, any change a new partition epoch, and epochs never go back"
             )
+
+
+def _guarded(view: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A `_view` without its partition epoch: what a new partition epoch must come with."""
+    return view[:5] + view[6:]

@@ -4,7 +4,8 @@ It holds the registries that ZooKeeper held for early Kafka, plus partition stat
 
 - brokers: id, endpoint, rack, incarnation and broker epoch, fenced or not (broker registry);
 - topics: id, config, and per partition a PartitionState (partition_state.py; a topic grows
-  by create_partitions and never shrinks): the replicas,
+  by create_partitions and never shrinks; alter_partition_reassignments moves replicas): the
+  replicas,
   leader, leader epoch, ISR, ELR and partition epoch, changed only by its transitions, which
   hold every election rule and check the partition's invariants at their end;
 - consumer groups: state, members, generation, chosen assignor and the assignment (consumer
@@ -96,6 +97,7 @@ TOPOLOGY_COMMANDS = frozenset(
         "create_topic",
         "create_partitions",
         "elect_leaders",
+        "alter_partition_reassignments",
         "delete_topic",
         "alter_isr",
         "alter_isr_batch",
@@ -550,6 +552,53 @@ class MetadataState:
             results.append([topic_name, index, error.code, str(error)])
         return _ok(results)
 
+    def _cmd_alter_partition_reassignments(self, reassignments: list[list[Any]]) -> Result:
+        """Start, replace or cancel reassignments (Kafka's AlterPartitionReassignments, KIP-455):
+        each entry is [topic, partition, target replicas] or [topic, partition, None] (cancel).
+        Returns [[topic, partition, error code, message], ...], one per entry (code 0: started,
+        or done at once; PartitionState.reassign has the rules). A refused entry does not
+        refuse the others. Target brokers must be registered (a fenced one's replica joins when
+        it is back)."""
+        for entry in reassignments:
+            ok_shape = (
+                type(entry) in (list, tuple)
+                and len(entry) == 3
+                and type(entry[0]) is str
+                and _is_int(entry[1])
+                and (
+                    entry[2] is None
+                    or (type(entry[2]) in (list, tuple) and all(_is_int(r) for r in entry[2]))
+                )
+            )
+            if not ok_shape:
+                raise InvalidRequestError(
+                    "alter_partition_reassignments: each entry is [topic, partition, "
+                    f"[broker, ...] | None], got {entry!r:.200}"
+                )
+        results: list[list[Any]] = []
+        for topic_name, index, target in reassignments:
+            found = self.topics.get(topic_name)
+            try:
+                if found is None or not 0 <= index < len(found["partitions"]):
+                    raise UnknownTopicOrPartitionError(f"unknown partition {topic_name}-{index}")
+                p = found["partitions"][index]
+                rules = TopicRules.of(found["config"])
+                electable = self._electable(topic_name, index)
+                if target is None:
+                    p.cancel_reassignment(rules, electable)
+                else:
+                    unknown = sorted(r for r in target if r not in self.brokers)
+                    if unknown:
+                        raise InvalidReplicaAssignmentError(
+                            f"{topic_name}-{index}: unknown brokers {unknown}"
+                        )
+                    p.reassign(list(target), rules, electable)
+            except RaftlogError as e:
+                results.append([topic_name, index, e.code, str(e)])
+                continue
+            results.append([topic_name, index, 0, None])
+        return _ok(results)
+
     def preferred_elections_due(self, imbalance_percentage: int) -> list[list[Any]]:
         """The [topic, partition]s an automatic leader rebalance elects (Kafka's
         auto.leader.rebalance.enable): for each broker whose share of its preferred
@@ -628,7 +677,17 @@ class MetadataState:
                 )
 
         rules = TopicRules.of(self.topics[topic]["config"])
-        return _ok(p.alter_isr(leader_id, leader_epoch, partition_epoch, isr, rules, check_joiner))
+        return _ok(
+            p.alter_isr(
+                leader_id,
+                leader_epoch,
+                partition_epoch,
+                isr,
+                rules,
+                check_joiner,
+                self._electable(topic, partition),
+            )
+        )
 
     def _cmd_alter_isr_batch(self, changes: list[Any]) -> Result:
         """Many partition leaders' ISR changes in one Raft entry (a broker sends them

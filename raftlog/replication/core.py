@@ -442,12 +442,21 @@ class PartitionCore:
         partition_epoch: int,
         broker_epochs: dict[int, int],
         now_ms: int,
+        replicas: Iterable[int] | None = None,
     ) -> list[Action]:
         """The metadata's ISR changed at the same leader epoch (our proposal, or the controller
-        removed a fenced broker)."""
+        removed a fenced broker), and with a reassignment its replicas: a joining replica is a
+        follower from now on (unknown until it fetches), a leaving one is forgotten."""
         require(self.role is Role.LEADER, f"{self.name}: update_isr on a non-leader")
         new_isr = tuple(isr)
         require(self.node_id in new_isr, f"{self.name}: committed ISR {new_isr} lacks its leader")
+        if replicas is not None and tuple(replicas) != self.replicas:
+            self.replicas = tuple(replicas)
+            self.followers = {
+                r: self.followers.get(r) or FollowerProgress(r)
+                for r in self.replicas
+                if r != self.node_id
+            }
         for r in new_isr:
             if r not in self.isr and r in self.followers:
                 # A replica that joined counts as caught up now (it will not be shrunk at once).

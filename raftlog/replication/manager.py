@@ -482,7 +482,11 @@ class ReplicaManager:
             and info.partition_epoch > core.partition_epoch
         ):
             self._perform(
-                p, core.update_isr(info.isr, info.partition_epoch, self._broker_epochs, now), now
+                p,
+                core.update_isr(
+                    info.isr, info.partition_epoch, self._broker_epochs, now, info.replicas
+                ),
+                now,
             )
             changes.log(
                 "ISR changed",

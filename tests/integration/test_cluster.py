@@ -524,7 +524,17 @@ def test_cluster_status_cli(cluster: Cluster) -> None:
     ]
     assert all(
         set(p)
-        == {"topic", "partition", "leader", "leader_epoch", "replicas", "isr", "offline_replicas"}
+        == {
+            "topic",
+            "partition",
+            "leader",
+            "leader_epoch",
+            "replicas",
+            "isr",
+            "offline_replicas",
+            "adding",
+            "removing",
+        }
         and p["offline_replicas"] == []
         for p in st["partitions"]
     )

@@ -179,6 +179,100 @@ def test_preferred_leaders_come_back_once_live_and_in_sync() -> None:
     err(s, "elect_leaders", InvalidRequestError, partitions=[["t"]])
 
 
+def _join_isr(s: MetadataState, topic: str, index: int, joiner: int) -> None:
+    """The leader's ISR change that adds `joiner` (it caught up)."""
+    p = s.topics[topic]["partitions"][index]
+    ok(
+        s,
+        "alter_isr",
+        topic=topic,
+        partition=index,
+        leader_id=p.leader,
+        leader_epoch=p.leader_epoch,
+        partition_epoch=p.partition_epoch,
+        isr=[*p.isr, joiner],
+    )
+
+
+def test_a_reassignment_adds_replicas_then_drops_the_old_ones_once_the_new_are_in_sync() -> None:
+    s, _ = cluster(5)
+    ok(
+        s,
+        "create_topic",
+        name="t",
+        topic_id="id",
+        partitions=1,
+        replication_factor=3,
+        config={"min.insync.replicas": "2"},
+    )
+    p = s.topics["t"]["partitions"][0]
+    original, leader = list(p.replicas), p.leader
+    target = [4, 5, leader]
+    epoch = p.partition_epoch
+    assert ok(s, "alter_partition_reassignments", reassignments=[["t", 0, target]]) == [
+        ["t", 0, 0, None]
+    ]
+    leaving = [r for r in original if r != leader]
+    assert p.replicas == target + leaving and p.adding == [4, 5] and p.removing == leaving
+    assert p.isr == original and p.leader == leader and p.partition_epoch > epoch
+    assert p.to_record()["adding"] == [4, 5]
+    _join_isr(s, "t", 0, 4)
+    assert p.reassigning and p.isr == [4, *original]  # 5 has not caught up yet
+    leader_epoch = p.leader_epoch
+    _join_isr(s, "t", 0, 5)
+    # Complete: the leaving replicas are gone, the leader (a target replica) kept its place.
+    assert p.replicas == target and p.isr == target and not p.reassigning
+    assert p.leader == leader and p.leader_epoch == leader_epoch
+    assert "adding" not in p.to_record()
+
+
+def test_a_leaving_leader_hands_over_and_a_cancel_goes_back_to_the_original_replicas() -> None:
+    s, epochs = cluster(4)
+    ok(s, "create_topic", name="t", topic_id="id", partitions=2, replication_factor=3, config={})
+    p0, p1 = s.topics["t"]["partitions"]
+    leader = p0.leader
+    others = [r for r in p0.replicas if r != leader]
+    spare = next(b for b in (1, 2, 3, 4) if b not in p0.replicas)
+    ok(s, "alter_partition_reassignments", reassignments=[["t", 0, [*others, spare]]])
+    leader_epoch = p0.leader_epoch
+    _join_isr(s, "t", 0, spare)
+    assert p0.replicas == [*others, spare] and p0.leader == others[0]
+    assert p0.leader_epoch == leader_epoch + 1
+
+    # A cancel midway: back to the original replicas, the joining one out of the ISR.
+    original = list(p1.replicas)
+    spare1 = next(b for b in (1, 2, 3, 4) if b not in original)
+    ok(s, "alter_partition_reassignments", reassignments=[["t", 1, [spare1, *original[1:]]]])
+    _join_isr(s, "t", 1, spare1)
+    assert not p1.reassigning  # only the first replica left: complete once spare1 joined
+    before = copy.deepcopy(s)
+    results = ok(
+        s,
+        "alter_partition_reassignments",
+        reassignments=[
+            ["t", 1, None],
+            ["t", 7, [1, 2, 3]],
+            ["t", 0, [1, 1, 2]],
+            ["t", 0, [9, 1, 2]],
+        ],
+    )
+    assert [r[2] for r in results] == [
+        InvalidRequestError.code,  # nothing under way
+        UnknownTopicOrPartitionError.code,
+        InvalidRequestError.code,  # a broker twice
+        InvalidReplicaAssignmentError.code,  # unknown broker
+    ], results
+    assert s.topics == before.topics  # refused entries change nothing
+    moving = list(p1.replicas)
+    target = [next(b for b in (1, 2, 3, 4) if b not in moving), *moving[:2]]
+    ok(s, "alter_partition_reassignments", reassignments=[["t", 1, target]])
+    assert p1.reassigning
+    ok(s, "alter_partition_reassignments", reassignments=[["t", 1, None]])
+    assert p1.replicas == moving and not p1.reassigning and p1.isr == moving
+    err(s, "alter_partition_reassignments", InvalidRequestError, reassignments=[["t", 1]])
+    del epochs
+
+
 def test_last_isr_member_fenced_means_offline_until_it_returns() -> None:
     s, epochs = cluster(1)
     ok(s, "create_topic", name="t", topic_id="id", partitions=1, replication_factor=1, config={})
@@ -453,7 +547,7 @@ def random_command(rng: random.Random, i: int) -> tuple[str, dict[str, Any]]:
         [
             "register", "fence", "unfence", "create", "delete", "join", "leave", "commit",
             "batch", "reset", "delete_group", "producer_ids", "isr", "offline", "malformed",
-            "join", "tick", "kafka_join", "sync", "grow", "elect",
+            "join", "tick", "kafka_join", "sync", "grow", "elect", "reassign",
         ]
     )  # fmt: skip
     node = rng.randint(1, 4)
@@ -484,6 +578,16 @@ def random_command(rng: random.Random, i: int) -> tuple[str, dict[str, Any]]:
         )
     if kind == "delete":
         return ("delete_topic", {"name": f"t{rng.randint(0, 3)}"})
+    if kind == "reassign":
+        moves = [
+            [
+                f"t{rng.randint(0, 3)}",
+                rng.randint(0, 6),
+                rng.choice([None, rng.sample([1, 2, 3, 4, 5], rng.randint(1, 4))]),
+            ]
+            for _ in range(rng.randint(0, 3))
+        ]
+        return ("alter_partition_reassignments", {"reassignments": moves})
     if kind == "elect":
         chosen = [[f"t{rng.randint(0, 3)}", rng.randint(0, 6)] for _ in range(rng.randint(0, 3))]
         return ("elect_leaders", {"partitions": rng.choice([None, chosen])})

@@ -158,8 +158,11 @@ def test_describe_cluster_names_every_field() -> None:
         "replicas",
         "isr",
         "offline_replicas",
+        "adding",
+        "removing",
     }
     assert (p0["topic"], p0["partition"], p0["offline_replicas"]) == ("t", 0, [])
+    assert (p0["adding"], p0["removing"]) == ([], [])
     assert d["offline_logs"] == []
     assert d["controller_id"] == 1
 

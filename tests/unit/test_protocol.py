@@ -218,6 +218,9 @@ VALID_BODIES: dict[int, dict[str, object]] = {
         "validate_only": False,
     },
     protocol.ApiKey.ELECT_LEADERS: {"partitions": [["t", 0], ["u", 3]]},
+    protocol.ApiKey.ALTER_PARTITION_REASSIGNMENTS: {
+        "reassignments": [["t", 0, [4, 1, 2]], ["t", 1, None]]
+    },
     protocol.ApiKey.DESCRIBE_CONFIGS: {"topics": None},
     protocol.ApiKey.PRODUCE: {"acks": -1, "timeout_ms": 1, "topics": [["t", [[0, 5], [1, 0]]]]},
     protocol.ApiKey.FETCH: {

@@ -400,3 +400,24 @@ def test_a_new_leader_answers_no_end_offset_until_its_followers_confirm_its_epoc
     fetch(core, 2, 10, now=1)
     fetch(core, 3, 10, now=1)
     assert core.known_high_watermark() == 10
+
+
+def test_a_reassignment_at_the_same_leader_epoch_updates_the_leaders_followers() -> None:
+    """A joining replica is a follower of the leader from the metadata change on (its fetches
+    are served and can bring it into the ISR); a leaving one no longer holds the high
+    watermark back."""
+    core, log, _ = leader(isr=(1, 2, 3), records=10)
+    fetch(core, 2, 10, now=1)
+    fetch(core, 3, 10, now=1)
+    assert core.high_watermark == 10
+    core.update_isr((1, 2, 3), 1, {2: 10, 3: 11, 4: 12}, now_ms=2, replicas=(4, 1, 2, 3))
+    assert sorted(core.followers) == [2, 3, 4]
+    actions = fetch(core, 4, 10, now=3)  # caught up: the leader proposes it for the ISR
+    assert any(isinstance(a, ProposeIsr) and 4 in a.isr for a in actions), actions
+    core.update_isr((1, 2, 3, 4), 2, {2: 10, 3: 11, 4: 12}, now_ms=4)
+    # Complete: 2 and 3 leave; 4 and the leader remain.
+    core.update_isr((1, 4), 3, {4: 12}, now_ms=5, replicas=(4, 1))
+    assert sorted(core.followers) == [4]
+    log.append_leader((0,), 5)
+    fetch(core, 4, 11, now=6)
+    assert core.high_watermark == 11  # 2 and 3, gone, do not hold it at 10

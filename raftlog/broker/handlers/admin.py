@@ -154,6 +154,21 @@ async def handle_elect_leaders(
     return Response(ElectLeadersResponse(results).to_body())
 
 
+async def handle_alter_partition_reassignments(
+    broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
+) -> Response:
+    """Start or cancel reassignments; a failure of the whole request (no quorum) is its
+    error. The answer: the same shape as ElectLeaders' ({"partitions": [[topic, partition,
+    error, message], ...]})."""
+    entries = [(t, p, None if r is None else list(r)) for t, p, r in body["reassignments"]]
+    try:
+        done = await broker.alter_partition_reassignments(entries)
+    except RaftlogError as e:
+        return error_response(e)
+    results = tuple(ElectionResult(TopicPartition(t, p), c, m) for t, p, c, m in done)
+    return Response(ElectLeadersResponse(results).to_body())
+
+
 async def handle_delete_topics(
     broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response:
