@@ -30,10 +30,9 @@ from typing import Any, TypeVar
 from chaos.faults import FaultError
 from chaos.netns import NetnsNetwork
 from raftlog import launcher
-from raftlog.client import Admin, Consumer
+from raftlog.client import Admin
 from raftlog.errors import RaftlogError
 from raftlog.launcher import LaunchError, PortPlan
-from raftlog.topics import TopicPartition
 
 T = TypeVar("T")
 
@@ -133,13 +132,34 @@ class ClientViews:
             raise FaultError(f"{e}; last view of node {node_id}: {last[0]}") from None
 
     def high_watermarks(self, tps: list[str], without: int = 0) -> dict[str, int]:
-        """Each partition's high watermark ("<topic>-<partition>" -> offset), asked of the
-        nodes other than `without` (a node the caller has just killed)."""
+        """Each partition's high watermark ("<topic>-<partition>" -> offset) as its leader
+        holds it, asked of the nodes other than `without` (a node the caller has just killed).
+
+        The leader's own figure (DescribeConfigs), not ListOffsets': a leader that has just
+        taken over answers ListOffsets only once its followers have moved its high watermark
+        past the start of its epoch (KIP-207), and by then it counts records the killed node
+        held as leader and may never have fsynced; a torn tail past that point found nothing to
+        damage. Its own figure is at most the high watermark of the killed node's time."""
         bootstrap = ",".join(self.address(i) for i in self.node_ids() if i != without)
-        parts = [TopicPartition(tp.rpartition("-")[0], int(tp.rpartition("-")[2])) for tp in tps]
-        with Consumer(bootstrap_servers=bootstrap, request_timeout_ms=DESCRIBE_TIMEOUT_MS) as c:
-            ends = c.end_offsets(parts)
-        return {f"{tp.topic}-{tp.partition}": int(ends[tp]) for tp in parts}
+        by_topic: dict[str, list[int]] = {}
+        for tp in tps:
+            topic, _, partition = tp.rpartition("-")
+            by_topic.setdefault(topic, []).append(int(partition))
+        deadline = time.monotonic() + DESCRIBE_TIMEOUT_MS / 1000 * 10
+        while True:
+            with Admin(bootstrap, request_timeout_ms=DESCRIBE_TIMEOUT_MS) as admin:
+                found = {
+                    f"{t.name}-{p.partition}": p.high_watermark
+                    for t in admin.describe_topics(sorted(by_topic))
+                    for p in t.partitions
+                }
+            hws = {tp: found.get(tp) for tp in tps}
+            if all(hw is not None for hw in hws.values()):
+                return {tp: int(hw) for tp, hw in hws.items() if hw is not None}
+            if time.monotonic() >= deadline:
+                missing = sorted(tp for tp, hw in hws.items() if hw is None)
+                raise FaultError(f"no leader told the high watermark of {missing}")
+            time.sleep(0.1)
 
 
 class LocalCluster(launcher.LocalCluster, ClientViews):
