@@ -438,6 +438,18 @@ class PartitionState:
         if _guarded(self._view()) != _guarded(before):
             self.partition_epoch += 1
 
+    def _moving_ok(self, in_replicas: set[int]) -> bool:
+        """A reassignment's lists: distinct, disjoint subsets of the replicas, leaving some."""
+        adding, removing = set(self.adding), set(self.removing)
+        return (
+            len(adding) == len(self.adding)
+            and len(removing) == len(self.removing)
+            and adding <= in_replicas
+            and removing <= in_replicas
+            and adding.isdisjoint(removing)
+            and len(removing) < len(self.replicas)
+        )
+
     def _check(self, before: tuple[Any, ...], rules: TopicRules) -> None:
         """Raise MetadataInvariantError unless the module docstring's invariants hold, and the
         epochs moved as they must since `before` (a `_view` taken when the transition began).
@@ -456,12 +468,7 @@ class PartitionState:
             and (bool(isr) or (leader == NO_LEADER and bool(elr)))
             and (leader == NO_LEADER or leader in in_isr)
             and (not elr or len(isr) < rules.min_insync_replicas)
-            and len(set(self.adding)) == len(self.adding)
-            and len(set(self.removing)) == len(self.removing)
-            and set(self.adding) <= in_replicas
-            and set(self.removing) <= in_replicas
-            and set(self.adding).isdisjoint(self.removing)
-            and len(self.removing) < len(replicas)
+            and (not (self.adding or self.removing) or self._moving_ok(in_replicas))
         )
         if not ok:
             raise MetadataInvariantError(
@@ -474,7 +481,13 @@ class PartitionState:
             leader_epoch >= before[1]
             and partition_epoch >= before[5]
             and (leader == before[0] or leader_epoch > before[1])
-            and (partition_epoch > before[5] or _guarded(self._view()) == _guarded(before))
+            and (
+                partition_epoch > before[5]
+                or (
+                    (leader, leader_epoch, isr, elr, replicas) == before[:5]
+                    and (self.adding, self.removing) == before[6:]
+                )
+            )
         )
         if not epochs_ok:
             raise MetadataInvariantError(
