@@ -228,10 +228,20 @@ def test_a_commit_of_20000_partitions_reaches_every_voter(voters) -> None:  # ty
     ]
 
     async def commit() -> None:
+        # As a client does, a retriable refusal is tried again: on a loaded machine a Raft
+        # election can discard the command ("DISCARDED; retry", NotCoordinatorError).
         coordinator = GroupCoordinator(leader.propose, leader.read)
         coordinator.become_active()
         try:
-            await asyncio.wait_for(coordinator.commit("g", "", -1, entries), 30)
+            async with asyncio.timeout(30):
+                while True:
+                    try:
+                        await coordinator.commit("g", "", -1, entries)
+                        return
+                    except RaftlogError as e:
+                        if not e.retriable:
+                            raise
+                        await asyncio.sleep(0.1)
         finally:
             await coordinator.close()
 
