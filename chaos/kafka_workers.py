@@ -9,8 +9,9 @@ Kafka listeners, so the checker's verdict rests on a client written elsewhere:
   values ("p<i>-<n>") to every partition in turn at `rate` sends/s. A delivery report is the
   completion: "ok" with its offset, "info" with librdkafka's error (indeterminate: an earlier
   attempt may have been appended), or "info" for a delivery report with no offset (an ack
-  the checker cannot place; docs/CHAOS.md has the open finding). Every send resolves within the run (message.timeout.ms,
-  runner.KAFKA_DELIVERY_TIMEOUT_MS: longer than the native 20 s, which says why).
+  the checker cannot place; docs/CHAOS.md has the open finding). Every send resolves within
+  the run (message.timeout.ms, runner.KAFKA_DELIVERY_TIMEOUT_MS: longer than the native 20 s,
+  which says why).
 - `KafkaConsumerWorker`: a member of Kafka's classic consumer group "chaos-group" (the range
   assignor, eager rebalances), polling with consume() and committing its positions
   synchronously every `commit_interval_s`; each assignment it gets is recorded as an "assign"
