@@ -20,6 +20,11 @@ of a replica's log below the high watermark. From it:
 - aborted_read: a read returned a value whose send failed (a `fail` must mean "not written").
 - nonmonotonic_send: per producer and partition, in the order the producer invoked its sends,
   the acknowledged offsets must increase.
+- An acknowledged send without an offset (librdkafka's implicit ack: a later batch of the same
+  idempotent producer succeeded first) is checked as acknowledged: lost or unseen if no read
+  returned it, duplicated if two places hold it; only the checks by offset (the version order
+  of its own offset, nonmonotonic_send) cannot look at it. `acknowledged_without_offset`
+  counts them.
 - nonmonotonic_poll, poll_skip: per consumer and partition, within one assignment (an `assign`
   starts a new one), each poll's offsets must continue exactly where the previous records left
   off: a step back or a repeat is nonmonotonic, a jump of more than one is a skip. The same
@@ -270,7 +275,7 @@ def aborted_reads(
 def nonmonotonic_sends(sends: Sequence[Send]) -> list[dict[str, Any]]:
     by_key: dict[tuple[str, str], list[Send]] = defaultdict(list)
     for s in sends:
-        if s.type == "ok":
+        if s.type == "ok" and s.offset is not None:
             by_key[(s.process, s.tp)].append(s)
     cases = []
     for (process, tp), ss in sorted(by_key.items()):
@@ -509,6 +514,7 @@ def check(ops: Sequence[Op], examples_max: int = EXAMPLES_MAX) -> dict[str, Any]
         "seed": run.get("seed"),
         "sends": send_invokes,
         "acknowledged": acknowledged,
+        "acknowledged_without_offset": sum(1 for s in sends if s.type == "ok" and s.offset is None),
         "failed": sum(1 for s in sends if s.type == "fail"),
         "indeterminate": sum(1 for s in sends if s.type == "info"),
         "final_read": has_final_read,

@@ -19,7 +19,10 @@ Fields of every line:
 The operations (`f`), and what their other fields hold:
 
     send        tp: "topic-partition"; value: str, unique in the run;
-                offset: int (ok only: the offset the broker acknowledged)
+                offset: int (ok only: the offset the broker acknowledged), or null when the
+                client acknowledged the send without one (librdkafka's "implicit ack": a
+                later batch of the same idempotent producer succeeded, so this one is in
+                the log, at an offset it never learned)
     poll        value: {tp: [[offset, value], ...]} (ok only), group: str
     commit      group: str; value: {tp: offset} (the next offset to consume, as Kafka commits)
     assign      group: str; value: [tp, ...]: the consumer's assignment from now on (a new
@@ -35,8 +38,8 @@ The operations (`f`), and what their other fields hold:
 
 Rules: a completion has the `id` of an earlier invoke of the same process; values are strings
 (the runner writes unique strings, and the replica reader decodes what it read from disk the
-same way); offsets are ints >= 0. `read_history` checks these and names the file and line of
-anything wrong.
+same way); offsets are ints >= 0 (an ok send's may be null, above). `read_history` checks
+these and names the file and line of anything wrong.
 """
 
 from __future__ import annotations
@@ -181,8 +184,10 @@ def _check(o: Op, where: str, invoked: dict[int, Op]) -> None:
             )
     if o.f == "send" and o.type == "ok":
         offset = o.get("offset")
-        if not isinstance(offset, int) or offset < 0:
-            raise HistoryError(f"{where}: an ok send needs an int offset >= 0, got {offset!r}")
+        if offset is not None and (not isinstance(offset, int) or offset < 0):
+            raise HistoryError(
+                f"{where}: an ok send's offset is an int >= 0 or null, got {offset!r}"
+            )
     if o.f in ("send", "replica-read") and not isinstance(o.get("tp"), str):
         raise HistoryError(f"{where}: {o.f} needs a tp string, got {o.get('tp')!r}")
     if o.f in ("poll", "final-read") and o.type == "ok" and not isinstance(o.value, dict):

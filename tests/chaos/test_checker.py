@@ -329,3 +329,25 @@ def test_history_file_round_trip_checks_the_same(tmp_path_factory: Any, run: Any
     path = Path(tmp_path_factory.mktemp("hist")) / "history.jsonl"
     write_history(path, h.ops)
     assert check(read_history(path)) == check(h.ops)
+
+
+def test_an_ack_without_an_offset_must_be_read_back_like_any_other() -> None:
+    """librdkafka's implicit ack reports a send delivered with no offset: valid when a read
+    returned it, unseen (invalid with a final read) when none did, and never a nonmonotonic
+    send for want of an offset."""
+    h = HistoryBuilder()
+    recs = produced(h, 3)
+    h.send("p1", TP, "implicit", None)
+    h.send("p1", TP, "after", 4)
+    h.final_read({TP: [*recs, (3, "implicit"), (4, "after")]})
+    report = check(h.ops)
+    assert report["valid"] and counts(report) == {}, report
+    assert report["acknowledged"] == 5 and report["acknowledged_without_offset"] == 1
+
+    h = HistoryBuilder()
+    recs = produced(h, 3)
+    h.send("p1", TP, "implicit", None)
+    h.final_read({TP: recs})
+    report = check(h.ops)
+    assert counts(report) == {"unseen": 1} and not report["valid"], report
+    assert report["anomalies"]["unseen"][0]["value"] == "implicit"
