@@ -745,7 +745,8 @@ REQUEST_BODIES: dict[int, _Shape] = {
             "reassignments": _List(
                 _Tuple(("topic", _STR), ("partition", _INT), ("replicas", _Nullable(_List(_INT))))
             )
-        }
+        },
+        throttle=_INT,
     ),
     ApiKey.DESCRIBE_CONFIGS: _Struct(topics=_Nullable(_STRS)),
     ApiKey.PRODUCE: _ProduceBody(

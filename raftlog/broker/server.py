@@ -556,6 +556,7 @@ class Broker:
         RECONCILE_SLICE_S, yielding to the loop in between (a failover changes thousands).
         News that arrives meanwhile is taken by another pass (the metadata's version)."""
         metadata, replicas = self.metadata, self.replicas
+        replicas.set_replication_throttle(metadata.replication_throttle())
         while not self.stopping:
             version = metadata.topology_version
             changes = replicas.role_changes(metadata.topics().values())
@@ -696,10 +697,11 @@ class Broker:
         return results
 
     async def alter_partition_reassignments(
-        self, entries: list[tuple[str, int, list[int] | None]]
+        self, entries: list[tuple[str, int, list[int] | None]], throttle: int | None = None
     ) -> list[tuple[str, int, int, str | None]]:
-        """Start or cancel reassignments (ClusterMetadata.alter_partition_reassignments)."""
-        results = await self.metadata.alter_partition_reassignments(entries)
+        """Start or cancel reassignments (ClusterMetadata.alter_partition_reassignments),
+        and set the replication throttle if `throttle` is given."""
+        results = await self.metadata.alter_partition_reassignments(entries, throttle)
         self.reconcile()
         started = [f"{t}-{p}" for t, p, code, _ in results if code == 0]
         if started:

@@ -5,8 +5,10 @@ reassign: `--generate --topics T[,T...] --brokers 1,2,3` prints the current assi
 balanced one over those brokers (the topics' replication factors kept) in Kafka's JSON
 (`{"version": 1, "partitions": [{"topic", "partition", "replicas"}, ...]}`); `--plan FILE
 --execute` starts the moves in FILE (KIP-455: the new replicas join and catch up, then the
-old ones leave); `--verify` prints each move's progress and exits 0 only when every one is
-complete; `--cancel` stops the moves under way (back to the original replicas).
+old ones leave), with `--throttle BYTES_PER_S` capping what each broker fetches for the
+replicas it is adding (the in-sync followers are never slowed); `--verify` prints each move's
+progress and exits 0 only when every one is complete, and then removes the throttle if no
+other move is under way; `--cancel` stops the moves under way (back to the original replicas).
 
 
 A partition's preferred leader is its first replica: where a topic's leaders were spread when
@@ -75,6 +77,13 @@ def register(sub: Any) -> None:
     r.add_argument("--plan", metavar="FILE", help="the plan (Kafka's reassignment JSON)")
     r.add_argument("--topics", help="with --generate: T[,T...]")
     r.add_argument("--brokers", help="with --generate: the broker ids to spread over, 1,2,3")
+    r.add_argument(
+        "--throttle",
+        type=non_negative_int,
+        metavar="BYTES_PER_S",
+        help="with --execute: the bytes per second each broker may fetch for the replicas it "
+        "is adding (0: none); --verify removes it once every move in the cluster is done",
+    )
     add_bootstrap(r)
     r.set_defaults(func=_reassign)
 
@@ -212,13 +221,24 @@ def _reassign(args: argparse.Namespace) -> int:
             return 0
         if not args.plan:
             raise InvalidConfigError("--execute, --verify and --cancel need --plan FILE")
+        if args.throttle is not None and not args.execute:
+            raise InvalidConfigError("--throttle goes with --execute")
         plan = _plan_from_file(args.plan)
         if args.verify:
-            return _verify(admin.describe_cluster(), plan)
+            view = admin.describe_cluster()
+            status = _verify(view, plan)
+            moving = any(p.get("adding") or p.get("removing") for p in view["partitions"])
+            if status == 0 and not moving and view.get("replication_throttle"):
+                # As kafka-reassign-partitions --verify: the moves are done, the throttle goes.
+                admin.alter_partition_reassignments({}, throttle=0)
+                print("Throttle was removed.")
+            return status
         moves: dict[TopicPartition, Any] = {
             tp: (None if args.cancel else replicas) for tp, replicas in plan.items()
         }
-        results = admin.alter_partition_reassignments(moves)
+        results = admin.alter_partition_reassignments(moves, args.throttle)
+        if args.throttle:
+            print(f"The replication throttle is {args.throttle} bytes/s per broker.")
     failed = [(tp, e) for tp, e in sorted(results.items()) if e is not None]
     done = [str(tp) for tp, e in sorted(results.items()) if e is None]
     verb = "cancelled" if args.cancel else "started"

@@ -146,16 +146,22 @@ class AsyncAdmin:
         }
 
     async def alter_partition_reassignments(
-        self, moves: dict[TopicPartition, Sequence[int] | None]
+        self, moves: dict[TopicPartition, Sequence[int] | None], throttle: int | None = None
     ) -> dict[TopicPartition, RaftlogError | None]:
         """Move each partition's replicas to the given brokers (the first the preferred
         leader), or cancel its reassignment under way (None). Returns each one's outcome:
-        None (started, or done at once) or the error."""
-        body = {
+        None (started, or done at once) or the error. `throttle`, if given, replaces the
+        replication throttle (bytes per second each broker may fetch for the replicas it is
+        adding; 0 removes it) in the same metadata command."""
+        if throttle is not None and throttle < 0:
+            raise ValueError(f"throttle {throttle}: bytes per second must be >= 0")
+        body: dict[str, Any] = {
             "reassignments": [
                 [tp.topic, tp.partition, None if r is None else list(r)] for tp, r in moves.items()
             ]
         }
+        if throttle is not None:
+            body["throttle"] = throttle
         answer, _ = await self.client.request(
             None, protocol.ApiKey.ALTER_PARTITION_REASSIGNMENTS, body
         )
@@ -354,10 +360,10 @@ class Admin:
         return self._run(self._async.elect_leaders(partitions))  # type: ignore[no-any-return]
 
     def alter_partition_reassignments(
-        self, moves: dict[TopicPartition, Sequence[int] | None]
+        self, moves: dict[TopicPartition, Sequence[int] | None], throttle: int | None = None
     ) -> dict[TopicPartition, RaftlogError | None]:
         """See AsyncAdmin.alter_partition_reassignments."""
-        return self._run(self._async.alter_partition_reassignments(moves))  # type: ignore[no-any-return]
+        return self._run(self._async.alter_partition_reassignments(moves, throttle))  # type: ignore[no-any-return]
 
     def delete_topics(self, names: Iterable[str]) -> None:
         self._run(self._async.delete_topics(names))

@@ -55,6 +55,7 @@ def _partition_info(i: int, p: PartitionState) -> PartitionInfo:
         tuple(p.isr),
         p.partition_epoch,
         tuple(p.elr),
+        tuple(p.adding),
     )
 
 
@@ -113,6 +114,7 @@ class ClusterMetadata:
         self._replication_endpoints: dict[int, BrokerInfo] = {}
         self._broker_epochs: dict[int, int] = {}
         self._broker_voters: dict[int, list[str] | None] = {}
+        self._replication_throttle = 0
 
     @property
     def topology_version(self) -> int:
@@ -140,6 +142,7 @@ class ClusterMetadata:
                     self._replication_endpoints,
                     self._broker_epochs,
                     self._broker_voters,
+                    self._replication_throttle,
                 )
             cached = self._topics
             topics = {name: _topic_info(t, cached.get(name)) for name, t in s.topics.items()}
@@ -174,7 +177,19 @@ class ClusterMetadata:
             epochs = {n: int(b["broker_epoch"]) for n, b in s.brokers.items()}
             voters = {n: b.get("controller_voters") for n, b in s.brokers.items()}
             kafkas = (kafka, kafka_external)
-            return version, topics, live, external, kafkas, every, replication, epochs, voters
+            throttle = int(getattr(s, "replication_throttle", 0))
+            return (
+                version,
+                topics,
+                live,
+                external,
+                kafkas,
+                every,
+                replication,
+                epochs,
+                voters,
+                throttle,
+            )
 
         (
             self._cache_version,
@@ -186,6 +201,7 @@ class ClusterMetadata:
             self._replication_endpoints,
             self._broker_epochs,
             self._broker_voters,
+            self._replication_throttle,
         ) = self.quorum.read(grab)
 
     def broker_epochs(self) -> dict[int, int]:
@@ -293,14 +309,23 @@ class ClusterMetadata:
         return [(t, p, code, message) for t, p, code, message in results]
 
     async def alter_partition_reassignments(
-        self, entries: list[tuple[str, int, list[int] | None]]
+        self, entries: list[tuple[str, int, list[int] | None]], throttle: int | None = None
     ) -> list[tuple[str, int, int, str | None]]:
         """Start, replace (a replica list) or cancel (None) reassignments
         (MetadataState.alter_partition_reassignments): (topic, partition, error code, message)
-        per entry."""
+        per entry. `throttle` (bytes per second, 0: none) replaces the replication throttle."""
         wanted = [[t, p, None if r is None else list(r)] for t, p, r in entries]
-        results = await self.quorum.propose("alter_partition_reassignments", reassignments=wanted)
+        args: dict[str, Any] = {"reassignments": wanted}
+        if throttle is not None:
+            args["throttle"] = throttle
+        results = await self.quorum.propose("alter_partition_reassignments", **args)
         return [(t, p, code, message) for t, p, code, message in results]
+
+    def replication_throttle(self) -> int:
+        """Bytes per second each broker may fetch for the replicas it is adding in
+        reassignments (0: unthrottled)."""
+        self._refresh()
+        return self._replication_throttle
 
     async def allocate_producer_ids(self, count: int) -> int:
         """A block of `count` producer ids, unique in the cluster; returns its first id."""
@@ -458,6 +483,7 @@ class ClusterMetadata:
                     for i, p in enumerate(s.topics[name]["partitions"])
                 ],
                 "offline_logs": offline_logs,
+                "replication_throttle": int(getattr(s, "replication_throttle", 0)),
                 "metadata_version": s.version,
             }
 

@@ -43,6 +43,9 @@ class PartitionInfo:
     partition_epoch: int = 0
     # KIP-966's eligible leader replicas: out of the ISR, but holding every committed record.
     elr: tuple[int, ...] = ()
+    # The replicas joining in a reassignment under way (KIP-455), still catching up: what the
+    # reassignment throttle slows. Brokers' own view only: not on the wire.
+    adding: tuple[int, ...] = ()
     _wire: list[Any] | None = field(default=None, init=False, compare=False, repr=False)
 
     def to_wire(self) -> list[Any]:

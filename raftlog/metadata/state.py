@@ -16,7 +16,8 @@ It holds the registries that ZooKeeper held for early Kafka, plus partition stat
   the coordinator with its clock). groups.py's GroupState holds every state, transition and
   invariant; the commands here look the group up and call its transition;
 - committed offsets per group and partition (offset registry);
-- the next producer id block (for idempotent producers).
+- the next producer id block (for idempotent producers);
+- the replication throttle of reassignments (bytes per second; set with them).
 
 Rules (etcd raft / TigerBeetle style):
 - Every change is a command applied with `apply(command)`; a command is `(name, kwargs)` of
@@ -28,12 +29,12 @@ Rules (etcd raft / TigerBeetle style):
 - A refused command leaves the state untouched: every `_cmd_*` checks everything that can
   refuse it before its first change (no undo log: the hot command, `commit_batch`, would pay
   for one on every commit). `commit_batch` refuses or applies each of its commits on its own.
-- Arguments are checked against the handler's annotations before it runs (names, and types:
-  `int` is not `bool`; a `list[X]` may arrive as a tuple), and entries inside lists are checked
-  by the handler, so a malformed command is refused with `InvalidRequestError` naming the
-  argument. Only `RaftlogError` becomes a refusal: any other exception from a handler is a bug
-  in this module and propagates (the Raft thread then stops the node loudly), rather than
-  being disguised as the client's error.
+- Arguments are checked against the handler's annotations before it runs (signatures.py:
+  names, and types: `int` is not `bool`; a `list[X]` may arrive as a tuple), and entries inside
+  lists are checked by the handler, so a malformed command is refused with
+  `InvalidRequestError` naming the argument. Only `RaftlogError` becomes a refusal: any other
+  exception from a handler is a bug in this module and propagates (the Raft thread then stops
+  the node loudly), rather than being disguised as the client's error.
 - The state compares with `==` in tests. pysyncobj pickles it into its snapshots; what it
   pickles (`__getstate__`) is plain dicts, lists, ints and strs (partitions and groups as their
   records) and the format number, `SNAPSHOT_FORMAT`, so renaming a class never breaks a
@@ -44,8 +45,6 @@ Rules (etcd raft / TigerBeetle style):
 from __future__ import annotations
 
 import copy
-import types
-import typing
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -72,6 +71,9 @@ from raftlog.metadata.partition_state import (
     PartitionState,
     TopicRules,
 )
+from raftlog.metadata.signatures import SEQUENCE_TYPES as _SEQUENCE_TYPES
+from raftlog.metadata.signatures import Signature
+from raftlog.metadata.signatures import is_int as _is_int
 from raftlog.storage.config import LogConfig
 from raftlog.topics import validate_topic_name
 
@@ -139,6 +141,9 @@ class MetadataState:
         # replicas whose logs that broker reported offline (storage damage, a full disk). Only
         # an entry with the broker's current epoch counts (a re-registered broker reports anew).
         self.offline_replicas: dict[int, dict[str, Any]] = {}
+        # Bytes per second each broker may fetch for the replicas it is adding in
+        # reassignments (`raftlog partitions reassign --throttle`); 0: unthrottled.
+        self.replication_throttle = 0
         # Count of applied commands: a cheap "has anything changed" for watchers.
         self.version = 0
         # Count of applied commands that changed brokers, topics or partitions (not groups or
@@ -552,13 +557,21 @@ class MetadataState:
             results.append([topic_name, index, error.code, str(error)])
         return _ok(results)
 
-    def _cmd_alter_partition_reassignments(self, reassignments: list[list[Any]]) -> Result:
+    def _cmd_alter_partition_reassignments(
+        self, reassignments: list[list[Any]], throttle: int | None = None
+    ) -> Result:
         """Start, replace or cancel reassignments (Kafka's AlterPartitionReassignments, KIP-455):
         each entry is [topic, partition, target replicas] or [topic, partition, None] (cancel).
         Returns [[topic, partition, error code, message], ...], one per entry (code 0: started,
         or done at once; PartitionState.reassign has the rules). A refused entry does not
         refuse the others. Target brokers must be registered (a fenced one's replica joins when
-        it is back)."""
+        it is back). `throttle`, if given, replaces the replication throttle (bytes per second,
+        0 removes it) in the same command, so a move never starts unthrottled."""
+        if throttle is not None and not 0 <= throttle < 2**63:
+            raise InvalidRequestError(
+                f"alter_partition_reassignments: throttle {throttle} must be bytes per second "
+                ">= 0 (0 removes it)"
+            )
         for entry in reassignments:
             ok_shape = (
                 type(entry) in (list, tuple)
@@ -597,6 +610,8 @@ class MetadataState:
                 results.append([topic_name, index, e.code, str(e)])
                 continue
             results.append([topic_name, index, 0, None])
+        if throttle is not None:
+            self.replication_throttle = throttle
         return _ok(results)
 
     def preferred_elections_due(self, imbalance_percentage: int) -> list[list[Any]]:
@@ -964,10 +979,6 @@ class MetadataState:
 _UNKNOWN_SHOWN_MAX = 8
 
 
-def _is_int(value: object) -> bool:
-    return type(value) is int  # not bool, and not an int subclass with its own pickling
-
-
 def _check_entries(group_id: str, entries: list[Any], width: int) -> None:
     """`[topic, partition, offset(, metadata)]` entries: str, int >= 0, int >= 0(, str).
 
@@ -1004,94 +1015,8 @@ def _refuse_entry(group_id: str, e: object, width: int) -> NoReturn:
     )
 
 
-_SEQUENCE_TYPES = (list, tuple)
-
-
-def _checker(tp: Any) -> Callable[[Any], bool]:
-    """A predicate for values of the annotation `tp` (the few types commands use)."""
-    if tp is Any:
-        return lambda v: True
-    if tp is int:
-        return _is_int
-    if tp in (str, bool):
-        return lambda v: type(v) is tp
-    if tp is type(None):
-        return lambda v: v is None
-    origin, targs = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (types.UnionType, typing.Union):
-        options = [_checker(a) for a in targs]
-        return lambda v: any(c(v) for c in options)
-    if origin is list:
-        item = _checker(targs[0])
-        if targs[0] is Any:
-            return lambda v: type(v) in _SEQUENCE_TYPES
-        return lambda v: type(v) in _SEQUENCE_TYPES and all(item(x) for x in v)
-    if origin is dict:
-        key, value = _checker(targs[0]), _checker(targs[1])
-        return lambda v: type(v) is dict and all(key(k) and value(x) for k, x in v.items())
-    raise TypeError(f"metadata command arguments cannot be annotated {tp!r}")
-
-
-class _Signature:
-    """The argument names and types of one `_cmd_*` handler, from its annotations."""
-
-    def __init__(self, name: str, handler: Callable[..., Result]):
-        self.name = name
-        hints = typing.get_type_hints(handler)
-        defaults = handler.__defaults__ or ()
-        code = handler.__code__
-        params = code.co_varnames[1 : code.co_argcount]  # without self
-        self.required = frozenset(params[: len(params) - len(defaults)])
-        self.params = {p: (_checker(hints[p]), str(hints[p])) for p in params}
-        # The fast path (every argument given, as proposers do): plain types are compared with
-        # type() in the loop; only containers and unions need a call.
-        self._all = frozenset(params)
-        self._fast = tuple(
-            (p, hints[p] if hints[p] in (int, str, bool) else None, self.params[p][0])
-            for p in params
-        )
-
-    def check(self, args: object) -> None:
-        if type(args) is not dict:
-            raise InvalidRequestError(
-                f"malformed metadata command {self.name}: arguments must be a dict, got "
-                f"{args!r:.200}"
-            )
-        if args.keys() == self._all:
-            for arg, plain, ok in self._fast:
-                value = args[arg]
-                if (type(value) is not plain) if plain is not None else not ok(value):
-                    self._refuse(args)
-            return
-        params = self.params
-        for arg, value in args.items():
-            check = params.get(arg)
-            if check is None or not check[0](value):
-                self._refuse(args)
-        if not self.required <= args.keys():
-            self._refuse(args)
-
-    def _refuse(self, args: dict[Any, Any]) -> NoReturn:
-        """Raise the refusal that names what is wrong with `args` (the slow path)."""
-        missing = sorted(self.required - args.keys())
-        extra = sorted(str(a) for a in args.keys() - self.params.keys())
-        if missing or extra:
-            raise InvalidRequestError(
-                f"malformed metadata command {self.name}: missing arguments {missing}, "
-                f"unexpected arguments {extra}"
-            )
-        for arg, value in args.items():
-            ok, type_name = self.params[arg]
-            if not ok(value):
-                raise InvalidRequestError(
-                    f"malformed metadata command {self.name}: {arg} must be {type_name}, got "
-                    f"{value!r:.200}"
-                )
-        raise AssertionError(f"{self.name}: refusing arguments that pass every check: {args!r}")
-
-
 _SIGNATURES = {
-    name[len("_cmd_") :]: _Signature(name[len("_cmd_") :], getattr(MetadataState, name))
+    name[len("_cmd_") :]: Signature(name[len("_cmd_") :], getattr(MetadataState, name))
     for name in sorted(vars(MetadataState))
     if name.startswith("_cmd_")
 }

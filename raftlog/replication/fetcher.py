@@ -6,7 +6,9 @@ whose fetch state changed since the leader last heard it, and those it stopped f
 Each partition of an answer goes to the host's `on_fetch_answer` (the follower's apply); a
 partition whose fetched data could not be appended is left out of the fetches while it backs
 off; a fetch answer is waited for at most `fetch_response_timeout_ms`, then the connection is
-dropped.
+dropped. The partitions this broker is adding in a reassignment ask for smaller fetches and
+wait whenever the replication throttle (throttle.py) is in debt; the bytes fetched for them
+are counted against it.
 
 Rules: the fetcher only reads partitions and asks its host (the ReplicaManager, through
 `FetcherHost`) to apply what it fetched; it never writes a log itself.
@@ -33,6 +35,7 @@ from raftlog.messages.fetch import FetchPartition, FetchRequest, FetchResponse
 from raftlog.replication.core import FollowerFetch, Role
 from raftlog.replication.fetch_session import FetchState, FollowerSession, SessionRequest
 from raftlog.replication.partition import Partition, ReplicationConfig
+from raftlog.replication.throttle import ReplicationThrottle
 from raftlog.topics import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -53,6 +56,15 @@ class FetcherHost(Protocol):
 
     @property
     def partitions(self) -> dict[TopicPartition, Partition]: ...
+
+    @property
+    def throttle(self) -> ReplicationThrottle:
+        """The replication throttle of the partitions this broker is adding."""
+        ...
+
+    def joining(self, p: Partition) -> bool:
+        """This broker's replica of `p` joins in a reassignment (the throttle slows it)."""
+        ...
 
     def clock_ms(self) -> int: ...
 
@@ -151,14 +163,25 @@ class ReplicaFetcher:
                 continue
             if not changed:
                 # Errors on every partition (e.g. the leader has not applied the new epoch
-                # yet): do not spin.
-                await asyncio.sleep(backoff_s)
+                # yet), or every one waits for the throttle: do not spin.
+                await asyncio.sleep(self._idle_s(backoff_s))
+
+    def _idle_s(self, backoff_s: float) -> float:
+        """How long to wait when no partition can be fetched now: the backoff, or less if a
+        partition's wait (a throttled one's, typically) ends sooner."""
+        if not self._backing_off:
+            return backoff_s
+        soonest = min(self._backing_off.values()) - self.manager.clock_ms()
+        return min(backoff_s, max(soonest, 1) / 1000)
 
     def _state(self, p: Partition) -> FetchState:
         spec = p.core.fetch_spec()
+        max_bytes = self.manager.config.replica_fetch_max_bytes
+        if self.manager.joining(p):
+            max_bytes = self.manager.throttle.fetch_bytes(max_bytes)
         return (
             spec.fetch_offset,
-            self.manager.config.replica_fetch_max_bytes,
+            max_bytes,
             spec.current_leader_epoch,
             spec.last_fetched_epoch,
             spec.durable_offset,
@@ -171,6 +194,15 @@ class ReplicaFetcher:
                 del self._backing_off[tp]
                 self._changed.add(tp)
                 self._followed_changed = True
+        delay_ms = self.manager.throttle.delay_ms(now)
+        if delay_ms:
+            # The throttle is in debt: the joining replicas wait until it is repaid.
+            until = now + delay_ms
+            joining = self.manager.joining
+            for tp, fp in followed.items():
+                if joining(fp) and self._backing_off.get(tp, 0) < until:
+                    self._backing_off[tp] = until
+                    self._followed_changed = True
         session = self.session
         if session.open and now >= self._next_verify_ms:
             self._verify(now)
@@ -232,11 +264,16 @@ class ReplicaFetcher:
         forgotten: dict[str, list[int]] = {}
         for tp in req.forgotten:
             forgotten.setdefault(tp.topic, []).append(tp.partition)
+        wait_ms = cfg.replica_fetch_wait_max_ms
+        if self._backing_off:
+            # A long poll must not outlast a waiting partition's wait (a throttled one
+            # would fetch at less than its rate).
+            wait_ms = max(0, min(wait_ms, min(self._backing_off.values()) - now))
         request = FetchRequest.of(
             {tp: FetchPartition(tp.partition, *state) for tp, state in req.send.items()},
             replica_id=manager.node_id,
             replica_epoch=broker_epoch,
-            max_wait_ms=cfg.replica_fetch_wait_max_ms,
+            max_wait_ms=wait_ms,
             min_bytes=1,
             max_bytes=cfg.replica_fetch_response_max_bytes,
             session_id=req.session_id,
@@ -262,6 +299,7 @@ class ReplicaFetcher:
         changed = False
         pos = 0
         flushes: list[Partition] = []
+        throttled = 0  # bytes fetched for joining replicas
         for tp, r in resp.results():
             nbytes = r.nbytes
             data = payload[pos : pos + nbytes] if nbytes else None
@@ -270,6 +308,8 @@ class ReplicaFetcher:
             st: FetchState | None = req.send.get(tp) or held.get(tp)
             if p is None or st is None or manager.partitions.get(tp) is not p:
                 continue  # no longer followed from here, or removed meanwhile
+            if nbytes and manager.joining(p):
+                throttled += nbytes
             # Whatever the answer did to the log, the leader must hear the new state.
             self._changed.add(tp)
             spec = FollowerFetch(
@@ -298,6 +338,7 @@ class ReplicaFetcher:
                 self._followed_changed = True
         if not resp.topics:
             changed = True  # nothing new in the whole session: the long poll ran out
+        manager.throttle.record(throttled, manager.clock_ms())
         # The fsync policy: the next fetch must report what is durable, so wait for it.
         for p in flushes:
             await manager.wait_durable(p)

@@ -78,6 +78,7 @@ from raftlog.replication.partition import (
     ReplicationConfig,
     monotonic_ms,
 )
+from raftlog.replication.throttle import ReplicationThrottle
 from raftlog.storage import AppendInfo, PartitionLog
 from raftlog.storage.checkpoint import CheckpointError, OffsetCheckpoint, PartitionOffsets
 from raftlog.storage.file_io import EMPTY_SLICE
@@ -183,6 +184,8 @@ class ReplicaManager:
         self._session_waiters: dict[int, asyncio.Future[None]] = {}
         self._broker_epochs: dict[int, int] = {}
         self._fetchers: dict[int, ReplicaFetcher] = {}
+        # What the replicas this broker adds in reassignments may fetch (throttle.py).
+        self.throttle = ReplicationThrottle()
         self._task_group: asyncio.TaskGroup | None = None
         self._tasks = TaskSet(f"replica manager of broker {node_id}")
         self.stopping = False
@@ -396,8 +399,11 @@ class ReplicaManager:
             if self.partitions.get(p.tp) is not p or p.info is info:
                 continue  # removed, or applied already
             p.topic_config = dict(config)
+            joining = self.joining(p)
             self._apply_partition(p, info, now, log_changes)
             self._assign_fetcher(p)
+            if joining != self.joining(p) and p.fetched_from is not None:
+                self._fetchers[p.fetched_from].changed(p.tp)  # its fetch size follows
             if deadline is not None and done % 16 == 0 and time.monotonic() >= deadline:
                 break
         log_changes.log_summary()
@@ -496,6 +502,26 @@ class ReplicaManager:
                 info.leader_epoch,
                 info.partition_epoch,
             )
+
+    def joining(self, p: Partition) -> bool:
+        """This broker's replica of `p` is joining in a reassignment under way: its fetches
+        count against the replication throttle."""
+        info = p.info
+        return info is not None and bool(info.adding) and self.node_id in info.adding
+
+    def set_replication_throttle(self, rate: int) -> None:
+        """The metadata's replication throttle (bytes per second, 0: none) from now on."""
+        if not self.throttle.set_rate(rate, self.clock_ms()):
+            return
+        log.info(
+            "replication throttle for joining replicas: %s",
+            f"{rate} bytes/s" if rate else "off",
+        )
+        for fetcher in self._fetchers.values():
+            for tp, p in fetcher.followed.items():
+                if self.joining(p):
+                    fetcher.changed(tp)  # its fetch size follows the rate
+            fetcher.wake()
 
     def _assign_fetcher(self, p: Partition) -> None:
         """`p` is fetched by the fetcher of the leader it follows, or by none: move it."""

@@ -273,6 +273,34 @@ def test_a_leaving_leader_hands_over_and_a_cancel_goes_back_to_the_original_repl
     del epochs
 
 
+def test_the_replication_throttle_is_set_with_the_moves_and_kept_in_snapshots() -> None:
+    s, _ = cluster(4)
+    ok(s, "create_topic", name="t", topic_id="id", partitions=1, replication_factor=3, config={})
+    p = s.topics["t"]["partitions"][0]
+    spare = next(b for b in (1, 2, 3, 4) if b not in p.replicas)
+    assert s.replication_throttle == 0
+    move = [["t", 0, [spare, *p.replicas[1:]]]]
+    ok(s, "alter_partition_reassignments", reassignments=move, throttle=1_000_000)
+    assert s.replication_throttle == 1_000_000 and p.adding == [spare]
+    restored = pickle.loads(pickle.dumps(s))
+    assert restored == s and restored.replication_throttle == 1_000_000
+    # Refused whole: a negative rate changes neither the throttle nor the moves.
+    before = copy.deepcopy(s)
+    err(
+        s,
+        "alter_partition_reassignments",
+        InvalidRequestError,
+        reassignments=[["t", 0, None]],
+        throttle=-1,
+    )
+    assert s == before
+    # Without `throttle` the rate stays; with no moves and 0 it goes (--verify's removal).
+    ok(s, "alter_partition_reassignments", reassignments=[["t", 0, None]])
+    assert s.replication_throttle == 1_000_000 and not p.reassigning
+    ok(s, "alter_partition_reassignments", reassignments=[], throttle=0)
+    assert s.replication_throttle == 0
+
+
 def test_last_isr_member_fenced_means_offline_until_it_returns() -> None:
     s, epochs = cluster(1)
     ok(s, "create_topic", name="t", topic_id="id", partitions=1, replication_factor=1, config={})

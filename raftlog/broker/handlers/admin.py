@@ -157,12 +157,13 @@ async def handle_elect_leaders(
 async def handle_alter_partition_reassignments(
     broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response:
-    """Start or cancel reassignments; a failure of the whole request (no quorum) is its
-    error. The answer: the same shape as ElectLeaders' ({"partitions": [[topic, partition,
-    error, message], ...]})."""
+    """Start or cancel reassignments, and set the replication throttle if the request has
+    "throttle" (bytes per second, 0 removes it); a failure of the whole request (no quorum) is
+    its error. The answer: the same shape as ElectLeaders' ({"partitions": [[topic,
+    partition, error, message], ...]})."""
     entries = [(t, p, None if r is None else list(r)) for t, p, r in body["reassignments"]]
     try:
-        done = await broker.alter_partition_reassignments(entries)
+        done = await broker.alter_partition_reassignments(entries, body.get("throttle"))
     except RaftlogError as e:
         return error_response(e)
     results = tuple(ElectionResult(TopicPartition(t, p), c, m) for t, p, c, m in done)
