@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from raftlog.cli import (
     bench_cmd,
+    broker_cmd,
     chaos_cmd,
     client_cmd,
     cluster_cmd,
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     cluster_cmd.register(sub)
     group_cmd.register(sub)
     partitions_cmd.register(sub)
+    broker_cmd.register(sub)
     demo_cmd.register(sub)
     storage_cmd.register(sub)
     bench_cmd.register(sub)

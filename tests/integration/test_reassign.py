@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -103,6 +104,47 @@ def test_replicas_move_to_another_broker_under_load_and_nothing_acknowledged_is_
         finally:
             acked = production.stop()
 
+    _read_back_once(cluster, acked)
+
+
+def test_a_decommissioned_leader_is_emptied_under_load_then_killed_and_nothing_is_lost(
+    cluster: Cluster,
+) -> None:
+    """`raftlog broker decommission` on the partition's leader under a steady acks=all load:
+    its replica moves to the spare broker, leadership moves off it, it holds nothing and can
+    be killed with every partition fully in sync; every acknowledged record is read back."""
+    d, _, spare = _topic_in_sync(cluster)
+    leader = int(_partition(d)["leader"])  # type: ignore[call-overload]
+    production = Production(cluster.bootstrap)
+    try:
+        wait_for(lambda: len(production.futures) > 500, WAIT_S, "records flowing")
+        out = run_cli(
+            "broker", "decommission", str(leader), "--timeout", "60", "-b", cluster.bootstrap
+        )
+        text = out.stdout + out.stderr
+        assert out.returncode == 0, text
+        assert f"Broker {leader} holds no replica: it can be stopped." in text, text
+        d = cluster.wait_view(
+            lambda d: not _partition(d)["adding"] and len(_partition(d)["isr"]) == 3,  # type: ignore[arg-type]
+            WAIT_S,
+            "the partition fully in sync without the leaving broker",
+        )
+        p = _partition(d)
+        assert leader not in p["replicas"] and spare in p["replicas"], p  # type: ignore[operator]
+        assert p["leader"] != leader, p
+        cluster.kill9(leader)
+        n = len(production.futures)
+        wait_for(lambda: len(production.futures) > n + 500, WAIT_S, "records after the kill")
+    finally:
+        acked = production.stop()
+    _read_back_once(cluster, acked)
+    # Nothing left to move: the plan is empty and the command says so at once.
+    out = run_cli("broker", "decommission", str(leader), "--dry-run", "-b", cluster.bootstrap)
+    assert out.returncode == 0 and json.loads(out.stdout)["partitions"] == [], out.stdout
+
+
+def _read_back_once(cluster: Cluster, acked: list[bytes]) -> None:
+    """Every acknowledged value is in the partition exactly once."""
     tp = TopicPartition(TOPIC, 0)
     with Admin(cluster.bootstrap) as admin:
         end = admin.list_offsets({tp: -1})[tp][0]
@@ -195,3 +237,41 @@ def test_a_move_cancelled_midway_goes_back_to_the_original_replicas(
     with Admin(cluster.bootstrap) as admin:
         tp = TopicPartition(TOPIC, 0)
         assert admin.list_offsets({tp: -1})[tp][0] == 100
+
+
+def test_a_throttled_move_copies_at_most_the_throttle_and_verify_removes_it(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """6 MB to copy at 1 MB/s: the joining replica cannot be in sync in under 4 s (a lower
+    bound: a slow machine only makes the move longer), whatever an unthrottled copy takes."""
+    _, replicas, spare = _topic_in_sync(cluster)
+    value = b"x" * 10_000
+    with Producer(bootstrap_servers=cluster.bootstrap, acks="all", linger_ms=5) as p:
+        for _ in range(600):
+            p.send(TOPIC, value, partition=0)
+        p.flush(60)
+    plan = _plan(tmp_path / "plan.json", [spare, *replicas[:-1]])
+    started = time.monotonic()
+    code, out = _reassign(cluster, "--plan", str(plan), "--execute", "--throttle", "1000000")
+    assert code == 0 and "throttle is 1000000 bytes/s" in out, out
+    cluster.wait_every_view(
+        lambda d: d["replication_throttle"] == 1_000_000, WAIT_S, "the throttle everywhere"
+    )
+    verified: list[str] = []
+
+    def verify() -> bool:
+        code, out = _reassign(cluster, "--plan", str(plan), "--verify")
+        verified.append(out)
+        return code == 0
+
+    wait_for(verify, WAIT_S, "the throttled move completed")
+    took = time.monotonic() - started
+    assert took >= 4.0, f"6 MB moved in {took:.1f} s at a 1 MB/s throttle"
+    # The move is done and no other is under way: --verify removed the throttle.
+    assert "Throttle was removed." in verified[-1], verified[-1]
+    cluster.wait_every_view(
+        lambda d: d["replication_throttle"] == 0, WAIT_S, "the throttle removed everywhere"
+    )
+    # --throttle belongs to --execute only.
+    code, out = _reassign(cluster, "--plan", str(plan), "--verify", "--throttle", "5")
+    assert code != 0 and "--throttle goes with --execute" in out, out
