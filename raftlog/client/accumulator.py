@@ -48,13 +48,25 @@ from raftlog.client.compressed import CompressedBatchBuilder
 from raftlog.client.futures import EXPIRY_GRACE_S, BatchResult, RecordFuture, Span
 from raftlog.client.partitioner import Stint, UniformStickyPartitioner
 from raftlog.client.producer_config import ProducerConfig
-from raftlog.errors import RaftlogError, RaftlogTimeoutError, RecordTooLargeError
+from raftlog.errors import (
+    RaftlogError,
+    RaftlogTimeoutError,
+    RecordTooLargeError,
+    UnknownTopicOrPartitionError,
+)
 from raftlog.invariants import InvariantError
 from raftlog.metadata.model import TopicInfo
 from raftlog.records import HEADER_SIZE, BatchBuilder
 from raftlog.topics import TopicPartition
 
 Headers = Sequence[tuple[str, bytes | None]]
+
+
+class PartitionBeyondMetadataError(UnknownTopicOrPartitionError):
+    """A partition named explicitly that the cached metadata does not have. The topic may
+    have grown since (`raftlog topic alter`): the producer asks for its metadata again once
+    before it gives up, as Kafka's producer waits for metadata naming the partition."""
+
 
 _time_ns = time.time_ns
 # A record's encoded size must fit the batch's 32-bit length fields (with the batch header).
@@ -418,7 +430,7 @@ class Accumulator:
             else:
                 partition = self._partitioner(key, partitions)
         elif not 0 <= partition < partitions:
-            raise RaftlogError(
+            raise PartitionBeyondMetadataError(
                 f"partition {partition} of topic {topic!r} does not exist (it has {partitions})"
             )
         ts = _time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
@@ -574,7 +586,7 @@ class Accumulator:
             return start
         partitions = len(info.partitions)
         if partition is not None and not 0 <= partition < partitions:
-            raise RaftlogError(
+            raise PartitionBeyondMetadataError(
                 f"partition {partition} of topic {topic!r} does not exist (it has {partitions})"
             )
         batch_size = self._batch_size

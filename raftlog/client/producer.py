@@ -37,7 +37,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from raftlog.client.accumulator import Headers
+from raftlog.client.accumulator import Headers, PartitionBeyondMetadataError
 from raftlog.client.futures import (
     EXPIRY_GRACE_S,
     BatchResult,
@@ -119,12 +119,19 @@ class AsyncProducer:
         core = self._core
         if core.acc.buffered_bytes >= self.config.buffer_memory:
             await self._wait_for_space()
+        refreshed = False
         while True:
-            fut = core.acc.append(topic, value, key, headers, partition, timestamp_ms, False)
+            try:
+                fut = core.acc.append(topic, value, key, headers, partition, timestamp_ms, False)
+            except PartitionBeyondMetadataError:
+                if refreshed:
+                    raise
+                refreshed = True
+                fut = None
             if fut is not None:
                 return fut
             async with asyncio.timeout(self.config.max_block_ms / 1000):
-                await core.topic_metadata(topic)
+                await core.topic_metadata(topic, refreshed)
 
     async def send_many(
         self, topic: str, values: Sequence[bytes], partition: int | None = None
@@ -139,12 +146,18 @@ class AsyncProducer:
             await self._wait_for_space()
         spans: list[Span] = []
         i = 0
+        refreshed = False
         while True:
-            i = core.acc.append_many(topic, values, i, partition, False, spans)
+            try:
+                i = core.acc.append_many(topic, values, i, partition, False, spans)
+            except PartitionBeyondMetadataError:
+                if refreshed:
+                    raise
+                refreshed = True
             if i == len(values):
                 return RecordFutures(spans)
             async with asyncio.timeout(self.config.max_block_ms / 1000):
-                await core.topic_metadata(topic)
+                await core.topic_metadata(topic, refreshed)
 
     async def _wait_for_space(self) -> None:
         core = self._core
@@ -247,11 +260,18 @@ class Producer:
             # meanwhile responses wait unread and the broker runs dry.
             acc.batches_since_yield = 0
             time.sleep(0)
+        refreshed = False
         while True:
-            fut = acc.append(topic, value, key, headers, partition, timestamp_ms, True)
+            try:
+                fut = acc.append(topic, value, key, headers, partition, timestamp_ms, True)
+            except PartitionBeyondMetadataError:
+                if refreshed:
+                    raise
+                refreshed = True
+                fut = None
             if fut is not None:
                 return fut
-            self._call(self._core.topic_metadata(topic), self.config.max_block_ms / 1000)
+            self._call(core.topic_metadata(topic, refreshed), self.config.max_block_ms / 1000)
 
     def send_many(
         self, topic: str, values: Sequence[bytes], partition: int | None = None
@@ -264,12 +284,18 @@ class Producer:
             raise RaftlogError("send_many() on a closed producer")
         spans: list[Span] = []
         i = 0
+        refreshed = False
         while True:
-            i = self._core.acc.append_many(topic, values, i, partition, True, spans)
+            try:
+                i = self._core.acc.append_many(topic, values, i, partition, True, spans)
+            except PartitionBeyondMetadataError:
+                if refreshed:
+                    raise
+                refreshed = True
             if i == len(values):
                 time.sleep(0)  # let the sender thread send what is queued (see send())
                 return RecordFutures(spans)
-            self._call(self._core.topic_metadata(topic), self.config.max_block_ms / 1000)
+            self._call(self._core.topic_metadata(topic, refreshed), self.config.max_block_ms / 1000)
 
     def flush(self, timeout: float | None = None) -> None:
         self._core.begin_flush()

@@ -195,12 +195,15 @@ class Sender:
         if self._idle is not None:
             self._idle.set()  # a flush() waiting for the sender returns
 
-    async def topic_metadata(self, topic: str) -> TopicInfo:
-        """The topic's metadata for send(). A broker that cannot be reached (restarting, or
-        the cached metadata was dropped after a failed batch, a metadata request that timed
-        out) is retried until max_block_ms, as send() promises; an unknown topic fails at
-        once, unless the broker auto-creates topics (a producer asks it to, as Kafka's does;
-        the broker's setting decides)."""
+    async def topic_metadata(self, topic: str, refresh: bool = False) -> TopicInfo:
+        """The topic's metadata for send(), asked for anew with `refresh` (a partition named
+        explicitly that the cache lacks: the topic may have grown). A broker that cannot be
+        reached (restarting, or the cached metadata was dropped after a failed batch, a
+        metadata request that timed out) is retried until max_block_ms, as send() promises; an
+        unknown topic fails at once, unless the broker auto-creates topics (a producer asks it
+        to, as Kafka's does; the broker's setting decides)."""
+        if refresh:
+            self.client.topics.pop(topic, None)
         deadline = time.monotonic() + self.config.max_block_ms / 1000
         while True:
             try:

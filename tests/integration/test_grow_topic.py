@@ -19,7 +19,11 @@ from pathlib import Path
 import pytest
 
 from raftlog.client import Admin, Consumer, Producer, RecordFuture
-from raftlog.errors import InvalidPartitionsError, InvalidReplicaAssignmentError
+from raftlog.errors import (
+    InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
+    UnknownTopicOrPartitionError,
+)
 from raftlog.topics import TopicPartition
 from tests.integration._cluster import Cluster, started_cluster
 from tests.integration._group_member import ThreadMember
@@ -192,3 +196,32 @@ def test_a_topic_grows_under_load_and_its_producer_and_group_use_the_new_partiti
     twice = [v for v, n in counts.items() if n > 1]
     assert not lost and not twice, (len(acked_values), lost[:5], twice[:5])
     assert {p for _, p in acked} == set(range(AFTER))
+
+
+def test_a_partition_named_explicitly_after_growth_is_found_by_asking_again(
+    cluster: Cluster,
+) -> None:
+    """A producer whose metadata predates the growth sends to a new partition by number: it
+    asks for the topic's metadata again instead of refusing (Kafka's producer waits for
+    metadata naming the partition); a partition that does not exist is still refused."""
+    with Admin(cluster.bootstrap) as admin, Producer(bootstrap_servers=cluster.bootstrap) as p:
+        admin.create_topic(TOPIC, BEFORE, 3)
+        assert p.send(TOPIC, b"before", partition=0).result(30).partition == 0
+        assert p.partitions_for(TOPIC) == BEFORE  # cached from now on
+        admin.create_partitions(TOPIC, AFTER)
+        wait_for(
+            lambda: all(
+                len(v["partitions"]) == AFTER
+                for v in (cluster.describe(n.node_id) for n in cluster.live())
+                if v
+            ),
+            WAIT_S,
+            "every node's metadata with the new partitions",
+        )
+        md = p.send(TOPIC, b"after", partition=AFTER - 1).result(30)
+        assert (md.partition, md.offset) == (AFTER - 1, 0)
+        md = p.send_many(TOPIC, [b"a", b"b"], partition=AFTER - 2)
+        p.flush(30)
+        assert p.partitions_for(TOPIC) == AFTER
+        with pytest.raises(UnknownTopicOrPartitionError, match=f"partition {AFTER} of topic"):
+            p.send(TOPIC, b"nowhere", partition=AFTER)
