@@ -275,3 +275,57 @@ def test_a_throttled_move_copies_at_most_the_throttle_and_verify_removes_it(
     # --throttle belongs to --execute only.
     code, out = _reassign(cluster, "--plan", str(plan), "--verify", "--throttle", "5")
     assert code != 0 and "--throttle goes with --execute" in out, out
+
+
+def test_under_load_a_throttled_move_survives_the_controller_and_target_killed_then_a_cancel(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """A steady acks=all load throughout: a throttled move is under way when the controller
+    and the joining broker are killed; both come back and the move completes. A second move
+    is cancelled midway and the replicas go back. Every acknowledged record is read back once."""
+    d, replicas, spare = _topic_in_sync(cluster)
+    with Producer(bootstrap_servers=cluster.bootstrap, acks="all", linger_ms=5) as p:
+        for i in range(300):  # 3 MB to copy: seconds at the throttle
+            p.send(TOPIC, b"fill%d-" % i + b"x" * 10_000, partition=0)
+        p.flush(60)
+    target = [spare, *replicas[:-1]]
+    plan = _plan(tmp_path / "plan.json", target)
+    production = Production(cluster.bootstrap)
+    try:
+        wait_for(lambda: len(production.futures) > 300, WAIT_S, "records flowing")
+        code, out = _reassign(cluster, "--plan", str(plan), "--execute", "--throttle", "500000")
+        assert code == 0, out
+        d = cluster.wait_view(lambda d: bool(_partition(d)["adding"]), WAIT_S, "the move under way")
+        controller = int(d["controller_id"])
+        killed = sorted({controller, spare})
+        cluster.kill9(*killed)
+        n = len(production.futures)
+        wait_for(lambda: len(production.futures) > n + 300, WAIT_S, "records with them down")
+        for node in killed:
+            cluster.nodes[node].start()
+        wait_for(
+            lambda: _reassign(cluster, "--plan", str(plan), "--verify")[0] == 0,
+            WAIT_S,
+            f"the move to {target} completed once nodes {killed} were back",
+        )
+
+        # A second move, cancelled while its joining replica is still catching up.
+        back = _plan(tmp_path / "back.json", replicas)
+        code, out = _reassign(cluster, "--plan", str(back), "--execute", "--throttle", "100000")
+        assert code == 0, out
+        cluster.wait_view(lambda d: bool(_partition(d)["adding"]), WAIT_S, "the second move")
+        code, out = _reassign(cluster, "--plan", str(back), "--cancel")
+        assert code == 0 and "cancelled" in out, out
+        cluster.wait_view(
+            lambda d: (
+                sorted(_partition(d)["replicas"]) == sorted(target)  # type: ignore[call-overload]
+                and not _partition(d)["adding"]
+            ),
+            WAIT_S,
+            f"the replicas back to {sorted(target)}",
+        )
+        n = len(production.futures)
+        wait_for(lambda: len(production.futures) > n + 300, WAIT_S, "records after the cancel")
+    finally:
+        acked = production.stop()
+    _read_back_once(cluster, acked)
