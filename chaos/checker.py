@@ -458,17 +458,21 @@ def availability(
 def partition_availability(sends: Sequence[Send]) -> dict[str, float]:
     """Per partition, the longest time without an acknowledged send to it, over the workload.
     The overall figure hides a partition that stays unwritable while the others go on; this
-    shows it. Only partitions that something was sent to are listed."""
+    shows it. Only partitions that something was sent to are listed, each from its first send
+    (a partition added mid-run, by a `reassign` fault's growth, is measured from then)."""
     if not sends:
         return {}
-    start = min(s.invoke_time for s in sends)
     end = max(s.complete_time for s in sends)
     acks: dict[str, list[float]] = {}
+    first: dict[str, float] = {}
     for s in sends:
         times = acks.setdefault(s.tp, [])  # listed even if none of its sends was acknowledged
+        first[s.tp] = min(first.get(s.tp, s.invoke_time), s.invoke_time)
         if s.type == "ok":
             times.append(s.complete_time)
-    return {tp: round(_longest_gap(sorted(ts), start, end), 6) for tp, ts in sorted(acks.items())}
+    return {
+        tp: round(_longest_gap(sorted(ts), first[tp], end), 6) for tp, ts in sorted(acks.items())
+    }
 
 
 # -- the report --------------------------------------------------------------------------------

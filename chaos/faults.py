@@ -33,12 +33,18 @@ because which node leads is only known then: "controller", "leader:<topic>-<part
     bitflip           a byte flipped in an old segment of each partition the target follows,
                       its leader killed, the partition read from offset 0 while the window
                       lasts; heal: leader started, byte restored if no one set it aside
+    reassign          one replica of up to two partitions moved to a node that holds none
+                      (`options`: throttle), every second one also growing the topic by a
+                      partition (`grow`), and the target killed while the moves run; heal:
+                      started again (chaos/move_faults.py). Needs more nodes than the
+                      replication factor for real moves (with as many, the replicas reorder)
 
 Network faults need a `network` with `apply(grudge)` / `heal()` (chaos/netns.py); process
 faults need a `cluster` with the small ProcessControl interface below; `inject` handles these
-two. Link and disk faults have their own injectors (chaos/link_faults.py, chaos/disk_faults.py),
-which the runner picks by kind. The options of link and torn-tail faults are drawn from a
-second generator seeded by the seed alone, so adding them left every older schedule as it was.
+two. Link, disk and move faults have their own injectors (chaos/link_faults.py,
+chaos/disk_faults.py, chaos/move_faults.py), which the runner picks by kind. The options of
+link, torn-tail and reassign faults are drawn from a second generator seeded by the seed
+alone, so adding them left every older schedule as it was.
 """
 
 from __future__ import annotations
@@ -57,7 +63,11 @@ NETWORK_KINDS = ("isolate", "split", "bridge", "one-way")
 LINK_KINDS = ("link",)
 # Damage to a replica's files (chaos/disk_faults.py).
 DISK_KINDS = ("disk-full", "torn-tail", "bitflip")
-KINDS = PROCESS_KINDS + NETWORK_KINDS + LINK_KINDS + DISK_KINDS
+# Replicas moved and the topic grown while a node dies (chaos/move_faults.py).
+MOVE_KINDS = ("reassign",)
+KINDS = PROCESS_KINDS + NETWORK_KINDS + LINK_KINDS + DISK_KINDS + MOVE_KINDS
+# The throttles a `reassign` fault picks from (bytes per second; 0: none).
+MOVE_THROTTLES = (0, 256 * 1024)
 # The toxics a `link` fault picks from (Toxiproxy's names), in the order a schedule cycles
 # through them after a seeded shuffle, so that any six link faults in a row cover them all.
 LINK_TOXICS = ("latency", "bandwidth", "slicer", "reset_peer", "timeout", "limit_data")
@@ -135,7 +145,7 @@ def _targets(kind: str, nodes: Sequence[int], rng: random.Random) -> tuple[int, 
     n = len(nodes)
     if kind == "kill-all":
         return tuple(nodes)
-    if kind in LINK_KINDS or kind in DISK_KINDS:
+    if kind in LINK_KINDS or kind in DISK_KINDS or kind in MOVE_KINDS:
         return (rng.choice(list(nodes)),)
     if kind in ("kill", "pause", "restart", "isolate"):
         # At most a minority at once: the promise under test holds while a majority lives.
@@ -208,6 +218,8 @@ class _Options:
             return toxic_options(toxic, self.rng)
         if kind == "torn-tail":
             return {"mode": TAIL_MODES[(n + self.rng.randrange(2)) % 2]}
+        if kind == "reassign":
+            return {"grow": n % 2 == 1, "throttle": self.rng.choice(MOVE_THROTTLES)}
         return {}
 
 
@@ -358,9 +370,10 @@ def inject(
     """Break what `spec` says on entry; heal on exit, always. Yields the spec."""
     if spec.role:
         raise FaultError(f"fault {spec.kind}: resolve role {spec.role!r} into targets first")
-    if spec.kind in LINK_KINDS or spec.kind in DISK_KINDS:
+    if spec.kind in LINK_KINDS or spec.kind in DISK_KINDS or spec.kind in MOVE_KINDS:
         raise FaultError(
-            f"fault {spec.kind}: injected by chaos/link_faults.py or chaos/disk_faults.py"
+            f"fault {spec.kind}: injected by chaos/link_faults.py, chaos/disk_faults.py or "
+            "chaos/move_faults.py"
         )
     if spec.kind in NETWORK_KINDS:
         if network is None:

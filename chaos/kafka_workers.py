@@ -111,6 +111,9 @@ class KafkaProducerWorker(WorkloadThread):
                 # librdkafka's own request timeout (default 60 s): the native workload's 5 s.
                 "socket.timeout.ms": SOCKET_TIMEOUT_MS,
                 "retry.backoff.ms": 50,
+                # A `reassign` fault may grow the topic: librdkafka refuses a partition its
+                # metadata lacks until its next refresh (5 min by default).
+                "topic.metadata.refresh.interval.ms": 2000,
                 **debug_settings(),
             },
             logger=self.log,

@@ -163,7 +163,8 @@ class ClientViews:
 
 
 class LocalCluster(launcher.LocalCluster, ClientViews):
-    """Nodes 1..n under ROOT (ROOT/data/node-<id>, ROOT/logs), optionally in namespaces."""
+    """Nodes 1..n under ROOT (ROOT/data/node-<id>, ROOT/logs), optionally in namespaces; nodes
+    1-3 are Raft voters, any more are brokers only."""
 
     def __init__(
         self,
@@ -198,6 +199,7 @@ class LocalCluster(launcher.LocalCluster, ClientViews):
             hosts,
             {"broker_session_timeout_ms": session_timeout_ms, **(settings or {})},
             advertise,
+            controllers=min(n, 3),  # as `raftlog dev`: three voters, the rest brokers only
         )
         super().__init__(
             paths,

@@ -29,8 +29,11 @@ from chaos.runner import RunConfig, run
 KINDS = ("kill", "pause", "restart", "rolling-restart", "isolate", "split", "bridge", "one-way")
 # Rows of their own, not mixed into the combined runs: link faults cannot share a run with the
 # network faults (their proxies listen on the host), and the disk faults need root (a tmpfs)
-# and, for torn tails, the fsync durability policy. `--kinds` picks them as any other row.
-SEPARATE_KINDS = ("link", "disk-full", "torn-tail", "bitflip")
+# and, for torn tails, the fsync durability policy; reassign runs on four nodes. `--kinds`
+# picks them as any other row.
+SEPARATE_KINDS = ("link", "disk-full", "torn-tail", "bitflip", "reassign")
+# A `reassign` row runs one node more than the replication factor (3), so that replicas move
+# rather than only reorder: the fourth node is a broker only (three Raft voters).
 OTHER_ANOMALIES = (
     "unseen",
     "inconsistent_offsets",
@@ -115,9 +118,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # A torn tail loses nothing acknowledged only under the fsync policy (what it cuts is
         # what a power loss takes: the unsynced bytes).
         durability = "fsync" if "torn-tail" in faults else "replication"
+        nodes = 4 if "reassign" in faults else 3
         cfg = RunConfig(out=out / f"{label}-{seed}", duration_s=args.duration, faults=faults,
                         seed=seed, progress=False, durability=durability,
-                        client=args.client)  # fmt: skip
+                        client=args.client, nodes=nodes)  # fmt: skip
         reports.setdefault(label, []).append(run(cfg))
     rows = [row(label, rs) for label, rs in reports.items()]
     out.mkdir(parents=True, exist_ok=True)

@@ -43,7 +43,7 @@ import random
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +53,7 @@ from chaos.docker_cluster import DockerCluster, refuse_unsupported
 from chaos.faults import (
     DISK_KINDS,
     LINK_KINDS,
+    MOVE_KINDS,
     NETWORK_KINDS,
     FaultError,
     FaultSpec,
@@ -64,6 +65,7 @@ from chaos.history import HistoryWriter, op, read_history
 from chaos.kafka_workers import KafkaConsumerWorker, KafkaProducerWorker
 from chaos.link_faults import Links, inject_link
 from chaos.local_cluster import LocalCluster
+from chaos.move_faults import moved_replicas
 from chaos.workload_thread import WorkloadThread
 from raftlog.client import Admin, Consumer, Producer
 from raftlog.errors import RaftlogError
@@ -113,6 +115,7 @@ class RunConfig:
     seed: int = 0
     nodes: int = 3
     topic: str = "chaos"
+    # The topic's partitions; a `reassign` fault that grows the topic raises it mid-run.
     partitions: int = 3
     replication_factor: int = 3
     acks: str = "all"
@@ -348,6 +351,8 @@ class Targets:
     network: Any = None
     links: Links | None = None
     disks: dict[int, disk_faults.SmallDisk] = field(default_factory=dict)
+    # Told the topic's new partition count when a `reassign` fault grows it.
+    grown: Callable[[int], None] = lambda count: None
 
 
 class Nemesis(threading.Thread):
@@ -408,6 +413,8 @@ class Nemesis(threading.Thread):
             if t.links is None:
                 raise FaultError("fault link: the run has no proxies (link not in its faults)")
             return inject_link(spec, t.links)
+        if spec.kind in MOVE_KINDS:
+            return moved_replicas(spec, t.cluster, t.topic, _rng(spec), t.grown)
         if spec.kind in DISK_KINDS and not isinstance(t.cluster, LocalCluster):
             raise FaultError(f"fault {spec.kind}: local backend only")
         if spec.kind == "disk-full":
@@ -630,7 +637,7 @@ def run(cfg: RunConfig) -> dict[str, Any]:
             )
             stop = threading.Event()
             workers = _workers(cfg, cluster, rec, stop)
-            targets = Targets(cluster, cfg.topic, net, links, disks)
+            targets = Targets(cluster, cfg.topic, net, links, disks, _grow_workload(cfg))
             nemesis = Nemesis(specs, targets, rec, stop, cluster.bootstrap)
             nemesis.started = time.monotonic()  # the schedule counts from here
             for w in [*workers, nemesis]:
@@ -708,6 +715,17 @@ def _workers(
         *(ProducerWorker(n, cfg, cluster.bootstrap, rec, stop) for n in producers),
         *(ConsumerWorker(n, cfg, cluster.bootstrap, rec, stop) for n in consumers),
     ]
+
+
+def _grow_workload(cfg: RunConfig) -> Callable[[int], None]:
+    """What a `reassign` fault calls once it grew the topic: the producers send to every
+    partition from now on, and the final read and replica reads cover them all (they read
+    `cfg.partitions`)."""
+
+    def grown(count: int) -> None:
+        cfg.partitions = max(cfg.partitions, count)
+
+    return grown
 
 
 def _create_topic(cluster: LocalCluster | DockerCluster, cfg: RunConfig) -> None:

@@ -75,6 +75,16 @@ def register(sub: Any) -> None:
         help="the topic's durability.policy (replication)",
     )
     r.add_argument("--partitions", type=int, default=3, help="partitions of the topic (3)")
+    r.add_argument(
+        "--nodes",
+        type=int,
+        choices=range(3, 8),
+        default=3,
+        metavar="N",
+        help="nodes in the cluster, 3 to 7 (3; three are Raft voters, the rest brokers only). "
+        "A reassign fault moves replicas only with more nodes than the replication factor "
+        "(3): --nodes 4",
+    )
     r.add_argument("--rate", type=_positive_float, default=100.0, help="sends/s per producer (100)")
     r.add_argument(
         "--fault-seconds",
@@ -165,6 +175,7 @@ def _run(args: argparse.Namespace) -> int:
         duration_s=args.duration,
         faults=args.faults,
         seed=args.seed,
+        nodes=args.nodes,
         partitions=args.partitions,
         acks=args.acks,
         min_insync=args.min_insync,

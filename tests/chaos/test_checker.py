@@ -351,3 +351,17 @@ def test_an_ack_without_an_offset_must_be_read_back_like_any_other() -> None:
     report = check(h.ops)
     assert counts(report) == {"unseen": 1} and not report["valid"], report
     assert report["anomalies"]["unseen"][0]["value"] == "implicit"
+
+
+def test_a_partition_added_mid_run_is_measured_from_its_first_send() -> None:
+    """A topic grown by a `reassign` fault: its new partition was not unavailable before it
+    existed."""
+    h = HistoryBuilder()
+    for i in range(20):
+        h.send("p1", TP, f"a{i}", i, at=0.5 * i)
+    h.send("p1", "t-1", "b0", 0, at=8.0)
+    h.send("p1", "t-1", "b1", 1, at=8.5)
+    h.final_read({TP: [(i, f"a{i}") for i in range(20)], "t-1": [(0, "b0"), (1, "b1")]})
+    report = check(h.ops)
+    assert report["valid"], report
+    assert report["partition_unavailability_s"]["t-1"] < 2.0, report["partition_unavailability_s"]

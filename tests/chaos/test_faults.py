@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from chaos.faults import (
     KINDS,
+    MOVE_THROTTLES,
     NETWORK_KINDS,
     FaultError,
     FaultSpec,
@@ -272,3 +273,13 @@ def test_roles_resolve_from_a_cluster_view() -> None:
         resolve_role(FaultSpec("kill", role="leader:t-1"), view, rng)
     with pytest.raises(FaultError, match="unknown role or partition"):
         resolve_role(FaultSpec("kill", role="leader:t-9"), view, rng)
+
+
+def test_reassign_faults_kill_one_node_and_alternate_growth() -> None:
+    specs = schedule(5, 600, ("reassign",), [1, 2, 3, 4])
+    assert len(specs) > 4
+    assert all(len(s.targets) == 1 and s.targets[0] in (1, 2, 3, 4) for s in specs)
+    assert [s.options["grow"] for s in specs] == [i % 2 == 1 for i in range(len(specs))]
+    assert {s.options["throttle"] for s in specs} <= set(MOVE_THROTTLES)
+    with pytest.raises(FaultError, match=r"chaos/move_faults\.py"), inject(specs[0]):
+        pass

@@ -6,6 +6,8 @@
   applied and healed, and the run wrote its history, report and plot.
 - The same run through Kafka's own client (`--client kafka`: confluent-kafka's idempotent
   producers and a Kafka consumer group) must be valid too.
+- `reassign` faults (replicas moved, the topic grown, a node killed meanwhile) on four nodes
+  must be valid, and the workload must reach the grown partitions.
 - The control run, the same faults with the safety off (acks=1, min.insync.replicas 1, unclean
   election), must be reported invalid with lost writes: it proves the checker catches loss.
   Isolating a node that leads a partition while clients still reach it makes its acks=1 writes
@@ -65,6 +67,25 @@ def test_a_short_run_through_kafkas_own_client_is_valid(tmp_path: Path) -> None:
     commits = [o for o in ops if o["f"] == "commit" and o["type"] == "ok"]
     assert len(commits) > 10, len(commits)  # the Kafka group's members committed all along
     assert (cfg.out / "librdkafka.log").exists()
+
+
+def test_a_short_run_of_reassignments_and_growth_under_kills_is_valid(tmp_path: Path) -> None:
+    """`reassign` faults on four nodes (three voters, one broker only): replicas move, some
+    throttled, the topic grows, and a node is killed during each; the workload follows the
+    new partitions and nothing acknowledged is lost."""
+    cfg = RunConfig(
+        out=tmp_path / "reassign", seed=1, nodes=4, **{**SHORT, "faults": ("reassign",)}
+    )  # type: ignore[arg-type]
+    report = run(cfg)
+    assert report["valid"], json.dumps({k: v for k, v in report.items() if k != "config"})[:3000]
+    assert report["lost"] == report["duplicated"] == 0 and report["final_read"]
+    faults = report["faults"]
+    assert faults and all("error" not in f and f["healed_s"] is not None for f in faults), faults
+    moved = [f["result"]["moves"] for f in faults]
+    assert all(moved), faults
+    grown = max(f["result"].get("grown_to", 0) for f in faults)
+    assert grown > 3, faults  # the topic grew, and the grown partitions were written to:
+    assert f"chaos-{grown - 1}" in report["partition_unavailability_s"], report
 
 
 def test_the_control_run_without_the_safety_loses_writes(tmp_path: Path) -> None:
