@@ -85,6 +85,22 @@ def _topic_info(t: dict[str, Any], old: TopicInfo | None = None) -> TopicInfo:
     return TopicInfo(t["name"], t["topic_id"], tuple(infos), dict(t["config"]))
 
 
+# The keys of each partition in `describe()`'s view (DescribeCluster's answer).
+PARTITION_VIEW_KEYS = frozenset(
+    {
+        "topic",
+        "partition",
+        "leader",
+        "leader_epoch",
+        "replicas",
+        "isr",
+        "offline_replicas",
+        "adding",
+        "removing",
+    }
+)
+
+
 class ClusterMetadata:
     def __init__(
         self, quorum: MetadataQuorum, voters: dict[int, str], stale_after_ms: int | None = None

@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 from raftlog.client import Admin, Producer
+from raftlog.metadata.cluster import PARTITION_VIEW_KEYS
 from raftlog.readiness import read_ready_file
 from tests.integration._cluster import Cluster, Describe, NodeProcess, started_cluster
 from tests.integration._support import (
@@ -523,20 +524,7 @@ def test_cluster_status_cli(cluster: Cluster) -> None:
         ("shown", p) for p in range(3)
     ]
     assert all(
-        set(p)
-        == {
-            "topic",
-            "partition",
-            "leader",
-            "leader_epoch",
-            "replicas",
-            "isr",
-            "offline_replicas",
-            "adding",
-            "removing",
-        }
-        and p["offline_replicas"] == []
-        for p in st["partitions"]
+        set(p) == PARTITION_VIEW_KEYS and p["offline_replicas"] == [] for p in st["partitions"]
     )
     assert st["offline_logs"] == []
 

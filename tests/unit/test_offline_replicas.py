@@ -11,7 +11,7 @@ from typing import Any
 
 from raftlog.cli.cluster_cmd import format_status
 from raftlog.errors import StaleBrokerEpochError
-from raftlog.metadata.cluster import ClusterMetadata
+from raftlog.metadata.cluster import PARTITION_VIEW_KEYS, ClusterMetadata
 from raftlog.metadata.partition_state import PartitionState
 from raftlog.metadata.quorum import QuorumStatus
 from raftlog.metadata.state import MetadataState
@@ -150,17 +150,7 @@ def test_describe_cluster_names_every_field() -> None:
         "shutting_down": False,
     }
     p0 = d["partitions"][0]
-    assert set(p0) == {
-        "topic",
-        "partition",
-        "leader",
-        "leader_epoch",
-        "replicas",
-        "isr",
-        "offline_replicas",
-        "adding",
-        "removing",
-    }
+    assert set(p0) == PARTITION_VIEW_KEYS
     assert (p0["topic"], p0["partition"], p0["offline_replicas"]) == ("t", 0, [])
     assert (p0["adding"], p0["removing"]) == ([], [])
     assert d["offline_logs"] == []

@@ -147,11 +147,9 @@ async def handle_elect_leaders(
     parts = request.partitions
     wanted = None if parts is None else [(tp.topic, tp.partition) for tp in parts]
     try:
-        elected = await broker.elect_leaders(wanted)
+        return _per_partition(await broker.elect_leaders(wanted))
     except RaftlogError as e:
         return error_response(e)
-    results = tuple(ElectionResult(TopicPartition(t, p), c, m) for t, p, c, m in elected)
-    return Response(ElectLeadersResponse(results).to_body())
 
 
 async def handle_alter_partition_reassignments(
@@ -163,10 +161,17 @@ async def handle_alter_partition_reassignments(
     partition, error, message], ...]})."""
     entries = [(t, p, None if r is None else list(r)) for t, p, r in body["reassignments"]]
     try:
-        done = await broker.alter_partition_reassignments(entries, body.get("throttle"))
+        return _per_partition(
+            await broker.alter_partition_reassignments(entries, body.get("throttle"))
+        )
     except RaftlogError as e:
         return error_response(e)
-    results = tuple(ElectionResult(TopicPartition(t, p), c, m) for t, p, c, m in done)
+
+
+def _per_partition(outcomes: list[tuple[str, int, int, str | None]]) -> Response:
+    """(topic, partition, error code, message) per partition, answered in ElectLeaders'
+    shape (the reassignments' answer too)."""
+    results = tuple(ElectionResult(TopicPartition(t, p), c, m) for t, p, c, m in outcomes)
     return Response(ElectLeadersResponse(results).to_body())
 
 
