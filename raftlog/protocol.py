@@ -67,6 +67,7 @@ class ApiKey(enum.IntEnum):
     CREATE_PARTITIONS = 20
     ELECT_LEADERS = 21
     ALTER_PARTITION_REASSIGNMENTS = 22
+    ALTER_TOPIC_CONFIG = 23
 
 
 # api key -> (min version, max version) this code speaks.
@@ -747,6 +748,13 @@ REQUEST_BODIES: dict[int, _Shape] = {
             )
         },
         throttle=_INT,
+    ),
+    ApiKey.ALTER_TOPIC_CONFIG: _Struct(
+        {
+            "topic": _STR,
+            "changes": _Map(_Nullable(_Type("a string or an integer", str, int))),
+        },
+        validate_only=_BOOL,
     ),
     ApiKey.DESCRIBE_CONFIGS: _Struct(topics=_Nullable(_STRS)),
     ApiKey.PRODUCE: _ProduceBody(

@@ -115,6 +115,10 @@ class HandlerContext(Protocol):
         validate_only: bool = False,
     ) -> None: ...
 
+    async def alter_topic_config(
+        self, name: str, changes: dict[str, str | None], validate_only: bool = False
+    ) -> dict[str, str]: ...
+
     async def elect_leaders(
         self, partitions: list[tuple[str, int]] | None
     ) -> list[tuple[str, int, int, str | None]]: ...

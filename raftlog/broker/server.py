@@ -151,6 +151,8 @@ class Broker:
         self._reconciler: asyncio.Task[None] | None = None
         # What the hosted logs were last planned from: (topic, id, partitions) of each topic.
         self._planned: tuple[tuple[str, str, int, tuple[int, ...]], ...] | None = None
+        # Each topic's config as its hosted logs last took it (_apply_topic_configs).
+        self._applied_configs: dict[str, dict[str, str]] = {}
         # Log files are created and opened on this thread (file creation is slow), then
         # handed to the loop; one thread keeps one writer per log directory at a time.
         self._open_executor = ThreadPoolExecutor(
@@ -177,6 +179,7 @@ class Broker:
                 protocol.ApiKey.ALTER_PARTITION_REASSIGNMENTS,
                 admin.handle_alter_partition_reassignments,
             ),
+            (protocol.ApiKey.ALTER_TOPIC_CONFIG, admin.handle_alter_topic_config),
             (protocol.ApiKey.DESCRIBE_CONFIGS, admin.handle_describe_configs),
             (protocol.ApiKey.PRODUCE, produce.handle_produce),
             (protocol.ApiKey.FETCH, fetch.handle_fetch),
@@ -539,7 +542,27 @@ class Broker:
                 )
             self._purge_deleted()
         self._sync_replicas()
+        self._apply_topic_configs(topics)
         await self._apply_metadata()
+
+    def _apply_topic_configs(self, topics: dict[str, TopicInfo]) -> None:
+        """The hosted logs of a topic whose configs changed (alter_topic_config) take them.
+        A log opened later is opened with them."""
+        applied = self._applied_configs
+        for t in topics.values():
+            if applied.get(t.name) == t.config:
+                continue
+            first = t.name not in applied
+            applied[t.name] = dict(t.config)
+            if first:
+                continue  # its logs were opened with this config
+            config = self.logs.config_for(t.config)
+            for i in range(len(t.partitions)):
+                plog = self.logs.find(TopicPartition(t.name, i))
+                if plog is not None:
+                    plog.config = config
+        for name in [n for n in applied if n not in topics]:
+            del applied[name]
 
     def _purge_deleted(self) -> None:
         """Remove the directories of deleted partitions, on the worker thread."""
@@ -682,6 +705,19 @@ class Broker:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(CREATE_OPEN_S_MAX):
                 await self.wait_reconciled()
+
+    async def alter_topic_config(
+        self, name: str, changes: dict[str, str | None], validate_only: bool = False
+    ) -> dict[str, str]:
+        """Change topic `name`'s configs (ClusterMetadata.alter_topic_config); this broker's
+        logs of it take the new settings in the reconcile pass that follows (the others' in
+        theirs, as the metadata reaches them)."""
+        if validate_only:
+            return self.metadata.check_topic_config(name, changes)
+        config = await self.metadata.alter_topic_config(name, changes)
+        self.reconcile()
+        log.info("topic %s: configs changed (%s)", name, ", ".join(sorted(changes)))
+        return config
 
     async def elect_leaders(
         self, partitions: list[tuple[str, int]] | None

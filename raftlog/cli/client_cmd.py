@@ -111,19 +111,37 @@ def register(sub: Any) -> None:
     d.set_defaults(func=_topic_describe)
     a = tsub.add_parser(
         "alter",
-        help="grow a topic to more partitions",
+        help="grow a topic to more partitions, or change its configs",
         description="Grow a topic to more partitions (it never shrinks). Producers and "
         "consumer groups pick the new partitions up without a restart: native clients at "
         "their next metadata refresh, groups by a rebalance. Records with a key may go to "
-        "another partition than before (the partition is the key's hash modulo the count).",
+        "another partition than before (the partition is the key's hash modulo the count). "
+        "Or change its configs on the live topic (-c KEY=VALUE, --delete-config KEY: back to "
+        "the default), as kafka-configs --alter: every broker's logs of it take them within "
+        "a metadata round; durability.policy and min.insync.replicas stay as created.",
     )
-    a.add_argument("topic", help="the topic to grow")
+    a.add_argument("topic", help="the topic to change")
     a.add_argument(
         "-p",
         "--partitions",
         type=positive_int,
-        required=True,
         help="the new total number of partitions (more than it has)",
+    )
+    a.add_argument(
+        "-c",
+        "--config",
+        type=_config_pair,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a topic config, e.g. retention.ms=60000 (repeat for more)",
+    )
+    a.add_argument(
+        "--delete-config",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="put a topic config back to the brokers' default (repeat for more)",
     )
     a.add_argument(
         "--replica-assignment",
@@ -364,6 +382,18 @@ def _replica_assignment(s: str) -> list[list[int]]:
 
 
 def _topic_alter(args: argparse.Namespace) -> int:
+    if args.partitions is None and not args.config and not args.delete_config:
+        raise InvalidConfigError("topic alter needs --partitions, -c KEY=VALUE or --delete-config")
+    if args.config or args.delete_config:
+        changes: dict[str, str | None] = {k: None for k in args.delete_config}
+        changes.update({k: str(v) for k, v in args.config})
+        with Admin(args.bootstrap_server) as admin:
+            config = admin.alter_topic_config(args.topic, changes, args.validate_only)
+        verb = "would be" if args.validate_only else "now"
+        shown = ", ".join(f"{k}={v}" for k, v in sorted(config.items())) or "(all defaults)"
+        print(f"topic {args.topic} configs {verb}: {shown}")
+    if args.partitions is None:
+        return 0
     with Admin(args.bootstrap_server) as admin:
         known = admin.list_topics().get(args.topic)
         before = 0 if known is None else len(known.partitions)  # unknown: the broker says so

@@ -8,7 +8,7 @@ with the broker's message.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -144,6 +144,23 @@ class AsyncAdmin:
             r.tp: None if r.error == 0 else error_from_code(r.error, r.message or "")
             for r in ElectLeadersResponse.from_body(body).partitions
         }
+
+    async def alter_topic_config(
+        self, name: str, changes: Mapping[str, str | int | None], validate_only: bool = False
+    ) -> dict[str, str]:
+        """Change topic `name`'s configs on the live topic (Kafka's kafka-configs --alter):
+        each key set to its value, or back to the default with None. Returns the topic's
+        config afterwards (with `validate_only`: as it would be; nothing changes). Refused
+        whole (InvalidConfigError naming the key) for an unknown key, a bad value, or
+        durability.policy / min.insync.replicas, which stay as the topic was created."""
+        body: dict[str, Any] = {
+            "topic": name,
+            "changes": {str(k): None if v is None else str(v) for k, v in changes.items()},
+        }
+        if validate_only:
+            body["validate_only"] = True
+        answer, _ = await self.client.request(None, protocol.ApiKey.ALTER_TOPIC_CONFIG, body)
+        return {str(k): str(v) for k, v in answer["config"].items()}
 
     async def alter_partition_reassignments(
         self, moves: dict[TopicPartition, Sequence[int] | None], throttle: int | None = None
@@ -358,6 +375,12 @@ class Admin:
     ) -> dict[TopicPartition, RaftlogError | None]:
         """Preferred-leader elections (see AsyncAdmin.elect_leaders)."""
         return self._run(self._async.elect_leaders(partitions))  # type: ignore[no-any-return]
+
+    def alter_topic_config(
+        self, name: str, changes: Mapping[str, str | int | None], validate_only: bool = False
+    ) -> dict[str, str]:
+        """See AsyncAdmin.alter_topic_config."""
+        return self._run(self._async.alter_topic_config(name, changes, validate_only))  # type: ignore[no-any-return]
 
     def alter_partition_reassignments(
         self, moves: dict[TopicPartition, Sequence[int] | None], throttle: int | None = None

@@ -315,6 +315,19 @@ class ClusterMetadata:
         wanted = None if assignments is None else [list(a) for a in assignments]
         self.quorum.read(lambda state: state.new_partitions(name, count, wanted))
 
+    async def alter_topic_config(self, name: str, changes: dict[str, str | None]) -> dict[str, str]:
+        """Change topic `name`'s configs (MetadataState.alter_topic_config): its new config."""
+        config = await self.quorum.propose("alter_topic_config", name=name, changes=changes)
+        return dict(config)
+
+    def check_topic_config(self, name: str, changes: dict[str, str | None]) -> dict[str, str]:
+        """The config alter_topic_config would give topic `name`, or what it would be
+        refused with, against this node's copy of the state; change nothing."""
+        config: dict[str, str] = self.quorum.read(
+            lambda state: state.new_topic_config(name, changes)
+        )
+        return config
+
     async def elect_leaders(
         self, partitions: list[tuple[str, int]] | None
     ) -> list[tuple[str, int, int, str | None]]:

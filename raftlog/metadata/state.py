@@ -52,6 +52,7 @@ from raftlog.errors import (
     ElectionNotNeededError,
     GroupIdNotFoundError,
     GroupNotEmptyError,
+    InvalidConfigError,
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
@@ -89,6 +90,9 @@ PRODUCER_ID_MAX = 2**63 - 1
 Result = tuple[Any, ...]
 
 
+# Topic configs a live topic keeps as it was created (`new_topic_config` says why).
+FIXED_TOPIC_CONFIGS = frozenset({"durability.policy", "min.insync.replicas"})
+
 # The commands that change brokers, topics or partitions (see topology_version).
 TOPOLOGY_COMMANDS = frozenset(
     {
@@ -98,6 +102,7 @@ TOPOLOGY_COMMANDS = frozenset(
         "shut_down_broker",
         "create_topic",
         "create_partitions",
+        "alter_topic_config",
         "elect_leaders",
         "alter_partition_reassignments",
         "delete_topic",
@@ -427,6 +432,37 @@ class MetadataState:
         }
         self._rebalance_groups_for(name)
         return _ok(topic_id)
+
+    def _cmd_alter_topic_config(self, name: str, changes: dict[str, str | None]) -> Result:
+        """Change topic `name`'s configs (Kafka's IncrementalAlterConfigs SET and DELETE):
+        each key set to its value, or back to the broker's default with None. Returns the new
+        config. `new_topic_config` has the rules."""
+        config = self.new_topic_config(name, changes)
+        self.topics[name]["config"] = config
+        return _ok(dict(config))
+
+    def new_topic_config(self, name: str, changes: dict[str, str | None]) -> dict[str, str]:
+        """Topic `name`'s config with `changes` applied, or the error that refuses them
+        (nothing changes; a validate-only request calls this alone). Every key must be a known
+        topic config and every value valid (LogConfig's checks, as at creation).
+        `durability.policy` and `min.insync.replicas` stay as created, for now: the first
+        changes what an acknowledged record's replicas promise, the second the ISR rules every
+        partition's state was checked against."""
+        topic = self.topics.get(name)
+        if topic is None:
+            raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+        fixed = sorted(k for k in changes if k in FIXED_TOPIC_CONFIGS)
+        if fixed:
+            raise InvalidConfigError(
+                f"topic {name!r}: {', '.join(fixed)} cannot be changed on a live topic (set "
+                "it when the topic is created)"
+            )
+        config = {
+            k: v for k, v in topic["config"].items() if k not in changes or changes[k] is not None
+        }
+        config.update({str(k): str(v) for k, v in changes.items() if v is not None})
+        LogConfig.from_topic_config(config)  # raises InvalidConfigError naming the key
+        return config
 
     def _cmd_create_partitions(
         self, name: str, partitions: int, assignments: list[list[int]] | None = None

@@ -157,6 +157,8 @@ class PartitionLog:
     def __init__(self, path: str, config: LogConfig, clock_ms: Callable[[], int]):
         self.path = path
         self.name = os.path.basename(os.path.normpath(path))
+        # Replaced whole (a frozen LogConfig) when the topic's configs change on a live topic:
+        # each setting counts from the next append, roll, flush or retention pass that reads it.
         self.config = config
         self._clock_ms = clock_ms
         self._segments: list[LogSegment] = []

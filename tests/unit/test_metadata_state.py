@@ -19,6 +19,7 @@ from raftlog.errors import (
     FencedLeaderEpochError,
     GroupNotEmptyError,
     InconsistentGroupProtocolError,
+    InvalidConfigError,
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
@@ -1076,3 +1077,49 @@ def test_well_typed_hostile_arguments_never_raise_and_refusals_change_nothing(se
         if result[0] == "err":
             assert s == before, f"seed {seed}: refused {name} {args!r:.300} changed the state"
         check_invariants(s)
+
+
+def test_a_live_topic_s_configs_change_and_go_back_to_their_defaults() -> None:
+    s, _ = cluster(3)
+    ok(
+        s,
+        "create_topic",
+        name="t",
+        topic_id="id",
+        partitions=1,
+        replication_factor=3,
+        config={"min.insync.replicas": "2", "retention.ms": "60000"},
+    )
+    version = s.topology_version
+    config = ok(
+        s,
+        "alter_topic_config",
+        name="t",
+        changes={"retention.ms": None, "max.message.bytes": "10000"},
+    )
+    assert config == {"min.insync.replicas": "2", "max.message.bytes": "10000"}
+    assert s.topics["t"]["config"] == config and s.topology_version == version + 1
+    assert pickle.loads(pickle.dumps(s)) == s
+    before = copy.deepcopy(s)
+    # Refused whole, changing nothing: an unknown key, a bad value, a key fixed at creation,
+    # an unknown topic.
+    msg = err(s, "alter_topic_config", InvalidConfigError, name="t", changes={"retention.msx": "1"})
+    assert "retention.ms" in msg  # the suggestion
+    msg = err(
+        s,
+        "alter_topic_config",
+        InvalidConfigError,
+        name="t",
+        changes={"segment.bytes": "5", "retention.ms": "1"},
+    )
+    assert "segment.bytes=5" in msg
+    msg = err(
+        s, "alter_topic_config", InvalidConfigError, name="t", changes={"min.insync.replicas": "3"}
+    )
+    assert "cannot be changed on a live topic" in msg
+    err(s, "alter_topic_config", UnknownTopicOrPartitionError, name="u", changes={})
+    err(s, "alter_topic_config", InvalidRequestError, name="t", changes={"retention.ms": 5})
+    assert s == before
+    # unclean.leader.election.enable may change: elections read the config each time.
+    ok(s, "alter_topic_config", name="t", changes={"unclean.leader.election.enable": "true"})
+    assert s.topics["t"]["config"]["unclean.leader.election.enable"] == "true"

@@ -219,7 +219,13 @@ VALID_BODIES: dict[int, dict[str, object]] = {
     },
     protocol.ApiKey.ELECT_LEADERS: {"partitions": [["t", 0], ["u", 3]]},
     protocol.ApiKey.ALTER_PARTITION_REASSIGNMENTS: {
-        "reassignments": [["t", 0, [4, 1, 2]], ["t", 1, None]]
+        "reassignments": [["t", 0, [4, 1, 2]], ["t", 1, None]],
+        "throttle": 1_000_000,
+    },
+    protocol.ApiKey.ALTER_TOPIC_CONFIG: {
+        "topic": "t",
+        "changes": {"retention.ms": "60000", "max.message.bytes": None},
+        "validate_only": True,
     },
     protocol.ApiKey.DESCRIBE_CONFIGS: {"topics": None},
     protocol.ApiKey.PRODUCE: {"acks": -1, "timeout_ms": 1, "topics": [["t", [[0, 5], [1, 0]]]]},

@@ -175,6 +175,23 @@ def _per_partition(outcomes: list[tuple[str, int, int, str | None]]) -> Response
     return Response(ElectLeadersResponse(results).to_body())
 
 
+async def handle_alter_topic_config(
+    broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
+) -> Response:
+    """Change a topic's configs: each key of "changes" set to its value, or back to the
+    default with null; "validate_only" checks and changes nothing. The answer: {"config": the
+    topic's config as it is (or would be) afterwards}, or the error (unknown topic, an unknown
+    key or a bad value, a config fixed at creation)."""
+    changes = {str(k): None if v is None else str(v) for k, v in body["changes"].items()}
+    try:
+        config = await broker.alter_topic_config(
+            body["topic"], changes, bool(body.get("validate_only", False))
+        )
+    except RaftlogError as e:
+        return error_response(e)
+    return Response({"config": config})
+
+
 async def handle_delete_topics(
     broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
 ) -> Response:
