@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import subprocess
 import threading
 import time
@@ -28,9 +29,13 @@ from tests.integration._support import wait_for
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "docker" / "cluster"
 COMPOSE_FILE = ROOT / "docker" / "compose.yaml"
-SERVICES = ("raftlog-1", "raftlog-2", "raftlog-3")
-# `docker/cluster up` of three nodes takes 5-20 s here; its own deadline (RAFTLOG_UP_TIMEOUT_S)
-# is below this one, so it fails first, with the nodes' logs.
+# Nodes 1-3 (controllers and brokers) start with `docker/cluster up`; 4 and 5 (brokers only, the
+# compose profile "grow") with `docker/cluster grow`.
+SERVICES = ("raftlog-1", "raftlog-2", "raftlog-3", "raftlog-4", "raftlog-5")
+UP_NODES = (1, 2, 3)
+GROW_PROFILE = "grow"
+# `docker/cluster up` of three nodes takes 5-20 s here, `grow` about as long; the script's own
+# deadline (RAFTLOG_UP_TIMEOUT_S) is below this one, so it fails first, with the nodes' logs.
 UP_TIMEOUT_S = 240.0
 DOCKER_TIMEOUT_S = 120.0
 # Describe requests go to one node at a time; a killed or paused node must not hold a poll.
@@ -54,12 +59,15 @@ def docker(*args: str, timeout_s: float = DOCKER_TIMEOUT_S, check: bool = True) 
 
 
 class DockerCluster:
-    """One compose project of docker/compose.yaml; `service` names are raftlog-1..3."""
+    """One compose project of docker/compose.yaml; `service` names are raftlog-1..5, of which
+    `nodes` (1-3 after `up`, 1-5 after `grow`) were started. Host ports are chosen for all
+    five, so that a grown node's are known before it starts."""
 
     def __init__(self, log_dir: Path):
         self.project = f"rltest{os.getpid()}x{next(_projects)}"
-        ports = free_ports(6)
-        self.ports, self.kafka_ports = ports[:3], ports[3:]
+        ports = free_ports(2 * len(SERVICES))
+        self.ports, self.kafka_ports = ports[: len(SERVICES)], ports[len(SERVICES) :]
+        self.nodes: tuple[int, ...] = UP_NODES
         self.log_dir = log_dir
         self.env = {
             **os.environ,
@@ -69,6 +77,11 @@ class DockerCluster:
         }
         self.image = os.environ.get("RAFTLOG_IMAGE", "raftlog:local")
         self.up_s: float | None = None
+        self.grow_s: float | None = None
+        # What `docker/cluster grow` said: seconds from starting nodes 4 and 5 to all five
+        # healthy, and whether it rebuilt the image first (the source changed since `up`).
+        self.grow_healthy_s: int | None = None
+        self.grow_rebuilt = False
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -85,7 +98,19 @@ class DockerCluster:
         )
 
     def compose(self, *args: str, check: bool = True) -> str:
-        return docker("compose", "-f", str(COMPOSE_FILE), "-p", self.project, *args, check=check)
+        """`docker compose ARGS` on this project, the grown nodes' profile enabled (so that
+        `logs` and `ps` include them once they exist)."""
+        return docker(
+            "compose",
+            "-f",
+            str(COMPOSE_FILE),
+            "-p",
+            self.project,
+            "--profile",
+            GROW_PROFILE,
+            *args,
+            check=check,
+        )
 
     def up(self) -> None:
         started = time.monotonic()
@@ -96,6 +121,25 @@ class DockerCluster:
         assert f"Kafka protocol bootstrap servers: {self.kafka_bootstrap}" in proc.stdout, (
             proc.stdout
         )
+
+    def grow(self) -> float:
+        """`docker/cluster grow`: start nodes 4 and 5 (brokers only) into the running cluster;
+        the seconds the whole command took (a rebuild of the image if the source changed since
+        `up`, then the start, until all five were healthy)."""
+        started = time.monotonic()
+        proc = self.cluster("grow")
+        self.grow_s = time.monotonic() - started
+        assert proc.returncode == 0, f"docker/cluster grow failed:\n{proc.stdout}\n{proc.stderr}"
+        self.nodes = tuple(range(1, len(SERVICES) + 1))
+        healthy = re.search(r"healthy (\d+) s after starting", proc.stderr)
+        assert healthy, proc.stderr
+        self.grow_healthy_s = int(healthy.group(1))
+        self.grow_rebuilt = "== built " in proc.stderr
+        assert f"bootstrap servers: {self.bootstrap}" in proc.stdout, proc.stdout
+        assert f"Kafka protocol bootstrap servers: {self.kafka_bootstrap}" in proc.stdout, (
+            proc.stdout
+        )
+        return self.grow_s
 
     def down(self) -> list[str]:
         """Save the logs, remove everything with its data; list tracebacks found in the logs."""
@@ -109,18 +153,26 @@ class DockerCluster:
         proc = self.cluster("down", "-v", "--remove-orphans", "-t", "20")
         if proc.returncode != 0:
             problems.append(f"docker/cluster down -v failed: {proc.stderr}")
+        # `down -v` removes the grown nodes too, with their volumes.
+        label = f"label=com.docker.compose.project={self.project}"
+        for kind, ls in (("containers", ("ps", "-a")), ("volumes", ("volume", "ls"))):
+            left = docker(*ls, "-q", "--filter", label, check=False)
+            if left:
+                problems.append(f"docker/cluster down -v left {kind}: {left.split()}")
         return problems
 
     # -- addresses ---------------------------------------------------------------------------
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(f"127.0.0.1:{p}" for p in self.ports)
+        """The started nodes' external listeners."""
+        return ",".join(self.external(n) for n in self.nodes)
 
     @property
     def kafka_bootstrap(self) -> str:
-        """The external Kafka listeners, as a Kafka client on the host reaches them."""
-        return ",".join(f"127.0.0.1:{p}" for p in self.kafka_ports)
+        """The started nodes' external Kafka listeners, as a Kafka client on the host reaches
+        them."""
+        return ",".join(f"127.0.0.1:{self.kafka_ports[n - 1]}" for n in self.nodes)
 
     def external(self, node_id: int) -> str:
         return f"127.0.0.1:{self.ports[node_id - 1]}"
