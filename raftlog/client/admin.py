@@ -2,7 +2,11 @@
 
 `AsyncAdmin` for asyncio code; `Admin` runs it on a private event loop in the caller's thread.
 Errors come back as the matching RaftlogError (TopicAlreadyExistsError, InvalidTopicError, ...)
-with the broker's message.
+with the broker's message. Requests that can be sent again with the same effect (describe_cluster,
+elect_leaders, alter_partition_reassignments, alter_topic_config) retry a retriable refusal
+(the metadata quorum's leader changed under the command, a broker gone) until the request
+timeout; creating and deleting do not, since a retry of one that took effect would be refused
+(TopicAlreadyExistsError) where it had succeeded.
 """
 
 from __future__ import annotations
@@ -42,6 +46,10 @@ from raftlog.messages.topics import (
 )
 from raftlog.metadata.model import BrokerInfo, TopicInfo
 from raftlog.topics import TopicPartition
+
+# A retriable refusal of a repeatable request is tried again after this, doubling up to the max.
+RETRY_BACKOFF_S = 0.1
+RETRY_BACKOFF_S_MAX = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,8 +145,8 @@ class AsyncAdmin:
         now) or the error (ElectionNotNeededError: it led already;
         PreferredLeaderNotAvailableError; UnknownTopicOrPartitionError)."""
         wanted = None if partitions is None else tuple(TopicPartition(*tp) for tp in partitions)
-        body, _ = await self.client.request(
-            None, protocol.ApiKey.ELECT_LEADERS, ElectLeadersRequest(wanted).to_body()
+        body = await self._repeatable(
+            protocol.ApiKey.ELECT_LEADERS, ElectLeadersRequest(wanted).to_body()
         )
         return {
             r.tp: None if r.error == 0 else error_from_code(r.error, r.message or "")
@@ -159,7 +167,7 @@ class AsyncAdmin:
         }
         if validate_only:
             body["validate_only"] = True
-        answer, _ = await self.client.request(None, protocol.ApiKey.ALTER_TOPIC_CONFIG, body)
+        answer = await self._repeatable(protocol.ApiKey.ALTER_TOPIC_CONFIG, body)
         return {str(k): str(v) for k, v in answer["config"].items()}
 
     async def alter_partition_reassignments(
@@ -179,9 +187,7 @@ class AsyncAdmin:
         }
         if throttle is not None:
             body["throttle"] = throttle
-        answer, _ = await self.client.request(
-            None, protocol.ApiKey.ALTER_PARTITION_REASSIGNMENTS, body
-        )
+        answer = await self._repeatable(protocol.ApiKey.ALTER_PARTITION_REASSIGNMENTS, body)
         return {
             r.tp: None if r.error == 0 else error_from_code(r.error, r.message or "")
             for r in ElectLeadersResponse.from_body(answer).partitions
@@ -327,10 +333,29 @@ class AsyncAdmin:
 
     async def describe_cluster(self) -> dict[str, Any]:
         """Controllers, who leads, Raft term and commit index, brokers, partitions."""
-        body, _ = await self.client.request(
-            None, protocol.ApiKey.DESCRIBE_CLUSTER, DescribeClusterRequest().to_body()
+        body = await self._repeatable(
+            protocol.ApiKey.DESCRIBE_CLUSTER, DescribeClusterRequest().to_body()
         )
         return body  # the documented map (DescribeClusterResponse), whole: the CLI prints it
+
+    async def _repeatable(self, api_key: int, body: dict[str, Any]) -> dict[str, Any]:
+        """The answer to a request that may be sent again with the same effect (a read, or a
+        write that sets a state rather than adds to it). A retriable refusal (the metadata
+        quorum's leader changed under the command, a broker gone, a timeout) is retried, with
+        a backoff, until the request timeout has passed, as Kafka's admin client retries: the
+        caller sees only the errors retrying cannot cure."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.client.request_timeout_s
+        delay = RETRY_BACKOFF_S
+        while True:
+            try:
+                answer, _ = await self.client.request(None, api_key, body)
+                return answer
+            except RaftlogError as e:
+                if not e.retriable or loop.time() + delay >= deadline:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_BACKOFF_S_MAX)
 
     async def close(self) -> None:
         await self.client.close()
