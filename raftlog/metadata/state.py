@@ -501,7 +501,10 @@ class MetadataState:
             raise InvalidPartitionsError(
                 f"topic {name!r}: partitions must be at most {MAX_PARTITIONS}, got {partitions}"
             )
-        factor = len(topic["partitions"][0].replicas)
+        # The topic's replication factor: partition 0's target replicas (while a reassignment
+        # moves it, its replicas also hold the leaving ones: a chaos run grew a topic by
+        # partitions of four replicas that way).
+        factor = len(topic["partitions"][0].target_replicas())
         added = partitions - current
         if assignments is None:
             return self._assign_replicas(added, factor)

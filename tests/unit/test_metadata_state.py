@@ -1123,3 +1123,18 @@ def test_a_live_topic_s_configs_change_and_go_back_to_their_defaults() -> None:
     # unclean.leader.election.enable may change: elections read the config each time.
     ok(s, "alter_topic_config", name="t", changes={"unclean.leader.election.enable": "true"})
     assert s.topics["t"]["config"]["unclean.leader.election.enable"] == "true"
+
+
+def test_a_topic_grown_while_its_first_partition_moves_keeps_its_replication_factor() -> None:
+    """Found by the chaos suite's reassign faults: partition 0's replicas during a move hold
+    the leaving ones too, and the new partitions got four replicas of a three-replica topic."""
+    s, _ = cluster(4)
+    ok(s, "create_topic", name="t", topic_id="id", partitions=1, replication_factor=3, config={})
+    p0 = s.topics["t"]["partitions"][0]
+    spare = next(b for b in (1, 2, 3, 4) if b not in p0.replicas)
+    ok(s, "alter_partition_reassignments", reassignments=[["t", 0, [spare, *p0.replicas[1:]]]])
+    assert len(p0.replicas) == 4 and p0.reassigning
+    ok(s, "create_partitions", name="t", partitions=3)
+    assert [len(p.replicas) for p in s.topics["t"]["partitions"][1:]] == [3, 3]
+    err(s, "create_partitions", InvalidReplicaAssignmentError, name="t", partitions=4,
+        assignments=[[1, 2, 3, 4]])  # fmt: skip
