@@ -3,8 +3,10 @@
 Rules this module keeps:
 - Pure, as the rest of raftlog.kafka.
 - `SUPPORTED_VERSIONS` is what ApiVersions advertises and the only versions the broker
-  decodes: every range ends below its API's first flexible version except ApiVersions v3, so
-  the bodies need no tagged fields (docs: DESIGN.md, "The Kafka wire protocol").
+  decodes: every range ends below its API's first flexible version, so the bodies need no
+  tagged fields (docs: DESIGN.md, "The Kafka wire protocol"), except ApiVersions v3 and the
+  reassignment APIs (AlterPartitionReassignments, ListPartitionReassignments), which Kafka
+  defined flexible from v0: their codecs write and skip tagged fields themselves.
 - `FIRST_FLEXIBLE` comes from each API's "flexibleVersions" in Kafka's message definitions
   (clients/src/main/resources/common/message/*Request.json); it decides the header versions.
 
@@ -116,6 +118,10 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.DELETE_TOPICS: (0, 3),
     ApiKey.CREATE_PARTITIONS: (0, 1),
     ApiKey.ELECT_LEADERS: (0, 1),
+    # Flexible from v0 (there is no other form); Alter v1 adds allow_replication_factor_change
+    # (KIP-860), which kafka-python 3.0 sends when a broker offers it.
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
     ApiKey.INIT_PRODUCER_ID: (0, 1),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 3),
     ApiKey.DESCRIBE_CONFIGS: (0, 2),

@@ -21,6 +21,7 @@ from raftlog.kafka.handlers import (
     offsets_for_leader_epoch,
     produce,
     producer_ids,
+    reassignments,
     topics,
 )
 
@@ -38,6 +39,7 @@ HANDLERS: dict[int, Callable[..., Any]] = {
     **producer_ids.HANDLERS,
     **topics.HANDLERS,
     **elect_leaders.HANDLERS,
+    **reassignments.HANDLERS,
     **groups.HANDLERS,
     **group_offsets.HANDLERS,
     **group_admin.HANDLERS,

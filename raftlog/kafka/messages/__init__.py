@@ -16,7 +16,9 @@ spoken and that the body is consumed exactly.
 The consumer-group modules: `groups` (FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
 LeaveGroup), `commits` (OffsetCommit, OffsetFetch), `group_admin` (ListGroups, DescribeGroups,
 DeleteGroups) and `consumer_protocol` (the subscription and assignment bytes consumers put in
-JoinGroup and SyncGroup).
+JoinGroup and SyncGroup). `reassignments` (AlterPartitionReassignments,
+ListPartitionReassignments) is flexible at every version it speaks: compact types and tagged
+fields.
 """
 
 from __future__ import annotations
@@ -47,6 +49,10 @@ from raftlog.kafka.messages.metadata import MetadataRequest
 from raftlog.kafka.messages.offsets_for_leader_epoch import OffsetForLeaderEpochRequest
 from raftlog.kafka.messages.produce import ProduceRequest
 from raftlog.kafka.messages.producer_ids import InitProducerIdRequest
+from raftlog.kafka.messages.reassignments import (
+    AlterPartitionReassignmentsRequest,
+    ListPartitionReassignmentsRequest,
+)
 from raftlog.kafka.messages.topics import (
     CreatePartitionsRequest,
     CreateTopicsRequest,
@@ -77,6 +83,8 @@ REQUEST_TYPES: dict[ApiKey, type[KafkaRequest]] = {
     ApiKey.DELETE_TOPICS: DeleteTopicsRequest,
     ApiKey.CREATE_PARTITIONS: CreatePartitionsRequest,
     ApiKey.ELECT_LEADERS: ElectLeadersRequest,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: AlterPartitionReassignmentsRequest,
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: ListPartitionReassignmentsRequest,
     ApiKey.DESCRIBE_CONFIGS: DescribeConfigsRequest,
     ApiKey.FIND_COORDINATOR: FindCoordinatorRequest,
     ApiKey.JOIN_GROUP: JoinGroupRequest,

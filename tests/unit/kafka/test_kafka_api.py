@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from kafka.protocol.old.admin import ListPartitionReassignmentsRequest_v0 as KpListReassignments
 from kafka.protocol.old.api_versions import ApiVersionsRequest as KpApiVersionsRequest
 from kafka.protocol.old.metadata import MetadataRequest as KpMetadataRequest
 
@@ -34,12 +35,15 @@ def test_api_keys_are_kafkas_numbers() -> None:
     assert ApiKey.INIT_PRODUCER_ID == 22 and ApiKey.OFFSET_FOR_LEADER_EPOCH == 23
     assert ApiKey.DESCRIBE_CONFIGS == 32 and ApiKey.CREATE_PARTITIONS == 37
     assert ApiKey.DELETE_GROUPS == 42 and ApiKey.ELECT_LEADERS == 43
+    assert ApiKey.ALTER_PARTITION_REASSIGNMENTS == 45
+    assert ApiKey.LIST_PARTITION_REASSIGNMENTS == 46
     assert ApiKey.DESCRIBE_CLUSTER == 60
     assert api_name(ApiKey.OFFSET_FOR_LEADER_EPOCH) == "OffsetForLeaderEpoch"
     assert api_name(1000) == "api key 1000"
 
 
-def test_supported_versions_are_below_the_first_flexible_except_api_versions_3() -> None:
+def test_supported_versions_are_below_the_first_flexible_except_three_apis() -> None:
+    """ApiVersions v3 and the reassignment APIs (flexible from v0) are the exceptions."""
     assert SUPPORTED_VERSIONS == {
         ApiKey.API_VERSIONS: (0, 3),
         ApiKey.METADATA: (0, 8),
@@ -52,6 +56,8 @@ def test_supported_versions_are_below_the_first_flexible_except_api_versions_3()
         ApiKey.DELETE_TOPICS: (0, 3),
         ApiKey.CREATE_PARTITIONS: (0, 1),
         ApiKey.ELECT_LEADERS: (0, 1),
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),
+        ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
         ApiKey.DESCRIBE_CONFIGS: (0, 2),
         ApiKey.JOIN_GROUP: (0, 5),
         ApiKey.SYNC_GROUP: (0, 3),
@@ -64,10 +70,17 @@ def test_supported_versions_are_below_the_first_flexible_except_api_versions_3()
         ApiKey.DESCRIBE_GROUPS: (0, 4),
         ApiKey.DELETE_GROUPS: (0, 1),
     }
+    flexible = {
+        ApiKey.API_VERSIONS,
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+        ApiKey.LIST_PARTITION_REASSIGNMENTS,
+    }
     for key, (_, top) in SUPPORTED_VERSIONS.items():
-        if key != ApiKey.API_VERSIONS:
+        if key not in flexible:
             assert top < FIRST_FLEXIBLE[key], key
     assert FIRST_FLEXIBLE[ApiKey.API_VERSIONS] == 3
+    assert FIRST_FLEXIBLE[ApiKey.ALTER_PARTITION_REASSIGNMENTS] == 0
+    assert FIRST_FLEXIBLE[ApiKey.LIST_PARTITION_REASSIGNMENTS] == 0
     assert is_supported(ApiKey.PRODUCE, 3) and not is_supported(ApiKey.PRODUCE, 2)
     assert not is_supported(1000, 0)
 
@@ -82,6 +95,8 @@ def test_supported_versions_are_below_the_first_flexible_except_api_versions_3()
         (ApiKey.API_VERSIONS, 3, 2, 0),
         (ApiKey.API_VERSIONS, 4, 2, 0),
         (ApiKey.SASL_HANDSHAKE, 1, 1, 0),
+        (ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, 2, 1),
+        (ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, 2, 1),
         (1000, 5, 1, 0),
     ],
 )
@@ -96,10 +111,12 @@ def test_header_versions(api_key: int, version: int, request_v: int, response_v:
         (KpMetadataRequest[1](topics=["a"]), "client-1"),
         (KpMetadataRequest[0](topics=[]), None),
         (KpApiVersionsRequest[3](client_software_name="n", client_software_version="v"), "c"),
+        (KpListReassignments(timeout_ms=5, topics=None, tags={}), "c"),
     ],
 )
 def test_headers_decode_as_kafka_python_writes_them(request_: Any, client_id: str | None) -> None:
-    # kafka-python's hand-written classes: header v1, and v2 (tagged fields) for ApiVersions v3.
+    # kafka-python's hand-written classes: header v1, and v2 (tagged fields) for ApiVersions v3
+    # and ListPartitionReassignments v0.
     request_.with_header(correlation_id=77, client_id=client_id)
     data = request_.encode(header=True)
     header, pos = decode_request_header(memoryview(data))

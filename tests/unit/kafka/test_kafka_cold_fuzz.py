@@ -1,5 +1,6 @@
 """The cold APIs' decoders (InitProducerId, OffsetForLeaderEpoch, CreateTopics, DeleteTopics,
-CreatePartitions, ElectLeaders, DescribeConfigs, and the consumer-group APIs
+CreatePartitions, ElectLeaders, AlterPartitionReassignments and ListPartitionReassignments
+(flexible: compact lengths and tagged fields), DescribeConfigs, and the consumer-group APIs
 (SUPPORTED_VERSIONS), whose samples come from kafka_group_samples.py) under mutated bodies:
 thousands per message type and version, from a seeded random generator, read as
 `decode_request` reads a body (from a Reader placed in the frame, then every byte consumed). A
@@ -38,6 +39,19 @@ from raftlog.kafka.messages.offsets_for_leader_epoch import (
     OffsetForLeaderPartition,
 )
 from raftlog.kafka.messages.producer_ids import InitProducerIdRequest, InitProducerIdResponse
+from raftlog.kafka.messages.reassignments import (
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
+    ListPartitionReassignmentsTopics,
+    OngoingPartitionReassignment,
+    OngoingTopicReassignment,
+    ReassignablePartition,
+    ReassignablePartitionResponse,
+    ReassignableTopic,
+    ReassignableTopicResponse,
+)
 from raftlog.kafka.messages.topics import (
     CreatableReplicaAssignment,
     CreatableTopic,
@@ -183,6 +197,83 @@ CASES: list[tuple[range, Any, list[Any]]] = [
                 0,
                 5,
             )
+        ],
+    ),
+    (
+        range(2),
+        AlterPartitionReassignmentsRequest,
+        [
+            AlterPartitionReassignmentsRequest(
+                (
+                    ReassignableTopic(
+                        "a", (ReassignablePartition(0, (4, 2, 3)), ReassignablePartition(2))
+                    ),
+                    ReassignableTopic("b-é", ()),
+                    ReassignableTopic("c", (ReassignablePartition(7, ()),)),
+                ),
+                60000,
+                False,
+            ),
+            AlterPartitionReassignmentsRequest((), 5),
+        ],
+    ),
+    (
+        range(2),
+        AlterPartitionReassignmentsResponse,
+        [
+            AlterPartitionReassignmentsResponse(
+                (
+                    ReassignableTopicResponse(
+                        "a",
+                        (
+                            ReassignablePartitionResponse(0),
+                            ReassignablePartitionResponse(2, 85, "t-2: nothing to cancel"),
+                        ),
+                    ),
+                    ReassignableTopicResponse("b", ()),
+                ),
+                0,
+                None,
+                False,
+                5,
+            ),
+            AlterPartitionReassignmentsResponse((), 7, "not committed", True),
+        ],
+    ),
+    (
+        range(1),
+        ListPartitionReassignmentsRequest,
+        [
+            ListPartitionReassignmentsRequest(
+                (
+                    ListPartitionReassignmentsTopics("a", (0, 2)),
+                    ListPartitionReassignmentsTopics("b-é", ()),
+                ),
+                60000,
+            ),
+            ListPartitionReassignmentsRequest(None, 5),
+        ],
+    ),
+    (
+        range(1),
+        ListPartitionReassignmentsResponse,
+        [
+            ListPartitionReassignmentsResponse(
+                (
+                    OngoingTopicReassignment(
+                        "a",
+                        (
+                            OngoingPartitionReassignment(0, (4, 2, 3, 1), (4,), (1,)),
+                            OngoingPartitionReassignment(3, (1, 2), (), (3,)),
+                        ),
+                    ),
+                    OngoingTopicReassignment("b", ()),
+                ),
+                0,
+                None,
+                3,
+            ),
+            ListPartitionReassignmentsResponse((), 41, "not the controller"),
         ],
     ),
     (
