@@ -160,6 +160,13 @@ class InvalidRequestError(RaftlogError):
     code = 14
 
 
+class NoReassignmentInProgressError(InvalidRequestError):
+    """A cancel of a partition's reassignment when none is under way (Kafka:
+    NO_REASSIGNMENT_IN_PROGRESS)."""
+
+    code = 66
+
+
 class UnsupportedVersionError(RaftlogError):
     """The API key or version is not one this server speaks."""
 

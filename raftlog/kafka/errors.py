@@ -144,6 +144,7 @@ _BY_CLASS: dict[type[BaseException], ErrorCode] = {
     e.InvalidPartitionsError: ErrorCode.INVALID_PARTITIONS,
     e.InvalidReplicaAssignmentError: ErrorCode.INVALID_REPLICA_ASSIGNMENT,
     e.ElectionNotNeededError: ErrorCode.ELECTION_NOT_NEEDED,
+    e.NoReassignmentInProgressError: ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,
     e.OffsetNotAvailableError: ErrorCode.OFFSET_NOT_AVAILABLE,
     e.PreferredLeaderNotAvailableError: ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
     e.InvalidRequestError: ErrorCode.INVALID_REQUEST,

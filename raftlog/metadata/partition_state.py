@@ -51,6 +51,7 @@ from raftlog.errors import (
     FencedLeaderEpochError,
     InvalidRequestError,
     InvalidUpdateVersionError,
+    NoReassignmentInProgressError,
 )
 from raftlog.invariants import InvariantError
 
@@ -335,7 +336,7 @@ class PartitionState:
         leave (the ISR keeps its original members). Refused when no original replica is in the
         ISR (only the joining ones hold the committed records now)."""
         if not self.reassigning:
-            raise InvalidRequestError(f"{self.name}: no reassignment is under way")
+            raise NoReassignmentInProgressError(f"{self.name}: no reassignment is under way")
         original = self.original_replicas()
         if not any(r in original for r in self.isr):
             raise InvalidRequestError(

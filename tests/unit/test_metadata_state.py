@@ -25,6 +25,7 @@ from raftlog.errors import (
     InvalidReplicationFactorError,
     InvalidRequestError,
     InvalidUpdateVersionError,
+    NoReassignmentInProgressError,
     PreferredLeaderNotAvailableError,
     StaleBrokerEpochError,
     TopicAlreadyExistsError,
@@ -258,7 +259,7 @@ def test_a_leaving_leader_hands_over_and_a_cancel_goes_back_to_the_original_repl
         ],
     )
     assert [r[2] for r in results] == [
-        InvalidRequestError.code,  # nothing under way
+        NoReassignmentInProgressError.code,  # nothing under way
         UnknownTopicOrPartitionError.code,
         InvalidRequestError.code,  # a broker twice
         InvalidReplicaAssignmentError.code,  # unknown broker

@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any
 from raftlog.errors import (
     InvalidReplicationFactorError,
     InvalidRequestError,
+    NoReassignmentInProgressError,
     RaftlogError,
     error_from_code,
 )
@@ -78,12 +79,6 @@ from raftlog.kafka.messages.reassignments import (
 if TYPE_CHECKING:
     from raftlog.broker.context import HandlerContext, RequestSource
 
-# How PartitionState.cancel_reassignment says there is nothing to cancel (its other refusal of
-# a cancel is a move that cannot be undone now). raftlog has one error class for both, so the
-# message tells them apart; tests/unit/kafka/test_kafka_reassignments.py checks it against
-# PartitionState's own.
-NO_MOVE_UNDER_WAY = "no reassignment is under way"
-
 # (partition, Kafka code, message) per request partition, in request order.
 Outcome = tuple[int, int, str | None]
 
@@ -92,9 +87,9 @@ def _partition_outcome(cancel: bool, code: int, message: str | None) -> tuple[in
     """One partition's raftlog (code, message) as Kafka's (the module rules)."""
     if code == 0:
         return 0, None
+    if code == NoReassignmentInProgressError.code:
+        return ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, message
     if code == InvalidRequestError.code:
-        if cancel and (message or "").endswith(NO_MOVE_UNDER_WAY):
-            return ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, message
         return ErrorCode.INVALID_REPLICA_ASSIGNMENT, message
     return kafka_code(error_from_code(code, message or "")), message
 

@@ -26,6 +26,7 @@ from kp_oracle import INT16, INT32, NULLABLE_TEXT, TEXT, assert_matches_kafka_py
 
 from raftlog.errors import (
     InvalidRequestError,
+    NoReassignmentInProgressError,
     NotControllerError,
     RaftlogError,
     RaftlogTimeoutError,
@@ -33,9 +34,8 @@ from raftlog.errors import (
 )
 from raftlog.invariants import InvariantError
 from raftlog.kafka.api import ApiKey, decode_request_header
-from raftlog.kafka.errors import ErrorCode
+from raftlog.kafka.errors import ErrorCode, kafka_code
 from raftlog.kafka.handlers.reassignments import (
-    NO_MOVE_UNDER_WAY,
     handle_alter_partition_reassignments,
     handle_list_partition_reassignments,
 )
@@ -471,7 +471,7 @@ def test_alter_starts_moves_and_each_refusal_is_kafkas_code_with_raftlogs_messag
     ]
     messages = [p.error_message for t in answer.responses for p in t.partitions]
     assert messages[0] is None
-    assert messages[1] == f"t-1: {NO_MOVE_UNDER_WAY}"
+    assert messages[1] == "t-1: no reassignment is under way"
     assert messages[2] == "unknown partition t-9"
     assert "unknown brokers [7]" in str(messages[5])
     assert "min.insync.replicas=2" in str(messages[7])
@@ -482,19 +482,19 @@ def test_alter_starts_moves_and_each_refusal_is_kafkas_code_with_raftlogs_messag
     assert not c.partition(2).reassigning
 
 
-def test_the_no_move_message_is_partition_states_and_the_other_cancel_refusal_is_not() -> None:
-    """The handler tells NO_REASSIGNMENT_IN_PROGRESS from raftlog's message: it must be the
-    one PartitionState gives, and its other refusal of a cancel must not end like it."""
+def test_nothing_to_cancel_has_its_own_error_and_a_stuck_cancel_does_not() -> None:
+    """NO_REASSIGNMENT_IN_PROGRESS comes from NoReassignmentInProgressError (raftlog's code
+    66); a cancel refused because it cannot be undone now stays an InvalidRequestError."""
     rules = TopicRules(min_insync_replicas=1)
     idle = PartitionState.new("t", 0, [1, 2, 3], rules)
-    with pytest.raises(InvalidRequestError) as nothing:
+    with pytest.raises(NoReassignmentInProgressError, match="no reassignment is under way"):
         idle.cancel_reassignment(rules, lambda r: True)
-    assert str(nothing.value).endswith(NO_MOVE_UNDER_WAY)
+    assert kafka_code(NoReassignmentInProgressError("")) == ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
     # A move to [4] whose only in-sync replica is the joining one: it cannot be undone.
     moved = PartitionState("t", 0, [4, 1], 4, 1, [4], [], 1, adding=[4], removing=[1])
     with pytest.raises(InvalidRequestError) as stuck:
         moved.cancel_reassignment(rules, lambda r: True)
-    assert not str(stuck.value).endswith(NO_MOVE_UNDER_WAY)
+    assert not isinstance(stuck.value, NoReassignmentInProgressError)
     assert "cannot be cancelled now" in str(stuck.value)
 
 
