@@ -65,7 +65,12 @@ Headers = Sequence[tuple[str, bytes | None]]
 class PartitionBeyondMetadataError(UnknownTopicOrPartitionError):
     """A partition named explicitly that the cached metadata does not have. The topic may
     have grown since (`raftlog topic alter`): the producer asks for its metadata again once
-    before it gives up, as Kafka's producer waits for metadata naming the partition."""
+    before it gives up, as Kafka's producer waits for metadata naming the partition.
+
+    Raised by the client, never sent on the wire; its code only has to be unique (codes from
+    100 up are client-side errors), so that UnknownTopicOrPartitionError's still decodes as it."""
+
+    code = 103
 
 
 _time_ns = time.time_ns
