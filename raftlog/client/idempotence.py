@@ -13,7 +13,15 @@ The rules it keeps:
 - Order per partition, with up to IDEMPOTENT_IN_FLIGHT_MAX requests in flight: a request
   carries at most one batch per partition (the accumulator's drain, given `room`); a partition
   whose batch failed sends nothing more until its batches in flight are answered, then resends
-  in sequence order (the batch's `order`, kept by the accumulator's `requeue`).
+  in sequence order (the batch's `order`, kept by the accumulator's `requeue`), one batch at a
+  time.
+- The broker's window: a leader recognises a retry as a duplicate only among the producer's
+  last NUM_BATCHES_TO_RETAIN (5) batches of the partition, so no more than
+  IDEMPOTENT_IN_FLIGHT_MAX batches are stamped from the oldest unacknowledged one on (`room`,
+  `_span`). Without it, a leader change let new batches go to the new leader while older ones
+  were still unanswered by the old: the new leader acknowledged eleven more, and the older
+  batches' retries fell behind its window (OutOfOrderSequence, an epoch bump, nine sends of
+  unknown outcome in a chaos run).
 - Until a partition has acknowledged a batch of the current epoch, it has one batch in flight
   (`room` is 1): a partition that knows nothing of the producer appends its first batch at any
   sequence (storage/producer_state.py), so a second batch sent beside a first that is refused
@@ -41,7 +49,8 @@ The rules it keeps:
   window a partition keeps may never have been appended; it fails the batch like any other
   non-retriable error.
 
-Bounded: one entry per partition the producer has sent to, in three dicts.
+Bounded: one entry per partition the producer has sent to, in five dicts (the unacknowledged
+batches of each: at most IDEMPOTENT_IN_FLIGHT_MAX).
 """
 
 from __future__ import annotations
@@ -137,6 +146,8 @@ class IdempotenceState:
         "_in_flight",
         "_next_seq",
         "_send_order",
+        "_stamped",
+        "_unacked",
         "bump_pending",
         "epoch",
         "in_flight",
@@ -155,6 +166,10 @@ class IdempotenceState:
         self._in_flight: collections.defaultdict[TopicPartition, int] = collections.defaultdict(int)
         self.in_flight = 0  # their sum
         self._send_order = 0  # the last order given to a batch
+        # Per partition, batches stamped in this epoch, and the unacknowledged ones as
+        # (their stamping index, the batch), oldest first: at most IDEMPOTENT_IN_FLIGHT_MAX.
+        self._stamped: dict[TopicPartition, int] = {}
+        self._unacked: dict[TopicPartition, collections.deque[tuple[int, SequencedBatch]]] = {}
 
     # -- the producer id -----------------------------------------------------------------------
 
@@ -172,21 +187,29 @@ class IdempotenceState:
         self.producer_id, self.epoch = producer_id, epoch
         self._next_seq.clear()
         self._acked_next.clear()
+        self._stamped.clear()
+        self._unacked.clear()
         self.check()
 
     # -- sends and answers ---------------------------------------------------------------------
 
     def room(self, tp: TopicPartition, retrying: bool) -> int:
-        """How many batches partition `tp` may send now (-1: no bound); `retrying`: the first
-        batch of its queue is a retry. One retrying a batch sends nothing until its batches in
-        flight are answered; one that has acknowledged no batch of this epoch has one in
-        flight at most."""
+        """How many batches partition `tp` may send now; `retrying`: the first batch of its
+        queue is a retry. One retrying a batch sends nothing until its batches in flight are
+        answered, then the retry alone; one that has acknowledged no batch of this epoch has
+        one in flight at most; else as many as keep the batches stamped from the oldest
+        unacknowledged one within the broker's window."""
         in_flight = self._in_flight[tp]
-        if tp not in self._acked_next:
+        if retrying or tp not in self._acked_next:
             return 0 if in_flight else 1
-        if in_flight and retrying:
+        return max(IDEMPOTENT_IN_FLIGHT_MAX - self._span(tp), 0)
+
+    def _span(self, tp: TopicPartition) -> int:
+        """Batches of `tp` stamped from its oldest unacknowledged one on (0: none is)."""
+        unacked = self._unacked.get(tp)
+        if not unacked:
             return 0
-        return -1
+        return self._stamped[tp] - unacked[0][0]
 
     def begin_send(self, b: SequencedBatch) -> None:
         """`b` is being sent: stamped with the partition's next sequence at its first send
@@ -199,6 +222,12 @@ class IdempotenceState:
             seq = self._next_seq.get(tp, 0)
             b.sequence, b.producer_epoch = seq, self.epoch
             self._next_seq[tp] = (seq + len(b.builder)) % SEQUENCE_MODULUS
+            index = self._stamped.get(tp, 0)
+            self._stamped[tp] = index + 1
+            unacked = self._unacked.get(tp)
+            if unacked is None:
+                unacked = self._unacked[tp] = collections.deque()
+            unacked.append((index, b))
             if b.order < 0:
                 self._send_order += 1
                 b.order = self._send_order
@@ -216,7 +245,17 @@ class IdempotenceState:
     def acked(self, b: SequencedBatch) -> None:
         """`b` was appended: its partition's leader knows the producer, up to `b`'s end."""
         if b.sequence >= 0:
-            self._acked_next[b.tp] = (b.sequence + len(b.builder)) % SEQUENCE_MODULUS
+            tp = b.tp
+            self._acked_next[tp] = (b.sequence + len(b.builder)) % SEQUENCE_MODULUS
+            unacked = self._unacked.get(tp)
+            if unacked:
+                if unacked[0][1] is b:
+                    unacked.popleft()
+                else:  # answered out of order (a later batch first): rare, and at most 5
+                    for entry in unacked:
+                        if entry[1] is b:
+                            unacked.remove(entry)
+                            break
 
     def send_failed(self, b: SequencedBatch, error: RaftlogError, written: bool) -> bool:
         """A send of stamped batch `b` failed with `error`; `written`: its request reached a
@@ -269,6 +308,8 @@ class IdempotenceState:
             self.epoch += 1
         self._next_seq.clear()
         self._acked_next.clear()
+        self._stamped.clear()
+        self._unacked.clear()
         failing: list[B] = []
         for b in queued:
             if b.outcome_unknown and b.sequence >= 0:
@@ -292,3 +333,8 @@ class IdempotenceState:
             and sum(self._in_flight.values()) == self.in_flight,
             f"batches in flight {self.in_flight} vs per partition {self._in_flight}",
         )
+        for tp in self._unacked:
+            require(
+                self._span(tp) <= IDEMPOTENT_IN_FLIGHT_MAX,
+                f"{tp}: {self._span(tp)} batches stamped from the oldest unacknowledged one",
+            )

@@ -482,8 +482,15 @@ def test_idempotent_requests_take_one_batch_per_partition_and_retries_resend_in_
     # Nothing sent while its batch 1 is still in flight.
     assert _drain_idempotent(acc, idem)[0] == {}
     idem.end_send(TP0)
-    requests, _, _ = _drain_idempotent(acc, idem)
-    assert [r[0].sequence for r in requests[0]] == [0, 2, 3]
+    # Then one retry at a time, in sequence order (Kafka's rule too): each must be answered
+    # before the next goes, so none can overtake another.
+    for expected in (0, 2, 3):
+        requests, _, _ = _drain_idempotent(acc, idem)
+        assert [r[0].sequence for r in requests[0]] == [expected]
+        _stamped(idem, requests[0][0][0])
+        assert _drain_idempotent(acc, idem)[0] == {}  # nothing more while it is in flight
+        idem.end_send(TP0)
+        idem.acked(requests[0][0][0])
 
 
 def test_a_partition_sends_one_batch_until_its_leader_acknowledged_one() -> None:

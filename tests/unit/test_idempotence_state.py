@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raftlog.client.idempotence import (
+    IDEMPOTENT_IN_FLIGHT_MAX,
     PRODUCER_EPOCH_MAX,
     REFUSED_BEFORE_APPEND,
     SEQUENCE_MODULUS,
@@ -125,7 +126,7 @@ def test_one_batch_in_flight_until_the_partition_acknowledged_one_of_the_epoch()
     state.end_send(TP0)
     assert state.room(TP0, retrying=False) == 1  # answered, not acknowledged: still one
     state.acked(first)
-    assert state.room(TP0, retrying=False) == -1  # no bound
+    assert state.room(TP0, retrying=False) == IDEMPOTENT_IN_FLIGHT_MAX
     assert state.room(TP1, retrying=False) == 1  # per partition
 
 
@@ -135,9 +136,32 @@ def test_a_partition_retrying_waits_for_its_batches_in_flight() -> None:
     b = Batch(TP0)
     sent(state, b)
     assert state.room(TP0, retrying=True) == 0
-    assert state.room(TP0, retrying=False) == -1
+    assert state.room(TP0, retrying=False) == IDEMPOTENT_IN_FLIGHT_MAX - 1
     state.end_send(TP0)
-    assert state.room(TP0, retrying=True) == -1
+    assert state.room(TP0, retrying=True) == 1  # the retry alone
+
+
+def test_batches_stamped_from_the_oldest_unacknowledged_one_stay_within_the_broker_window() -> None:
+    """Found in a chaos run: at a leader change, new batches went to the new leader while
+    the oldest was still unanswered by the old one; the new leader acknowledged eleven more,
+    and the old batch's retry fell behind the five batches it keeps: OutOfOrderSequence."""
+    state = started()
+    acknowledged(state, TP0)
+    oldest = Batch(TP0)
+    sent(state, oldest)  # unanswered (an acks=all wait on the old leader)
+    later = [Batch(TP0) for _ in range(IDEMPOTENT_IN_FLIGHT_MAX - 1)]
+    assert state.room(TP0, retrying=False) == len(later)
+    sent(state, *later)
+    assert state.room(TP0, retrying=False) == 0
+    for b in later:  # the new leader acknowledges every later one first
+        state.end_send(TP0)
+        state.acked(b)
+    assert state.room(TP0, retrying=False) == 0  # still: `oldest` may need the window
+    state.end_send(TP0)
+    assert state.send_failed(oldest, NotLeaderOrFollowerError("moved"), written=True)
+    state.acked(oldest)  # its retry answered as a duplicate
+    assert state.room(TP0, retrying=False) == IDEMPOTENT_IN_FLIGHT_MAX
+    state.check()
 
 
 def test_more_answers_than_sends_is_a_bug() -> None:
