@@ -8,7 +8,8 @@ Kafka listeners, so the checker's verdict rests on a client written elsewhere:
   "all" by default; librdkafka's retries and its 5 requests in flight) sending the same unique
   values ("p<i>-<n>") to every partition in turn at `rate` sends/s. A delivery report is the
   completion: "ok" with its offset (or with none: librdkafka's implicit ack, see `_send`),
-  "info" with librdkafka's error (indeterminate: an earlier attempt may have been appended).
+  "info" with librdkafka's error (indeterminate: an earlier attempt may have been appended),
+  "fail" when produce() itself refused the record (never queued).
   Every send resolves within
   the run (message.timeout.ms, runner.KAFKA_DELIVERY_TIMEOUT_MS: longer than the native 20 s,
   which says why).
@@ -167,7 +168,9 @@ class KafkaProducerWorker(WorkloadThread):
             except BufferError:  # librdkafka's queue is full: serve callbacks, then again
                 producer.poll(0.05)
             except KafkaException as e:
-                self.rec.complete(self.process, "info", "send", i, value, tp=tp, error=str(e))
+                # Refused by librdkafka before it queued the record (an unknown partition
+                # until its metadata names a grown topic's new ones): certainly not written.
+                self.rec.complete(self.process, "fail", "send", i, value, tp=tp, error=str(e))
                 return
 
 

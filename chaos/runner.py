@@ -28,9 +28,10 @@
 
 Rules: the same seed and arguments give the same fault schedule (the workload's timing is the
 machine's); a send that ends in an error is "info" (indeterminate: an earlier attempt may
-have been appended), never "fail", so the checker never counts a maybe-written record as
-certainly absent; every thread stops at the run's deadline and every fault heals before the
-final reads; the run's exit status is the report's `valid`.
+have been appended), so the checker never counts a maybe-written record as certainly absent;
+only a send the client refused before queueing it is "fail"; every thread stops at the
+run's deadline and every fault heals before the final reads; the run's exit status is the
+report's `valid`.
 """
 
 from __future__ import annotations
@@ -255,8 +256,10 @@ class ProducerWorker(WorkloadThread):
         try:
             fut = producer.send(self.cfg.topic, value.encode(), partition=partition)
         except RaftlogError as e:
+            # Refused before it was queued (no metadata within max_block_ms, a full buffer):
+            # certainly not written.
             self._room.release()
-            self.rec.complete(self.process, "info", "send", i, value, tp=tp, error=str(e)[:200])
+            self.rec.complete(self.process, "fail", "send", i, value, tp=tp, error=str(e)[:200])
             return
 
         def done(f: Any) -> None:
