@@ -118,6 +118,11 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.DELETE_TOPICS: (0, 3),
     ApiKey.CREATE_PARTITIONS: (0, 1),
     ApiKey.ELECT_LEADERS: (0, 1),
+    # AlterConfigs v2 and IncrementalAlterConfigs v1 are flexible; every client here speaks
+    # the versions below them too (librdkafka and the Java client both APIs from v0,
+    # kafka-python both, aiokafka AlterConfigs v0-1).
+    ApiKey.ALTER_CONFIGS: (0, 1),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 0),
     # Flexible from v0 (there is no other form); Alter v1 adds allow_replication_factor_change
     # (KIP-860), which kafka-python 3.0 sends when a broker offers it.
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),

@@ -16,8 +16,12 @@ Rules:
   Kafka, for the cluster's dynamic broker defaults: raftlog has none, so no entries. Another
   broker's id, or a name that is not an id, is INVALID_REQUEST (the client asks that broker).
 - Any other resource type is INVALID_REQUEST, with the reason in error_message.
-- Every entry is read_only (raftlog has no AlterConfigs: a topic's configs are set when it is
-  created) and none is sensitive. `configuration_keys` keeps the listed keys only (an
+- A topic's entry is read_only false for the keys AlterConfigs and IncrementalAlterConfigs
+  change on a live topic (`ALTERABLE_TOPIC_CONFIGS`: every topic config but
+  durability.policy and min.insync.replicas, which stay as the topic was created), true for
+  those two; a key altered on the topic shows DYNAMIC_TOPIC_CONFIG, as above. Every broker
+  entry is read_only (raftlog has no dynamic broker configs: a broker's settings come from
+  its config file). None is sensitive. `configuration_keys` keeps the listed keys only (an
   unknown key is left out, as Kafka does). Synonyms (v1+, when asked for) list each layer
   that sets the key, the one in effect first, named as that layer names it (retention.ms,
   then log.retention.ms).
@@ -43,6 +47,7 @@ from raftlog.kafka.messages.configs import (
     ResourceType,
 )
 from raftlog.metadata.partition_state import TopicRules
+from raftlog.metadata.state import FIXED_TOPIC_CONFIGS
 from raftlog.storage.config import (
     COMPRESSION_TYPE_DEFAULT,
     TOPIC_CONFIG_KEYS,
@@ -84,6 +89,8 @@ _OTHER_DEFAULTS = {
 }
 _LOG_FIELDS = {f.name for f in dataclasses.fields(LogConfig)}
 _LOG_DEFAULTS = LogConfig()
+# The topic configs a live topic's config changes may set (alter_topic_config refuses the rest).
+ALTERABLE_TOPIC_CONFIGS = TOPIC_CONFIG_KEYS - FIXED_TOPIC_CONFIGS
 
 
 def _show(value: Any) -> str | None:
@@ -106,7 +113,9 @@ def _value_in_effect(key: str, effective: LogConfig, stated: str | None) -> str 
     return _OTHER_DEFAULTS.get(key)
 
 
-def _default_of(key: str) -> str | None:
+def default_value(key: str) -> str | None:
+    """raftlog's default of topic config `key`, as Kafka's clients see it (None: it has
+    none)."""
     name = field_name(key)
     if name in _LOG_FIELDS:
         return _show(getattr(_LOG_DEFAULTS, name))
@@ -114,14 +123,18 @@ def _default_of(key: str) -> str | None:
 
 
 def _entry(
-    name: str, value: str | None, layers: list[DescribeConfigsSynonym], synonyms: bool
+    name: str,
+    value: str | None,
+    layers: list[DescribeConfigsSynonym],
+    synonyms: bool,
+    read_only: bool = True,
 ) -> DescribeConfigsResourceResult:
     """An entry whose source is that of the first of `layers` (the one in effect)."""
     source = layers[0].source
     return DescribeConfigsResourceResult(
         name,
         value,
-        read_only=True,
+        read_only=read_only,
         config_source=source,
         is_sensitive=False,
         synonyms=tuple(layers) if synonyms else (),
@@ -152,11 +165,11 @@ def topic_entries(
                 )
             )
         layers.append(
-            DescribeConfigsSynonym(broker_name, _default_of(key), ConfigSource.DEFAULT_CONFIG)
+            DescribeConfigsSynonym(broker_name, default_value(key), ConfigSource.DEFAULT_CONFIG)
         )
         stated = topic_config.get(key, broker_defaults.get(key))
         value = _value_in_effect(key, effective, None if stated is None else str(stated))
-        out.append(_entry(key, value, layers, synonyms))
+        out.append(_entry(key, value, layers, synonyms, key not in ALTERABLE_TOPIC_CONFIGS))
     return out
 
 
@@ -218,9 +231,9 @@ def broker_entries(
             _field_default(type(replication), attr),
         )
     # A topic that sets nothing shows the broker's log defaults; its layers already carry the
-    # broker's names.
+    # broker's names. Read-only here: they are the broker's, not a topic's.
     for entry in topic_entries({}, config.log_defaults, effective, synonyms):
-        out.append(entry._replace(name=BROKER_NAMES.get(entry.name, entry.name)))
+        out.append(entry._replace(name=BROKER_NAMES.get(entry.name, entry.name), read_only=True))
     return sorted(out, key=lambda e: e.name)
 
 

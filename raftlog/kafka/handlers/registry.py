@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from raftlog.kafka.api import ApiKey
 from raftlog.kafka.handlers import (
+    alter_configs,
     configs,
     elect_leaders,
     fetch,
@@ -35,6 +36,7 @@ HANDLERS: dict[int, Callable[..., Any]] = {
     **produce.HANDLERS,
     **fetch.HANDLERS,
     **configs.HANDLERS,
+    **alter_configs.HANDLERS,
     **offsets_for_leader_epoch.HANDLERS,
     **producer_ids.HANDLERS,
     **topics.HANDLERS,

@@ -18,7 +18,8 @@ LeaveGroup), `commits` (OffsetCommit, OffsetFetch), `group_admin` (ListGroups, D
 DeleteGroups) and `consumer_protocol` (the subscription and assignment bytes consumers put in
 JoinGroup and SyncGroup). `reassignments` (AlterPartitionReassignments,
 ListPartitionReassignments) is flexible at every version it speaks: compact types and tagged
-fields.
+fields. `alter_configs` (AlterConfigs, IncrementalAlterConfigs) shares ResourceType with
+`configs` (DescribeConfigs).
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from raftlog.kafka.api import SUPPORTED_VERSIONS, ApiKey, api_name
+from raftlog.kafka.messages.alter_configs import (
+    AlterConfigsRequest,
+    IncrementalAlterConfigsRequest,
+)
 from raftlog.kafka.messages.api_versions import ApiVersionsRequest
 from raftlog.kafka.messages.commits import OffsetCommitRequest, OffsetFetchRequest
 from raftlog.kafka.messages.configs import DescribeConfigsRequest
@@ -86,6 +91,8 @@ REQUEST_TYPES: dict[ApiKey, type[KafkaRequest]] = {
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: AlterPartitionReassignmentsRequest,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: ListPartitionReassignmentsRequest,
     ApiKey.DESCRIBE_CONFIGS: DescribeConfigsRequest,
+    ApiKey.ALTER_CONFIGS: AlterConfigsRequest,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: IncrementalAlterConfigsRequest,
     ApiKey.FIND_COORDINATOR: FindCoordinatorRequest,
     ApiKey.JOIN_GROUP: JoinGroupRequest,
     ApiKey.SYNC_GROUP: SyncGroupRequest,

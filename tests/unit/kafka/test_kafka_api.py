@@ -33,7 +33,8 @@ def test_api_keys_are_kafkas_numbers() -> None:
     assert ApiKey.LIST_GROUPS == 16 and ApiKey.API_VERSIONS == 18
     assert ApiKey.CREATE_TOPICS == 19 and ApiKey.DELETE_TOPICS == 20
     assert ApiKey.INIT_PRODUCER_ID == 22 and ApiKey.OFFSET_FOR_LEADER_EPOCH == 23
-    assert ApiKey.DESCRIBE_CONFIGS == 32 and ApiKey.CREATE_PARTITIONS == 37
+    assert ApiKey.DESCRIBE_CONFIGS == 32 and ApiKey.ALTER_CONFIGS == 33
+    assert ApiKey.CREATE_PARTITIONS == 37 and ApiKey.INCREMENTAL_ALTER_CONFIGS == 44
     assert ApiKey.DELETE_GROUPS == 42 and ApiKey.ELECT_LEADERS == 43
     assert ApiKey.ALTER_PARTITION_REASSIGNMENTS == 45
     assert ApiKey.LIST_PARTITION_REASSIGNMENTS == 46
@@ -56,6 +57,8 @@ def test_supported_versions_are_below_the_first_flexible_except_three_apis() -> 
         ApiKey.DELETE_TOPICS: (0, 3),
         ApiKey.CREATE_PARTITIONS: (0, 1),
         ApiKey.ELECT_LEADERS: (0, 1),
+        ApiKey.ALTER_CONFIGS: (0, 1),
+        ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 0),
         ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),
         ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
         ApiKey.DESCRIBE_CONFIGS: (0, 2),
@@ -81,6 +84,8 @@ def test_supported_versions_are_below_the_first_flexible_except_three_apis() -> 
     assert FIRST_FLEXIBLE[ApiKey.API_VERSIONS] == 3
     assert FIRST_FLEXIBLE[ApiKey.ALTER_PARTITION_REASSIGNMENTS] == 0
     assert FIRST_FLEXIBLE[ApiKey.LIST_PARTITION_REASSIGNMENTS] == 0
+    assert FIRST_FLEXIBLE[ApiKey.ALTER_CONFIGS] == 2
+    assert FIRST_FLEXIBLE[ApiKey.INCREMENTAL_ALTER_CONFIGS] == 1
     assert is_supported(ApiKey.PRODUCE, 3) and not is_supported(ApiKey.PRODUCE, 2)
     assert not is_supported(1000, 0)
 
@@ -97,6 +102,10 @@ def test_supported_versions_are_below_the_first_flexible_except_three_apis() -> 
         (ApiKey.SASL_HANDSHAKE, 1, 1, 0),
         (ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, 2, 1),
         (ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, 2, 1),
+        (ApiKey.ALTER_CONFIGS, 1, 1, 0),
+        (ApiKey.ALTER_CONFIGS, 2, 2, 1),
+        (ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1, 0),
+        (ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, 2, 1),
         (1000, 5, 1, 0),
     ],
 )

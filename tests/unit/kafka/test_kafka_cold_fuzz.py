@@ -1,6 +1,7 @@
 """The cold APIs' decoders (InitProducerId, OffsetForLeaderEpoch, CreateTopics, DeleteTopics,
 CreatePartitions, ElectLeaders, AlterPartitionReassignments and ListPartitionReassignments
-(flexible: compact lengths and tagged fields), DescribeConfigs, and the consumer-group APIs
+(flexible: compact lengths and tagged fields), DescribeConfigs, AlterConfigs,
+IncrementalAlterConfigs, and the consumer-group APIs
 (SUPPORTED_VERSIONS), whose samples come from kafka_group_samples.py) under mutated bodies:
 thousands per message type and version, from a seeded random generator, read as
 `decode_request` reads a body (from a Reader placed in the frame, then every byte consumed). A
@@ -17,6 +18,17 @@ from kafka_group_samples import GROUP_SAMPLES
 from kafka_message_samples import versions as codec_versions
 
 from raftlog.invariants import InvariantError
+from raftlog.kafka.messages.alter_configs import (
+    AlterableConfig,
+    AlterConfigsRequest,
+    AlterConfigsResource,
+    AlterConfigsResourceResponse,
+    AlterConfigsResponse,
+    IncrementalAlterableConfig,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResource,
+    IncrementalAlterConfigsResponse,
+)
 from raftlog.kafka.messages.configs import (
     DescribeConfigsRequest,
     DescribeConfigsResource,
@@ -311,6 +323,69 @@ CASES: list[tuple[range, Any, list[Any]]] = [
                     ),
                     DescribeConfigsResult(3, "g", (), 42, "not supported"),
                 )
+            )
+        ],
+    ),
+    (
+        range(2),
+        AlterConfigsRequest,
+        [
+            AlterConfigsRequest(
+                (
+                    AlterConfigsResource(
+                        2,
+                        "orders",
+                        (AlterableConfig("retention.ms", "1000"), AlterableConfig("k", None)),
+                    ),
+                    AlterConfigsResource(4, "1-é", ()),
+                ),
+                True,
+            )
+        ],
+    ),
+    (
+        range(2),
+        AlterConfigsResponse,
+        [
+            AlterConfigsResponse(
+                (
+                    AlterConfigsResourceResponse(2, "orders"),
+                    AlterConfigsResourceResponse(4, "1", 42, "no dynamic broker configs"),
+                ),
+                5,
+            )
+        ],
+    ),
+    (
+        range(1),
+        IncrementalAlterConfigsRequest,
+        [
+            IncrementalAlterConfigsRequest(
+                (
+                    IncrementalAlterConfigsResource(
+                        2,
+                        "orders",
+                        (
+                            IncrementalAlterableConfig("retention.ms", 0, "1000"),
+                            IncrementalAlterableConfig("segment.ms", 1, None),
+                            IncrementalAlterableConfig("cleanup.policy", 2, "delete"),
+                        ),
+                    ),
+                    IncrementalAlterConfigsResource(8, "é", ()),
+                ),
+                False,
+            )
+        ],
+    ),
+    (
+        range(1),
+        IncrementalAlterConfigsResponse,
+        [
+            IncrementalAlterConfigsResponse(
+                (
+                    AlterConfigsResourceResponse(2, "orders", 40, "retention.ms='x'"),
+                    AlterConfigsResourceResponse(2, "b"),
+                ),
             )
         ],
     ),

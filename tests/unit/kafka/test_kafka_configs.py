@@ -140,7 +140,12 @@ def test_a_topic_shows_every_key_with_its_value_in_effect_and_its_source() -> No
     assert shown("flush.ms") == (NEVER, ConfigSource.DEFAULT_CONFIG, True)
     assert shown("cleanup.policy") == ("delete", ConfigSource.DEFAULT_CONFIG, True)
     assert shown("unclean.leader.election.enable") == ("false", ConfigSource.DEFAULT_CONFIG, True)
-    assert all(e.read_only and not e.is_sensitive and e.synonyms == () for e in entries.values())
+    assert all(not e.is_sensitive and e.synonyms == () for e in entries.values())
+    # What AlterConfigs changes is not read-only; the two keys fixed at creation are.
+    assert {k for k, e in entries.items() if e.read_only} == {
+        "durability.policy",
+        "min.insync.replicas",
+    }
 
 
 def test_synonyms_list_each_layer_that_sets_a_key_the_one_in_effect_first() -> None:
@@ -184,6 +189,8 @@ def test_a_broker_shows_its_settings_and_log_defaults_by_kafkas_names() -> None:
     assert entries["message.max.bytes"].is_default
     assert entries["log.flush.interval.ms"].value == NEVER
     assert "segment.bytes" not in entries and "retention.ms" not in entries
+    # No dynamic broker configs: every broker entry, its log defaults too, is read-only.
+    assert all(e.read_only for e in entries.values())
 
 
 def test_selected_keeps_the_listed_keys() -> None:
