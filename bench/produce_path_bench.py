@@ -80,6 +80,9 @@ class _Metadata:
     def broker_epochs(self) -> dict[int, int]:
         return {1: 1}
 
+    def replication_throttle(self) -> int:
+        return 0  # no reassignment here
+
 
 def _produce_frames(n: int) -> list[bytes]:
     from raftlog import protocol
