@@ -17,6 +17,8 @@ Rules:
   LEADER_NOT_AVAILABLE over an open connection it kept asking the cut-off broker, every
   0.3-0.7 s, until the partition healed (23.7 s without writes, both producers, in a
   10-minute isolate run); with the connection closed it asks another broker.
+- Its controller_id is always a broker it lists (`admin_node`): clients send admin requests
+  there, and every broker serves them.
 - ListOffsets: timestamp -2 is the log start, -1 the high watermark (what a consumer may read:
   without transactions the last stable offset is the same), any other the first offset whose
   timestamp is at least it, below the high watermark (-1/-1 when there is none). A stated
@@ -116,7 +118,27 @@ def _metadata(
                 topics.append(_topic(md.topic(name), alive, leaders))
             except RaftlogError as e:
                 topics.append(MetadataTopic(kafka_code(e), name, False, []))
-    return MetadataResponse(0, brokers, CLUSTER_ID, md.controller_id, topics)
+    return MetadataResponse(
+        0, brokers, CLUSTER_ID, admin_node(md.controller_id, alive, ctx.config.node_id), topics
+    )
+
+
+def admin_node(controller_id: int, alive: Collection[int], this_node: int) -> int:
+    """The controller_id a Metadata answer names: the active controller where it is a listed
+    broker, else this node where it is one, else any listed broker (-1 if none is).
+
+    Kafka's clients send admin requests (CreateTopics, DeleteTopics, ElectLeaders, ...) to it;
+    any raftlog broker serves them, proposing through the quorum, as a KRaft broker names a
+    random live broker. librdkafka waits for the named node to appear in its broker list and
+    refreshes metadata only while the id is -1: a controller fenced at the moment of the answer
+    (a broker's heartbeat late on a loaded machine while its Raft thread kept leading), named
+    but absent from the list, held a CreateTopics unsent until confluent-kafka's 60 s timeout.
+    """
+    if controller_id in alive:
+        return controller_id
+    if this_node in alive:
+        return this_node
+    return min(alive, default=-1)
 
 
 def _topic(t: TopicInfo, alive: set[int], leaders: set[int]) -> MetadataTopic:
