@@ -167,6 +167,13 @@ class NoReassignmentInProgressError(InvalidRequestError):
     code = 66
 
 
+class InvalidRecordError(RaftlogError):
+    """A record a partition cannot take as it is: a record without a key for a compacted
+    topic (Kafka: INVALID_RECORD). Not retriable: the producer must change the record."""
+
+    code = 67
+
+
 class UnsupportedVersionError(RaftlogError):
     """The API key or version is not one this server speaks."""
 

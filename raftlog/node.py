@@ -145,6 +145,10 @@ _BROKER_SETTINGS = (
     "request_receive_ms_max",
     "retention_check_interval_ms",
     "fetch_zero_copy_min_bytes",
+    "log_cleaner_enable",
+    "log_cleaner_io_bytes_per_s",
+    "log_cleaner_keys_max",
+    "log_cleaner_backoff_ms",
 )
 
 
@@ -200,6 +204,10 @@ class NodeConfig:
     request_receive_ms_max: int | None = None  # a frame's deadline (Kafka: request.timeout.ms)
     retention_check_interval_ms: int | None = None  # (log.retention.check.interval.ms)
     fetch_zero_copy_min_bytes: int | None = None  # smaller fetched data is copied, not sendfile'd
+    log_cleaner_enable: bool | None = None  # (log.cleaner.enable)
+    log_cleaner_io_bytes_per_s: int | None = None  # (log.cleaner.io.max.bytes.per.second)
+    log_cleaner_keys_max: int | None = None  # offset map keys (log.cleaner.dedupe.buffer.size)
+    log_cleaner_backoff_ms: int | None = None  # (log.cleaner.backoff.ms)
 
     def __post_init__(self) -> None:
         bad = set(self.roles) - {"controller", "broker"}

@@ -48,8 +48,11 @@ class Record(NamedTuple):
 class BatchHeader(NamedTuple):
     """The decoded fixed header of one batch, of either format. `size` is the whole batch in
     bytes. `checksum` is xxh3_64 (magic 1) or CRC-32C (magic 2); `first_timestamp` is Kafka's
-    `base_timestamp` in magic 2. Invariant (after validation): record_count >= 1 and
-    last_offset_delta >= record_count - 1 (equal in magic 1).
+    `base_timestamp` in magic 2. Invariant (after validation): last_offset_delta >=
+    max(record_count - 1, 0); equal to record_count - 1 (and record_count >= 1) in magic 1 and
+    in every batch a producer sends. Only the log cleaner writes v2 batches with fewer records
+    than offsets (the others compacted away), or none (a producer's last, kept for its
+    sequence).
 
     A NamedTuple so that a header `Struct.unpack_from` becomes a header with no per-field work.
     """

@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import crc32c as _crc32c_module
 
@@ -76,6 +76,10 @@ CODEC_MAX = 4  # zstd; 5-7 are not codecs
 TIMESTAMP_TYPE_BIT = 0x08
 TRANSACTIONAL_BIT = 0x10
 CONTROL_BIT = 0x20
+# Set by the log cleaner on a batch holding tombstones (Kafka's KIP-534): its base timestamp
+# is then the delete horizon, the time after which a clean removes those tombstones, and the
+# records' timestamp deltas count from it (so every record's timestamp reads as before).
+DELETE_HORIZON_BIT = 0x40
 # The smallest record: length, attributes, timestamp delta, offset delta, key length, value
 # length and header count, one byte each.
 RECORD_V2_MIN_SIZE = 7
@@ -120,9 +124,11 @@ def validate_batch_v2(
     """Check the v2 batch at `pos` without decoding its records, and return its header.
 
     The checks of records.validate_batch, in v2's terms: the length fits inside [pos, end);
-    magic is 2; record count >= 1 and last_offset_delta >= count - 1; an uncompressed batch
+    magic is 2; last_offset_delta >= max(count - 1, 0) (a count of 0 is a compacted log's
+    empty batch, which only a producer may not send: append_checks.py); an uncompressed batch
     has room for `count` records of the minimum size; the codec is known (0-4); the CRC
-    matches (`checksum=False` skips only that); the timestamps are ordered and not negative.
+    matches (`checksum=False` skips only that); the timestamps are ordered (unless the base is a
+    delete horizon) and not negative.
     Raises CorruptRecordError naming the byte position.
     """
     if end is None:
@@ -141,7 +147,7 @@ def validate_batch_v2(
     if h.magic != MAGIC_V2:
         raise CorruptRecordError(f"unknown magic {h.magic} in batch at byte {pos}")
     count = h.record_count
-    if count < 1 or h.last_offset_delta < count - 1:
+    if count < 0 or h.last_offset_delta < max(count - 1, 0):
         raise CorruptRecordError(
             f"record count {count} does not match last offset delta {h.last_offset_delta} "
             f"in v2 batch at byte {pos}"
@@ -155,7 +161,9 @@ def validate_batch_v2(
         )
     if checksum and crc32c(memoryview(buf)[pos + CRC_FROM : pos + size]) != h.checksum:
         raise CorruptRecordError(f"checksum (CRC-32C) mismatch in v2 batch at byte {pos}")
-    if h.first_timestamp < 0 or h.max_timestamp < h.first_timestamp:
+    if h.first_timestamp < 0 or (
+        h.max_timestamp < h.first_timestamp and not h.attributes & DELETE_HORIZON_BIT
+    ):
         raise CorruptRecordError(
             f"timestamps out of order in v2 batch at byte {pos}: base {h.first_timestamp}, "
             f"max {h.max_timestamp} (ms since the epoch, >= 0)"
@@ -191,6 +199,16 @@ def _varint(n: int) -> bytes:
     return _VARINTS[n + 1] if -1 <= n <= VARINT_TABLE_MAX else zigzag_varint(n)
 
 
+class KeptOffsets(NamedTuple):
+    """What a cleaned batch keeps of the batch it rewrites (encode_batch_v2's `kept`);
+    `delete_horizon` says `base_timestamp` is one (DELETE_HORIZON_BIT)."""
+
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    delete_horizon: bool = False
+
+
 _TAIL_V2 = struct.Struct(">hiqqqhii")  # attributes .. records_count: bytes [21, 61)
 _HEAD_V2 = struct.Struct(">qiibI")  # base_offset .. crc: bytes [0, 21)
 
@@ -205,24 +223,39 @@ def encode_batch_v2(
     base_sequence: int = NO_SEQUENCE,
     compression: int = 0,
     timestamp_type: int = 0,
+    kept: KeptOffsets | None = None,
 ) -> bytes:
     """Encode `records` (at least one; their `offset` is ignored: record i gets offset delta
     i) into one v2 batch, as Kafka's producer would, `compression` one of compression.py's
     codec ids. The base timestamp is the first record's, as in Kafka's MemoryRecordsBuilder.
 
+    With `kept` (the log cleaner's rewrite of a batch): each record keeps its own offset
+    (offset delta = its offset - `base_offset`), the batch keeps the original's last offset
+    delta and timestamps, and `records` may be empty (Kafka's empty batch, kept only to hold
+    its producer's last sequence).
+
     The common record (null key, a value, no headers) is built from looked-up varints and
     joined once with all the others: no per-record join, no bytearray growth."""
-    if not records:
+    if not records and kept is None:
         raise InvariantError("a v2 batch holds at least one record")
     if not 0 <= compression <= CODEC_MAX:
         raise InvariantError(f"compression codec {compression} is not 0..{CODEC_MAX}")
-    base_ts = records[0].timestamp
-    max_ts = base_ts
+    if kept is not None:
+        base_ts, max_ts = kept.base_timestamp, kept.max_timestamp
+        if any(
+            not base_offset <= r.offset <= base_offset + kept.last_offset_delta for r in records
+        ):
+            raise InvariantError("a kept record's offset lies outside its batch")
+    else:
+        base_ts = records[0].timestamp
+        max_ts = base_ts
     parts: list[bytes] = []
     add = parts.extend
     varints = _VARINTS
-    for delta, (key, value, headers, ts, _offset) in enumerate(records):
-        if ts > max_ts:
+    for delta, (key, value, headers, ts, offset) in enumerate(records):
+        if kept is not None:
+            delta = offset - base_offset
+        elif ts > max_ts:
             max_ts = ts
         ts_delta = ts - base_ts
         tsv = (
@@ -259,8 +292,11 @@ def encode_batch_v2(
         stream = compress(compression, stream)
     count = len(records)
     attributes = compression | (TIMESTAMP_TYPE_BIT if timestamp_type else 0)
+    if kept is not None and kept.delete_horizon:
+        attributes |= DELETE_HORIZON_BIT
+    last_delta = count - 1 if kept is None else kept.last_offset_delta
     tail = _TAIL_V2.pack(
-        attributes, count - 1, base_ts, max_ts, producer_id, producer_epoch, base_sequence, count
+        attributes, last_delta, base_ts, max_ts, producer_id, producer_epoch, base_sequence, count
     )
     tail += stream
     crc = int(_crc32c(tail))

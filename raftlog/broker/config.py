@@ -93,6 +93,16 @@ class BrokerConfig:
     # tick: 8 MiB/s of 1 MB batches checks a 10 GiB broker every ~21 min; of 190-byte batches
     # (~2 us each) the time bound holds it to ~0.5 MB/s.
     scrub_bytes_per_s: int = 8 * 1024 * 1024
+    # The log cleaner (storage/cleaner.py): one clean at a time on a worker thread, a pass over
+    # the compacted logs every log_cleaner_backoff_ms for one that is due. Its reads and
+    # writes together keep under log_cleaner_io_bytes_per_s (Kafka's
+    # log.cleaner.io.max.bytes.per.second; 0: no limit) so that produce latency holds while it
+    # runs (bench/cleaner_bench.py); its offset map holds log_cleaner_keys_max keys (about 130
+    # bytes each: 1,000,000 keys, ~130 MB at most).
+    log_cleaner_enable: bool = True
+    log_cleaner_io_bytes_per_s: int = 16 * 1024 * 1024
+    log_cleaner_keys_max: int = 1_000_000
+    log_cleaner_backoff_ms: int = 1000
     shutdown_timeout_ms: int = 10_000
     # Replication settings (replica.lag.time.max.ms, replica fetch sizes and waits, ...).
     replication: ReplicationConfig = field(default_factory=ReplicationConfig)
@@ -108,6 +118,9 @@ class BrokerConfig:
             ("connection_idle_ms_max", 1),
             ("request_receive_ms_max", 1),
             ("fetch_zero_copy_min_bytes", 0),
+            ("log_cleaner_io_bytes_per_s", 0),
+            ("log_cleaner_keys_max", 1),
+            ("log_cleaner_backoff_ms", 1),
         ):
             value = getattr(self, name)
             if type(value) is not int or value < lowest:

@@ -49,6 +49,7 @@ from raftlog.errors import (
 from raftlog.metadata.model import TopicInfo
 from raftlog.storage import LogConfig, PartitionLog
 from raftlog.storage.checkpoint import sync_many
+from raftlog.storage.cleaner import CleanPlan
 from raftlog.storage.log import os_error_text
 from raftlog.storage.segment import parse_segment_name
 from raftlog.topics import TopicPartition
@@ -161,6 +162,7 @@ class LogManager:
         # The scrubber's turn: it goes on with the partition after this one; the logs it
         # checks (those with a closed segment), listed at most every SCRUB_LIST_INTERVAL_S.
         self._scrub_last = TopicPartition("", -1)
+        self._clean_last = TopicPartition("", -1)  # the log plan_clean looked at last
         self._scrub_logs: list[tuple[TopicPartition, PartitionLog]] = []
         self._scrub_keys: list[TopicPartition] = []
         self._scrub_listed_at = -SCRUB_LIST_INTERVAL_S
@@ -406,6 +408,10 @@ class LogManager:
         except RaftlogError as e:
             log.error("closing %s failed: %s (recovery will check it at the next open)", tp, e)
 
+    def hosted(self, tp: TopicPartition) -> PartitionLog | None:
+        """The open log of `tp`, if any (no error for an offline or unknown one)."""
+        return self._logs.get(tp)
+
     def get(self, tp: TopicPartition) -> PartitionLog:
         try:
             return self._logs[tp]
@@ -524,6 +530,27 @@ class LogManager:
                     logging.ERROR, (tp, "retention"), "retention on %s failed: %s", tp, e
                 )
         return deleted
+
+    def plan_clean(
+        self, high_watermarks: dict[TopicPartition, int]
+    ) -> tuple[TopicPartition, PartitionLog, CleanPlan] | None:
+        """The next compacted log due for a clean (PartitionLog.plan_clean), the logs taking
+        turns; never past a partition's high watermark (its log end where none is given)."""
+        compacted = sorted(tp for tp, plog in self._logs.items() if plog.config.compact)
+        if not compacted:
+            return None
+        start = bisect.bisect_right(compacted, self._clean_last)
+        for tp in compacted[start:] + compacted[:start]:
+            plog = self._logs[tp]
+            self._clean_last = tp
+            try:
+                plan = plog.plan_clean(high_watermarks.get(tp, plog.log_end_offset))
+            except RaftlogError as e:
+                self.errors.log(logging.ERROR, (tp, "clean"), "planning a clean of %s: %s", tp, e)
+                continue
+            if plan is not None:
+                return tp, plog, plan
+        return None
 
     def scrub(self, budget_bytes: int, budget_s: float) -> int:
         """Check about `budget_bytes` of closed segments' checksums, and for at most about

@@ -17,7 +17,9 @@ retention every
 and reopen offline ones whose backoff passed. The scrubber, a task of its own, checks closed
 segments' checksums (`scrub_bytes_per_s`, in slices of at most SCRUB_SECONDS_PER_TICK_MAX every
 SCRUB_TICK_S): fetches serve trusted data unchecked, so a flipped byte is found there, not by a
-consumer. A partition's error never stops the others (the
+consumer. The log cleaner, another task, compacts the compacted topics' logs one at a time
+(`_clean`: planned and swapped in on the loop, read and written on its own thread under
+`log_cleaner_io_bytes_per_s`, storage/cleaner.py). A partition's error never stops the others (the
 LogManager catches and rate-limits them); a bug that ends the task is logged at once.
 
 Offline replicas: whenever the set of this broker's offline logs changes, the broker proposes
@@ -80,7 +82,7 @@ from raftlog.metadata.model import TopicInfo
 from raftlog.replication.core import ProposeIsr
 from raftlog.replication.manager import ReplicaManager
 from raftlog.replication.partition import Partition
-from raftlog.storage import PartitionLog
+from raftlog.storage import PartitionLog, cleaner
 from raftlog.tasks import TaskSet
 from raftlog.topics import TopicPartition
 
@@ -214,6 +216,11 @@ class Broker:
         self._offline_reporter: asyncio.Task[None] | None = None
         self._scrubber: asyncio.Task[None] | None = None
         # Its background loops: a loop that ends with an error (a bug: the expected ones are
+        self._cleaner: asyncio.Task[None] | None = None
+        # The log cleaner's reads and writes (storage/cleaner.py), one clean at a time.
+        self._cleaner_executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=f"raftlog-cleaner-{config.node_id}"
+        )
         # caught inside) is logged at once rather than at shutdown.
         self._tasks = TaskSet(f"broker {config.node_id}")
         self.port = config.port
@@ -275,6 +282,8 @@ class Broker:
         if self.config.scrub_bytes_per_s > 0:
             self._scrubber = tasks.spawn(self._scrub(), "scrubber")
         self._offline_reporter = tasks.spawn(self._report_offline(), "offline replica reports")
+        if self.config.log_cleaner_enable:
+            self._cleaner = tasks.spawn(self._clean(), "log cleaner")
         log.info(
             "broker %d listening on %s:%d, data in %s, %d partitions, fetches served with %s",
             self.config.node_id,
@@ -299,6 +308,7 @@ class Broker:
                 self._housekeeping,
                 self._scrubber,
                 self._offline_reporter,
+                self._cleaner,
             ):
                 if task is not None:
                     task.cancel()
@@ -333,6 +343,7 @@ class Broker:
             self.logs.close()
             self._open_executor.shutdown(wait=False)
         log.info("broker %d stopped", self.config.node_id)
+            self._cleaner_executor.shutdown(wait=False)
 
     async def _scrub(self) -> None:
         """The background checksum check of closed segments, in short slices (SCRUB_TICK_S)."""
@@ -342,6 +353,56 @@ class Broker:
             self.logs.scrub(budget_bytes, SCRUB_SECONDS_PER_TICK_MAX)
 
     async def _housekeep(self) -> None:
+    async def _clean(self) -> None:
+        """The log cleaner: one clean at a time, its reads and writes on a worker thread, its
+        swap on the event loop (storage/cleaner.py)."""
+        loop = asyncio.get_running_loop()
+        cfg = self.config
+        while True:
+            await asyncio.sleep(cfg.log_cleaner_backoff_ms / 1000)
+            if self.stopping:
+                return
+            picked = self.logs.plan_clean(self.replicas.high_watermarks())
+            if picked is None:
+                continue
+            tp, plog, plan = picked
+            try:
+                result = await loop.run_in_executor(
+                    self._cleaner_executor,
+                    cleaner.run,
+                    plan,
+                    cfg.log_cleaner_keys_max,
+                    cfg.log_cleaner_io_bytes_per_s,
+                )
+            except asyncio.CancelledError:
+                # The worker finishes on its own (its fds stay open until the process ends: it
+                # still reads them); its files go at the log's next open.
+                raise
+            except (OSError, RaftlogError, InvariantError) as e:
+                plan.close()
+                self.logs.errors.log(logging.ERROR, (tp, "clean"), "cleaning %s failed: %s", tp, e)
+                continue
+            if self.logs.hosted(tp) is not plog:
+                cleaner.discard(result)
+                plan.close()
+                continue
+            if not plog.install_clean(result):
+                log.info("%s: a clean was dropped: the log changed while it ran", tp)
+                continue
+            log.info(
+                "%s: cleaned offsets [%d, %d) in %.2f s: %d of %d records kept, %d tombstones "
+                "removed, %d -> %d bytes",
+                tp,
+                plan.segments[0].base,
+                result.end,
+                result.seconds,
+                result.records_kept,
+                result.records_read,
+                result.tombstones_removed,
+                result.bytes_read,
+                result.bytes_written,
+            )
+
         loop = asyncio.get_running_loop()
         next_retention = loop.time() + self.config.retention_check_interval_ms / 1000
         while True:

@@ -18,7 +18,8 @@ Rules:
   request, as Kafka requires), so that a duplicate's answer is one batch's offsets; a duplicate
   is answered with its original offsets and not written.
 - Follower (`check_follower_batches`): the batches carry the leader's offsets and epochs; they
-  must continue the log exactly, else nothing is appended.
+  must continue the log exactly, else nothing is appended. In a compacted log they may start
+  above where it ends (the leader's cleaner removed the batches between): offsets still go up.
 - Per batch they build only what the write needs; the log calls each once per append.
 """
 
@@ -29,6 +30,7 @@ from collections.abc import Sequence
 from raftlog.errors import (
     CorruptRecordError,
     InvalidOffsetError,
+    InvalidRecordError,
     InvalidRequestError,
     RaftlogError,
     RecordTooLargeError,
@@ -40,6 +42,8 @@ from raftlog.records import (
     STAMP,
     STAMP_SIZE,
     STAMP_V2,
+    BatchHeader,
+    decode_records,
     validate_batch,
 )
 from raftlog.records_v2 import CONTROL_BIT, TRANSACTIONAL_BIT
@@ -82,6 +86,7 @@ def check_leader_chunks(
     leader_epoch: int,
     max_message_bytes: int,
     producer_state: ProducerState,
+    keys_required: bool = False,
 ) -> LeaderChunks:
     """Check `chunks` for a leader append at `first_offset` (see the module's rules): the
     buffers to write (two per batch), their byte count, the batches, the offset after the
@@ -119,6 +124,14 @@ def check_leader_chunks(
                         f"{name}: batch of {size} bytes at byte {pos} exceeds "
                         f"max_message_bytes={max_bytes}; nothing appended"
                     )
+                if h.last_offset_delta != h.record_count - 1 or h.record_count < 1:
+                    raise CorruptRecordError(
+                        f"{name}: batch at byte {pos} has {h.record_count} records and last "
+                        f"offset delta {h.last_offset_delta}: a producer's batch holds at "
+                        "least one record, at consecutive offsets; nothing appended"
+                    )
+                if keys_required:
+                    check_keys(name, mv, pos, h)
                 if h.magic != MAGIC and h.attributes & _NOT_FROM_PRODUCERS:
                     raise InvalidRequestError(
                         f"{name}: v2 batch at byte {pos} is transactional or a control batch "
@@ -185,13 +198,27 @@ def check_leader_chunks(
     return iov, nbytes, batches, offset, records, max_ts, outcomes, producers
 
 
+def check_keys(name: str, mv: memoryview, pos: int, h: BatchHeader) -> None:
+    """A compacted topic's batch: every record has a key (Kafka's rule: the cleaner keeps the
+    last record of each key, and a record without one could only be dropped). Decodes the
+    records: only compacted topics pay for it."""
+    for r in decode_records(mv, pos, h):
+        if r.key is None:
+            raise InvalidRecordError(
+                f"{name}: the record at offset delta {r.offset - h.base_offset} of the batch at "
+                f"byte {pos} has no key: a compacted topic (cleanup.policy=compact) keeps the "
+                "last record of each key and takes only records with one; nothing appended"
+            )
+
+
 def check_follower_batches(
-    name: str, mv: memoryview, log_end: int, latest_epoch: int
+    name: str, mv: memoryview, log_end: int, latest_epoch: int, gaps: bool = False
 ) -> FollowerBatches:
     """Check a follower's batches `mv` (see the module's rules), which must start at
-    `log_end`: the batches, the epochs above `latest_epoch` they start, the offset after the
-    last one, the record count, the max timestamp and the idempotent batches. Raises
-    CorruptRecordError or InvalidOffsetError, for all of them."""
+    `log_end` (in a compacted log, `gaps`, at or above it): the batches, the epochs above
+    `latest_epoch` they start, the offset after the last one, the record count, the max
+    timestamp and the idempotent batches. Raises CorruptRecordError or InvalidOffsetError,
+    for all of them."""
     n = len(mv)
     if n == 0:
         raise CorruptRecordError(f"{name}: empty append")
@@ -209,7 +236,7 @@ def check_follower_batches(
             h = validate_batch(mv, pos, n)
         except CorruptRecordError as e:
             raise CorruptRecordError(f"{name}: {e}; nothing appended") from None
-        if h.base_offset != expected:
+        if h.base_offset != expected and not (gaps and h.base_offset > expected):
             raise InvalidOffsetError(
                 f"{name}: follower batch at byte {pos} has base offset "
                 f"{h.base_offset}, the log continues at {expected}; nothing appended"
@@ -226,7 +253,7 @@ def check_follower_batches(
                     h.producer_id,
                     h.producer_epoch,
                     h.base_sequence,
-                    h.record_count,
+                    h.last_offset_delta + 1,  # a cleaned batch's records span its offsets
                     h.base_offset,
                     h.max_timestamp,
                 )

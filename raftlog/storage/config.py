@@ -6,7 +6,8 @@
 Rules:
 - A topic config key must be one of `TOPIC_CONFIG_KEYS`: the log's settings plus the topic
   settings other layers read (`unclean.leader.election.enable`, `min.insync.replicas`,
-  `durability.policy`) and `cleanup.policy` (only `delete`: nothing implements compaction).
+  `durability.policy`, `compression.type`). `cleanup.policy` is Kafka's list (`delete`,
+  `compact`, both) and the compaction settings keep Kafka's names and defaults.
   Anything else, a typo like `retention.msx` or a snake_case `retention_ms`, raises
   InvalidConfigError naming the key; creating a topic, `validate_only` and the broker's
   `[log]` defaults all go through here.
@@ -30,6 +31,7 @@ from raftlog.errors import InvalidConfigError
 log = logging.getLogger(__name__)
 
 INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
 DAY_MS = 24 * 60 * 60 * 1000
 
 
@@ -58,6 +60,20 @@ class LogConfig:
     # 250 bytes each), beyond which the least recently appended one is evicted.
     producer_id_expiration_ms: int = DAY_MS
     producer_ids_max: int = 10_000
+    # Kafka's cleanup.policy: "delete" (retention removes old segments), "compact" (the log
+    # cleaner keeps the last record of every key; retention removes nothing) or
+    # "compact,delete" (both). Normalised: the policies sorted, comma-joined.
+    cleanup_policy: str = "delete"
+    # Compaction (cleaner.py), Kafka's names and defaults: a log is cleaned once its dirty
+    # part (written since the last clean) is at least this share of its cleanable bytes...
+    min_cleanable_dirty_ratio: float = 0.5
+    # ...never a record younger than min.compaction.lag.ms (KIP-58), and a record is compacted
+    # at the latest max.compaction.lag.ms after it was written, whatever the ratio (KIP-354).
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = INT64_MAX
+    # A tombstone (a key with a null value) stays readable this long after the clean that
+    # first kept it, so a consumer that reads the log in less time sees the delete.
+    delete_retention_ms: int = DAY_MS
 
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, rule: str) -> None:
@@ -87,6 +103,29 @@ class LogConfig:
         need(self.recovery_point_checkpoint_ms >= 0, "recovery_point_checkpoint_ms", ">= 0")
         need(self.producer_id_expiration_ms >= 1, "producer_id_expiration_ms", ">= 1")
         need(self.producer_ids_max >= 1, "producer_ids_max", ">= 1")
+        need(
+            self.cleanup_policy in CLEANUP_POLICIES,
+            "cleanup_policy",
+            "delete, compact or compact,delete",
+        )
+        need(
+            0.0 <= self.min_cleanable_dirty_ratio <= 1.0,
+            "min_cleanable_dirty_ratio",
+            "between 0 and 1",
+        )
+        need(self.min_compaction_lag_ms >= 0, "min_compaction_lag_ms", ">= 0")
+        need(self.max_compaction_lag_ms >= 1, "max_compaction_lag_ms", ">= 1")
+        need(self.delete_retention_ms >= 0, "delete_retention_ms", ">= 0")
+
+    @property
+    def compact(self) -> bool:
+        """The log cleaner compacts this log."""
+        return "compact" in self.cleanup_policy.split(",")
+
+    @property
+    def delete(self) -> bool:
+        """Time and size retention delete this log's old segments."""
+        return "delete" in self.cleanup_policy.split(",")
 
     @classmethod
     def from_topic_config(cls, config: Mapping[str, Any], strict: bool = True) -> LogConfig:
@@ -112,10 +151,8 @@ class LogConfig:
             if (value is None or value == "") and defaults[name] is None:
                 kwargs[name] = None  # unset: only the optional settings (flush.*) may be
                 continue
-            try:
-                kwargs[name] = int(value)
-            except (TypeError, ValueError):
-                raise InvalidConfigError(f"{key}={value!r}: must be an integer") from None
+            parse = _PARSERS.get(key, _parse_int)
+            kwargs[name] = parse(key, value)
         return cls(**kwargs)
 
 
@@ -128,11 +165,38 @@ def field_name(key: str) -> str:
     return key.replace(".", "_")
 
 
-def _check_cleanup_policy(key: str, value: Any) -> None:
-    if value != "delete":
+CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
+
+
+def _parse_int(key: str, value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise InvalidConfigError(f"{key}={value!r}: must be an integer") from None
+
+
+def _parse_ratio(key: str, value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise InvalidConfigError(f"{key}={value!r}: must be a number between 0 and 1") from None
+
+
+def _parse_cleanup_policy(key: str, value: Any) -> str:
+    """Kafka's list: "delete", "compact", "compact,delete" in either order, spaces allowed."""
+    parts = sorted({p.strip() for p in str(value).split(",")})
+    policy = ",".join(parts)
+    if policy not in CLEANUP_POLICIES:
         raise InvalidConfigError(
-            f"{key}={value!r}: only 'delete' is supported (log compaction is not implemented)"
+            f"{key}={value!r}: must be delete, compact or compact,delete (Kafka's policies)"
         )
+    return policy
+
+
+_PARSERS = {
+    "cleanup.policy": _parse_cleanup_policy,
+    "min.cleanable.dirty.ratio": _parse_ratio,
+}
 
 
 def _check_bool(key: str, value: Any) -> None:
@@ -182,7 +246,6 @@ def _check_compression_type(key: str, value: Any) -> None:
 
 
 _OTHER_KEYS = {
-    "cleanup.policy": _check_cleanup_policy,
     "compression.type": _check_compression_type,
     "unclean.leader.election.enable": _check_bool,
     "min.insync.replicas": _check_min_insync,

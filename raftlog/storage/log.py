@@ -63,6 +63,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import NamedTuple, NoReturn
 
+import raftlog.storage.cleaner as cleaner
 from raftlog.errors import (
     FencedLeaderEpochError,
     LogCorruptedError,
@@ -93,6 +94,7 @@ from raftlog.storage.file_io import (
     slice_of,
     write_side_file,
 )
+from raftlog.storage.log_compaction import CompactedLog
 from raftlog.storage.producer_snapshots import (
     delete_producer_snapshots,
     rebuild_producer_state,
@@ -151,7 +153,7 @@ class AppendInfo(NamedTuple):
     log_start_offset: int
 
 
-class PartitionLog:
+class PartitionLog(CompactedLog):
     """A partition's log. Build it with `PartitionLog.open(path, config)`."""
 
     def __init__(self, path: str, config: LogConfig, clock_ms: Callable[[], int]):
@@ -159,7 +161,19 @@ class PartitionLog:
         self.name = os.path.basename(os.path.normpath(path))
         # Replaced whole (a frozen LogConfig) when the topic's configs change on a live topic:
         # each setting counts from the next append, roll, flush or retention pass that reads it.
-        self.config = config
+        self._config = config
+        # The log was ever compacted (its marker file is there): its segments may hold gaps.
+        self._gaps = False
+        # Where the last clean ended (cleaner.py): the dirty part starts here.
+        self._cleaner_checkpoint = OffsetCheckpoint(
+            os.path.join(path, cleaner.CLEANER_CHECKPOINT_FILE)
+        )
+        # Bumped by whatever changes closed segments (truncation, deletion, a clean): a clean
+        # planned before is not installed.
+        self._generation = 0
+        self._cleaned_to: int | None = None  # the checkpoint's offset, once read
+        self.last_clean: cleaner.CleanResult | None = None
+        self.last_clean_ms = -1
         self._clock_ms = clock_ms
         self._segments: list[LogSegment] = []
         # Invariant: _bases[i] == _segments[i].base_offset, strictly increasing, and
@@ -225,10 +239,13 @@ class PartitionLog:
                 created = True
             except FileExistsError:
                 created = False
+            self._gaps = os.path.exists(os.path.join(path, cleaner.COMPACTED_MARKER_FILE))
             if created:
                 self._create()
             else:
                 self._open_recovered(frozenset(check_segments))
+            if self._config.compact:
+                self._mark_compacted()
         except OSError as e:
             # E.g. a full disk: recovery rewrites indices and checkpoints. Close what was opened.
             close_all(self._segments)
@@ -252,6 +269,7 @@ class PartitionLog:
             ),
         )
         seg.index_interval = self.config.index_interval_bytes
+        seg.gaps = self._gaps
         self._segments = [seg]
         self._bases = [0]
         self.epoch_cache = LeaderEpochCache.new(self.epoch_cache.path)
@@ -269,6 +287,7 @@ class PartitionLog:
             self.producer_state,
             check_segments,
             self._segments,  # filled as segments open, so that a failing open closes them
+            gaps=self._gaps or self._config.compact,
         )
         self.epoch_cache = recovered.epoch_cache
         self._bases = [s.base_offset for s in self._segments]
@@ -355,6 +374,7 @@ class PartitionLog:
             leader_epoch,
             self.config.max_message_bytes,
             self.producer_state,
+            keys_required=self.config.compact,
         )
         if batches:
             if leader_epoch > latest:
@@ -370,7 +390,7 @@ class PartitionLog:
         self._check_writable()
         mv = memoryview(batch_bytes)
         batches, epochs, next_offset, records, max_ts, idempotent = check_follower_batches(
-            self.name, mv, self._next_offset, self.epoch_cache.latest_epoch
+            self.name, mv, self._next_offset, self.epoch_cache.latest_epoch, self._gaps
         )
         for epoch, start in epochs:
             self._assign_epoch(epoch, start)
@@ -563,6 +583,7 @@ class PartitionLog:
         except OSError as e:
             self._go_offline(f"rolling {old.log_path} failed ({os_error_text(e)})", e)
         new.index_interval = self.config.index_interval_bytes
+        new.gaps = self._gaps
         self._segments.append(new)
         self._bases.append(new.base_offset)
         write_producer_snapshot(self.name, self.path, self.producer_state, self._next_offset)
@@ -772,7 +793,21 @@ class PartitionLog:
         self._check_offset(offset)
         if offset == self._next_offset or (max_offset is not None and max_offset <= offset):
             return EMPTY_SLICE
-        seg = self._segment_for(offset)
+        i = max(bisect_right(self._bases, offset) - 1, 0)
+        while True:
+            seg = self._segments[i]
+            found = self._slice(seg, offset, max_bytes, max_offset)
+            i += 1
+            # A compacted segment may end in a gap: the read goes on in the next one.
+            if found.size or i == len(self._segments):
+                return found
+            offset = self._bases[i]
+            if max_offset is not None and max_offset <= offset:
+                return found
+
+    def _slice(
+        self, seg: LogSegment, offset: int, max_bytes: int, max_offset: int | None
+    ) -> FileSlice:
         try:
             return slice_of(seg, offset, max_bytes, max_offset)
         except SegmentDamage as e:
@@ -859,6 +894,7 @@ class PartitionLog:
             return self._next_offset
         self._begin_change()
         self._truncations += 1
+        self._generation += 1
         self._finish_roll_flush()
         try:
             if offset <= self._segments[0].base_offset or offset < self._log_start:
@@ -877,7 +913,8 @@ class PartitionLog:
                     later.delete()
                 del self._segments[i + 1 :]
                 del self._bases[i + 1 :]
-                self._next_offset = seg.truncate_to(offset)
+                # In a compacted log `offset` may lie in a gap: the log then ends at it.
+                self._next_offset = seg.next_offset = min(seg.truncate_to(offset), offset)
                 if self._next_offset < self._log_start:
                     # The batch holding `offset` began below the log start: the log is now
                     # empty, and must start where it ends (invariant log_start <= next_offset).
@@ -914,6 +951,7 @@ class PartitionLog:
         self._check_writable()
         self._begin_change()
         self._truncations += 1
+        self._generation += 1
         self._finish_roll_flush()
         try:
             self._truncate_fully(offset)
@@ -928,6 +966,7 @@ class PartitionLog:
             seg.delete()
         seg = LogSegment.create(self.path, offset)
         seg.index_interval = self.config.index_interval_bytes
+        seg.gaps = self._gaps
         self._segments, self._bases = [seg], [offset]
         self._next_offset = offset
         self._log_start = offset
@@ -957,7 +996,8 @@ class PartitionLog:
         return self._log_start
 
     def enforce_retention(self, now_ms: int | None = None, max_offset: int | None = None) -> int:
-        """Delete the oldest closed segments beyond `retention_ms` / `retention_bytes`.
+        """Delete the oldest closed segments beyond `retention_ms` / `retention_bytes` (only
+        where cleanup.policy includes delete).
 
         Closed segments wholly below the log start offset go too (one that was active when
         `delete_records_before` passed it, and rolled since). Only a prefix of closed segments
@@ -966,12 +1006,13 @@ class PartitionLog:
         Returns how many went.
         """
         self._check_writable()
+        deletes = self.config.delete  # cleanup.policy=compact alone: the cleaner's, not ours
         count = expired_segments(
             self._segments,
             self._log_start,
             self._clock_ms() if now_ms is None else now_ms,
-            self.config.retention_ms,
-            self.config.retention_bytes,
+            self.config.retention_ms if deletes else -1,
+            self.config.retention_bytes if deletes else -1,
             max_offset,
         )
         if count:
@@ -999,6 +1040,7 @@ class PartitionLog:
             self._go_offline(f"advancing the log start to {offset} failed ({os_error_text(e)})", e)
 
     def _delete_segments_below(self, offset: int) -> None:
+        self._generation += 1
         while len(self._segments) > 1 and self._segments[0].next_offset <= offset:
             seg = self._segments.pop(0)
             self._bases.pop(0)

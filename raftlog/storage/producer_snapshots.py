@@ -90,7 +90,8 @@ def rebuild_producer_state(
         for _, h in seg.iter_headers(pos, seg.size):
             # base_offset, ..., max_timestamp (8), producer_id, epoch, base_sequence, count
             if h[9] != NO_PRODUCER_ID and h[0] + h[6] >= replay_from:
-                record(h[9], h[10], h[11], h[12], h[0], h[8])
+                # A cleaned batch's sequences span its offsets, not its kept records.
+                record(h[9], h[10], h[11], h[6] + 1, h[0], h[8])
                 replayed += 1
     if replayed or len(state):
         log.info(

@@ -25,6 +25,9 @@ Rules (Kafka's log recovery, with damage below the recovery point never cut):
   recovery point moves); above it, the checked batches say what it holds. An unreadable cache
   is rebuilt from every batch header.
 - The producer state is rebuilt from its snapshots (producer_snapshots.py).
+- A compacted log (`gaps`) may have gaps between batches and between segments; offsets must
+  still go up. A clean's `.swap` file is a committed clean: it is finished before anything
+  loads, and `.cleaned` files (cleans that never committed) are removed (cleaner.py).
 
 `recover` takes everything it uses as arguments and returns the state the log starts from;
 the segments it opens go into the caller's list as they are opened, so that a failing open
@@ -40,6 +43,7 @@ from dataclasses import dataclass
 from raftlog.errors import LogCorruptedError
 from raftlog.records import NO_PARTITION_LEADER_EPOCH
 from raftlog.storage.checkpoint import CheckpointError, OffsetCheckpoint, fsync_dir
+from raftlog.storage.cleaner import complete_swaps
 from raftlog.storage.config import LogConfig
 from raftlog.storage.epoch_cache import LeaderEpochCache
 from raftlog.storage.producer_snapshots import rebuild_producer_state
@@ -110,6 +114,7 @@ def recover(
     producer_state: ProducerState,
     check_segments: frozenset[int],
     segments: list[LogSegment],
+    gaps: bool = False,
 ) -> Recovered:
     """Recover the log in the existing directory `log_dir` (see the module's rules).
 
@@ -132,12 +137,18 @@ def recover(
         log.warning("%s: rebuilding leader epoch cache from the log: %s", name, e)
         epoch_cache = LeaderEpochCache(epoch_cache_path)
         rebuild_epochs = True
+    # A clean's swap that committed is finished, one that did not is dropped (cleaner.py);
+    # the swapped-in segments have no indices yet: checked, they get them.
+    swapped = complete_swaps(log_dir)
+    if swapped:
+        gaps = True
+        check_segments = check_segments | frozenset(swapped)
     bases = sorted(b for e in os.listdir(log_dir) if (b := parse_segment_name(e)) is not None)
     if not os.path.exists(epoch_cache_path) and bases:
         rebuild_epochs = True
     try:
         unsynced = _load_segments(
-            log_dir, name, config, bases, recovery_point, check_segments, segments
+            log_dir, name, config, bases, recovery_point, check_segments, segments, gaps
         )
         # The log is sound: from here on files may change. Tidy leftovers first.
         _remove_leftovers(log_dir)
@@ -208,6 +219,7 @@ def _load_segments(
     recovery_point: int,
     check_segments: frozenset[int],
     segments: list[LogSegment],
+    gaps: bool,
 ) -> list[LogSegment]:
     """Open the segment files `bases` into `segments`, checking and cutting as the rules say;
     returns the segments that may hold bytes not yet on disk (checked, cut), to be fsynced."""
@@ -219,6 +231,11 @@ def _load_segments(
     for i, base in enumerate(bases):
         seg = LogSegment.open(log_dir, base)
         seg.index_interval = config.index_interval_bytes
+        seg.gaps = gaps
+        if gaps and segments and base > segments[-1].next_offset:
+            # The previous segment's last batches were compacted away: it ends where this
+            # one starts (offsets never change).
+            segments[-1].next_offset = base
         if segments and base != segments[-1].next_offset:
             end = segments[-1].next_offset
             if min(end, base) < recovery_point:

@@ -7,8 +7,10 @@ Files are named by the segment's base offset, zero-padded to 20 digits so they s
     00000000000000000000.timeindex  timestamp -> offset (see index.py)
 
 Rules this module keeps:
-- A segment holds consecutive offsets [base_offset, next_offset); batch n+1 starts where batch n
-  ends and its base offset is batch n's last offset + 1.
+- A segment holds offsets [base_offset, next_offset); batch n+1 starts where batch n ends and
+  its base offset is batch n's last offset + 1, or, in a compacted log's segment (`gaps`),
+  above it: offsets never change, so compaction leaves gaps (cleaner.py). A base offset at or
+  below the previous batch's last offset is damage in every log.
 - `size` is the byte length of the valid prefix, which is the whole file except during an
   append; readers never look past `size`.
 - The indices are derived: `check()` checks every batch (length, magic, count, checksum,
@@ -93,6 +95,7 @@ class LogSegment:
         "dir",
         "fd",
         "first_batch_timestamp",
+        "gaps",
         "index",
         "index_interval",
         "log_path",
@@ -118,6 +121,9 @@ class LogSegment:
         self.bytes_since_index = 0
         # Set by the owning log from its config; tools that only read keep the default.
         self.index_interval = 4096
+        # A compacted log's segment: a batch may start above the previous one's next offset
+        # (the batches between were compacted away); offsets still only go up.
+        self.gaps = False
         self.unflushed = False
         # After check(): (epoch, first offset) wherever the valid batches' leader epoch changed.
         self.checked_epochs: list[tuple[int, int]] = []
@@ -208,7 +214,7 @@ class LogSegment:
             except SegmentDamage as e:
                 raise SegmentDamage(self.log_path, e.position, expected, e.reason) from None
             base_offset, size, last_delta, max_ts = h[0], h[1] + LOG_OVERHEAD, h[6], h[8]
-            if base_offset != expected:
+            if base_offset != expected and not (self.gaps and base_offset > expected):
                 raise SegmentDamage(self.log_path, pos, expected, f"batch has offset {base_offset}")
             if last_delta < 0:
                 # Offsets never go backwards; without this check a bit flip here could make a
@@ -237,7 +243,7 @@ class LogSegment:
         start with, and `size` the file size: `cut()` then removes the invalid rest, or the
         caller refuses to (damage below the recovery point). The checks: the length fits the
         file, magic, record count against the lengths table, checksum, and that offsets
-        continue without a gap.
+        continue without a gap (or, with `gaps`, go up).
         """
         self.index.clear()
         self.max_timestamp = NO_TIMESTAMP
@@ -273,7 +279,7 @@ class LogSegment:
             except CorruptRecordError as e:
                 reason = str(e).replace(f"at byte {rel}", f"at byte {pos}")
                 break
-            if h.base_offset != expected:
+            if h.base_offset != expected and not (self.gaps and h.base_offset > expected):
                 reason = f"batch has offset {h.base_offset}, expected {expected}"
                 break
             epoch = h.partition_leader_epoch

@@ -17,7 +17,7 @@ from tests.integration._support import BrokerProcess, run_cli
         ("foo=bar", "unknown topic config 'foo'"),
         ("retention.msx=5", "unknown topic config 'retention.msx' (did you mean 'retention.ms'?)"),
         ("retention_ms=5", "unknown topic config 'retention_ms' (did you mean 'retention.ms'?)"),
-        ("cleanup.policy=compact", "cleanup.policy='compact': only 'delete' is supported"),
+        ("cleanup.policy=compacted", "cleanup.policy='compacted': must be delete, compact or"),
         ("retention.ms=-5", "retention.ms=-5: must be >= -1"),
         ("min.insync.replicas=0", "min.insync.replicas=0: must be >= 1"),
     ],

@@ -73,6 +73,10 @@ BROKER_NAMES = {
     "flush.ms": "log.flush.interval.ms",
     "max.message.bytes": "message.max.bytes",
     "cleanup.policy": "log.cleanup.policy",
+    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
+    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
+    "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
+    "delete.retention.ms": "log.cleaner.delete.retention.ms",
     "compression.type": "compression.type",
     "recovery.point.checkpoint.ms": "log.flush.offset.checkpoint.interval.ms",
 }
@@ -81,7 +85,6 @@ _RULES = TopicRules()
 # raftlog's defaults of the topic configs that are not LogConfig fields (the layers that read
 # them default the same way: TopicRules, the log's cleanup, replication's durability).
 _OTHER_DEFAULTS = {
-    "cleanup.policy": "delete",
     "compression.type": COMPRESSION_TYPE_DEFAULT,
     "min.insync.replicas": str(_RULES.min_insync_replicas),
     "unclean.leader.election.enable": "true" if _RULES.unclean_election else "false",
