@@ -65,7 +65,14 @@ from raftlog.records_v2 import (
     encode_batch_v2,
 )
 from raftlog.storage.checkpoint import fsync_dir
-from raftlog.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_name
+from raftlog.storage.index import SparseIndex
+from raftlog.storage.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    NO_TIMESTAMP,
+    TIMEINDEX_SUFFIX,
+    segment_name,
+)
 
 if TYPE_CHECKING:
     from raftlog.storage.config import LogConfig
@@ -166,6 +173,7 @@ class CleanPlan:
     now_ms: int
     delete_retention_ms: int
     segment_bytes: int
+    index_interval: int
     generation: int  # the log's, when planned: install refuses a log changed since
 
     def close(self) -> None:
@@ -183,7 +191,9 @@ class CleanPlan:
 
 @dataclass(slots=True)
 class CleanedGroup:
-    """Old segments [base, end) rewritten into one file at `path` (a `.cleaned` file)."""
+    """Old segments [base, end) rewritten into one file at `path` (a `.cleaned` file), with
+    its indices beside it (`.index.cleaned`, `.timeindex.cleaned`), built as it was written:
+    the swap only renames them, so the event loop never walks a cleaned segment."""
 
     base: int
     end: int
@@ -445,7 +455,13 @@ def _rewrite(
     throttle: Throttle,
     result: CleanResult,
 ) -> CleanedGroup:
-    path = cleaned_path(plan.log_dir, group[0].base)
+    base = group[0].base
+    path = cleaned_path(plan.log_dir, base)
+    stem = os.path.join(plan.log_dir, segment_name(base))
+    index = SparseIndex(
+        stem + INDEX_SUFFIX + CLEANED_SUFFIX, stem + TIMEINDEX_SUFFIX + CLEANED_SUFFIX
+    )
+    since_index, max_ts = 0, NO_TIMESTAMP
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     written = 0
     try:
@@ -456,6 +472,13 @@ def _rewrite(
                 out = retained(header, view, offsets, plan, result)
                 if out is None:
                     continue
+                # The index entries LogSegment.note_batch would make.
+                at = written + pending_bytes
+                if at > 0 and since_index >= plan.index_interval:
+                    index.add(header.base_offset - base, at, max_ts)
+                    since_index = 0
+                since_index += len(out)
+                max_ts = max(max_ts, header.max_timestamp)
                 pending.append(bytes(out) if isinstance(out, memoryview) else out)
                 pending_bytes += len(out)
                 if pending_bytes >= READ_CHUNK_BYTES:
@@ -468,8 +491,9 @@ def _rewrite(
         os.fsync(fd)
     finally:
         os.close(fd)
+    index.rewrite()
     result.bytes_written += written
-    return CleanedGroup(group[0].base, group[-1].end, [s.base for s in group], path, written)
+    return CleanedGroup(base, group[-1].end, [s.base for s in group], path, written)
 
 
 def _write_all(fd: int, parts: list[bytes | memoryview], position: int) -> int:
@@ -484,8 +508,14 @@ def _write_all(fd: int, parts: list[bytes | memoryview], position: int) -> int:
 def discard(result: CleanResult) -> None:
     """Remove a clean's `.cleaned` files (it is not installed)."""
     for g in result.groups:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(g.path)
+        for path in (g.path, *_cleaned_indices(g)):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+
+def _cleaned_indices(group: CleanedGroup) -> tuple[str, str]:
+    stem = os.path.join(os.path.dirname(group.path), segment_name(group.base))
+    return stem + INDEX_SUFFIX + CLEANED_SUFFIX, stem + TIMEINDEX_SUFFIX + CLEANED_SUFFIX
 
 
 # -- swapping ------------------------------------------------------------------------------
@@ -499,6 +529,9 @@ def commit_group(log_dir: str, group: CleanedGroup) -> None:
     os.rename(group.path, swap)
     fsync_dir(log_dir)
     _finish_swap(log_dir, swap, group.base, group.end)
+    # Derived data, in place after the swap: lost to a crash, recovery rebuilds them.
+    for cleaned in _cleaned_indices(group):
+        os.rename(cleaned, cleaned[: -len(CLEANED_SUFFIX)])
 
 
 def _finish_swap(log_dir: str, swap: str, base: int, end: int) -> None:

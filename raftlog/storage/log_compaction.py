@@ -110,7 +110,8 @@ class CompactedLog:
         last = {e.producer_id: e.last_offset for e in self.producer_state.entries()}
         return cleaner.CleanPlan(
             self.name, self.path, dup, first_dirty, dup[-1].end, last, now,
-            self.config.delete_retention_ms, self.config.segment_bytes, self._generation,
+            self.config.delete_retention_ms, self.config.segment_bytes,
+            self.config.index_interval_bytes, self._generation,
         )  # fmt: skip
 
     def install_clean(self, result: cleaner.CleanResult) -> bool:
@@ -134,7 +135,7 @@ class CompactedLog:
                     cleaner.commit_group(self.path, group)
                     new = LogSegment.open(self.path, group.base)
                     new.index_interval, new.gaps = self.config.index_interval_bytes, True
-                    new.rebuild_index()
+                    new.load()  # the indices the clean wrote; headers after their last entry
                     new.next_offset = group.end
                     self._segments[i:j], self._bases[i:j] = [new], [group.base]
                 self._cleaner_checkpoint.write(result.end)
