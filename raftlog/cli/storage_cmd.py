@@ -1,4 +1,9 @@
-"""`raftlog storage dump|verify`: inspect partition directories offline (see storage/tools.py)."""
+"""`raftlog storage dump|verify`: inspect partition directories offline (see storage/tools.py).
+
+Gaps in the offsets of a log that was ever compacted (its marker file says so) are not
+problems: `verify` counts them on its ok line, `dump` prints them between batches. In any other
+log a gap is damage, as before.
+"""
 
 from __future__ import annotations
 
@@ -23,8 +28,9 @@ def register(sub: Any) -> None:
         help="check every batch and index; exit 1 naming each problem found",
         description="Check every batch, index and derived checkpoint of a partition directory "
         "(or one segment) without changing a file. Problems (damaged records: a bad checksum "
-        "or length, a torn tail, offsets out of order, a missing segment) are printed and the "
-        "exit status is 1. What the broker rebuilds by itself (a missing or stale index, a "
+        "or length, a torn tail, offsets that go backwards or overlap) are printed and the "
+        "exit status is 1. Gaps in the offsets of a log that was ever compacted are no "
+        "problem (the ok line counts them); in any other log they are damage. What the broker rebuilds by itself (a missing or stale index, a "
         "missing recovery-point or leader-epoch checkpoint: derived data) is printed as a "
         "note and is no problem: with notes only, the exit status is 0.",
     )
@@ -46,5 +52,16 @@ def _verify(args: argparse.Namespace) -> int:
     if found.problems:
         print(f"{len(found.problems)} problem(s) in {args.path}", file=sys.stderr)
         return 1
-    print(f"{args.path}: ok")
+    print(f"{args.path}: ok{_compacted(found)}")
     return 0
+
+
+def _compacted(found: tools.Findings) -> str:
+    """What compaction left (no problem: see storage/tools.py), for the "ok" line."""
+    if not found.gaps and not found.holes:
+        return ""
+    between = sum(end - start for start, end in found.gaps)
+    return (
+        f" ({len(found.gaps)} gap(s) between batches, {between} offset(s); {found.holes} "
+        "offset(s) without a record inside cleaned batches: log compaction)"
+    )

@@ -12,6 +12,14 @@ other partitions' records keep coming, and the next `poll` with nothing buffered
 CorruptRecordError naming the partition and offset; the position stays there until the caller
 seeks past it (Kafka does the same).
 
+A position is the offset of the next record to read, not always an offset that holds one: a
+compacted log has gaps (whole batches gone, cleaned v2 batches with holes or no records). A
+poll that hands out a batch's last fetched record moves the position to the batch's next
+offset, past any compacted offsets after the record; a fetch whose batches hold no record
+moves it past them at once (fetched.py), so the consumer never fetches the same gap twice.
+`seek` may name any offset, in a gap or not: the next fetch starts at the first batch that
+ends past it. Committed offsets are positions, so they may point into a gap too.
+
 Positions start from `auto_offset_reset` ("latest", "earliest", or "none" to raise) when none
 was set, and are reset the same way if the broker says the position is out of range (retention
 deleted it). With a `group_id` the group coordinator assigns partitions and keeps committed
@@ -42,7 +50,6 @@ non-retriable errors reach the caller.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import inspect
 import logging
@@ -53,7 +60,7 @@ from typing import Any
 
 from raftlog import protocol
 from raftlog.client.cluster import ClusterClient
-from raftlog.client.fetched import ConsumerRecord, decode_fetch
+from raftlog.client.fetched import ConsumerRecord, FetchBuffer
 from raftlog.client.group import GroupMembership
 from raftlog.errors import (
     CommitFailedError,
@@ -145,9 +152,11 @@ class AsyncConsumer:
         # Invariant: every assigned partition has an entry; None = reset by policy first.
         self._positions: dict[TopicPartition, int | None] = {}
         self._paused: set[TopicPartition] = set()
-        # Fetched records not yet returned by poll: lists of one partition's consecutive
-        # records (one per batch), never empty, so poll and seek work per list, not per record.
-        self._buffer: collections.deque[list[ConsumerRecord]] = collections.deque()
+        # Fetched records not yet returned by poll: runs of one partition's records (one per
+        # batch, with the position after it), never empty, so poll and seek work per run, not
+        # per record. Fetches happen only while it is empty (_poll_once), so no fetch of a
+        # partition overtakes its buffered runs.
+        self._buffer = FetchBuffer()
         # Which assigned partition leads the next fetch (see _fetch).
         self._fetch_rotation = 0
         # A partition's error found by a fetch (a corrupt batch), raised by the next poll that
@@ -261,7 +270,7 @@ class AsyncConsumer:
         self._paused &= set(tps)
         self._need_committed &= set(tps)
         self._forget_errors()
-        self._drop_buffered(lambda r: TopicPartition(r.topic, r.partition) not in self._positions)
+        self._drop_buffered(lambda tp: tp not in self._positions)
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._positions)
@@ -277,7 +286,7 @@ class AsyncConsumer:
         self._positions[tp] = offset
         self._partition_errors.pop(tp, None)  # the caller moved past it
         self._need_committed.discard(tp)
-        self._drop_buffered(lambda r: (r.topic, r.partition) == tp)
+        self._drop_buffered(lambda buffered: buffered == tp)
 
     async def seek_to_beginning(self, *tps: TopicPartition | tuple[str, int]) -> None:
         await self._seek_to(protocol.EARLIEST_TIMESTAMP, tps)
@@ -313,7 +322,7 @@ class AsyncConsumer:
             tp = TopicPartition(*tp)
             self._check_assigned(tp)
             self._paused.add(tp)
-        self._drop_buffered(lambda r: TopicPartition(r.topic, r.partition) in self._paused)
+        self._drop_buffered(lambda tp: tp in self._paused)
 
     def resume(self, *tps: TopicPartition | tuple[str, int]) -> None:
         for tp in tps:
@@ -331,15 +340,10 @@ class AsyncConsumer:
         if tp not in self._positions:
             raise InvalidConfigError(f"partition {tp} is not assigned to this consumer")
 
-    def _drop_buffered(self, pred: Any) -> None:
-        """Forget buffered records matching `pred`; positions already point before them."""
-        if self._buffer:
-            kept: collections.deque[list[ConsumerRecord]] = collections.deque()
-            for records in self._buffer:
-                left = [r for r in records if not pred(r)]
-                if left:
-                    kept.append(left)
-            self._buffer = kept
+    def _drop_buffered(self, pred: Callable[[TopicPartition], bool]) -> None:
+        """Forget the buffered runs of partitions matching `pred`; positions already point
+        before them."""
+        self._buffer.drop(pred)
 
     # -- offsets -------------------------------------------------------------------------------
 
@@ -429,28 +433,10 @@ class AsyncConsumer:
         return self._take(limit)
 
     def _take(self, limit: int) -> dict[TopicPartition, list[ConsumerRecord]]:
-        """Up to `limit` buffered records, advancing the positions past them."""
-        out: dict[TopicPartition, list[ConsumerRecord]] = {}
-        buf = self._buffer
-        positions = self._positions
-        n = 0
-        while buf and n < limit:
-            records = buf[0]
-            take = limit - n
-            if len(records) > take:
-                buf[0] = records[take:]
-                records = records[:take]
-            else:
-                buf.popleft()
-            first = records[0]
-            tp = TopicPartition(first.topic, first.partition)
-            taken = out.get(tp)
-            if taken is None:
-                out[tp] = records
-            else:
-                taken.extend(records)
-            positions[tp] = records[-1].offset + 1
-            n += len(records)
+        """Up to `limit` buffered records, advancing the positions past them (to a run's
+        next offset when it is handed out whole: past the offsets compaction left empty)."""
+        out, positions = self._buffer.take(limit)
+        self._positions.update(positions)
         return out
 
     async def getone(self) -> ConsumerRecord:
@@ -564,10 +550,14 @@ class AsyncConsumer:
                 raise err
             if nbytes:
                 try:
-                    for records in decode_fetch(
+                    skip_to = self._buffer.add(
                         tp, chunk, requested[tp] or 0, self.config.check_crcs
-                    ):
-                        self._buffer.append(records)
+                    )
+                    if skip_to is not None:
+                        # Batches without a record for us (compacted away, empty, markers):
+                        # nothing of this partition is buffered (fetches happen only when
+                        # the buffer is empty), so the position moves past them now.
+                        self._positions[tp] = skip_to
                 except CorruptRecordError as e:
                     # This partition stops here (its records before the bad batch are
                     # buffered); the others go on. poll raises the error once the records

@@ -9,10 +9,20 @@ Rules this module keeps:
 - Only committed records: a range is planned below the high watermark (ListOffsets "latest"),
   and a fetch never returns records at or past it, so a reader sees what the partition has
   committed and nothing else.
-- Records that should be in the range and are not (retention deleted them, the log was cut
-  below the planned end) are a data loss: with `fail_on_data_loss` it is a `DataLossError`
-  naming the topic-partition and the missing offsets; without, a warning and the reader goes
-  on with what is still there.
+- Gaps, and which of them are data loss (the rule of Spark's Kafka source): a compacted log
+  has offsets without records (whole batches gone, cleaned v2 batches with holes or without
+  records; client/fetched.py). Offsets are lost only where records were deleted from the
+  start of the log: below the partition's log start offset (retention, DeleteRecords, a fetch
+  out of range), or past a log that now ends below the planned end. With
+  `fail_on_data_loss` that is a `DataLossError` naming the topic-partition and the missing
+  offsets; without, a warning and the reader goes on with what is still there. A gap at or
+  above the log start is compaction, skipped silently, whether between chunks, between
+  batches of a chunk, inside a batch or at the end of the range (nothing below the high
+  watermark past the gap). The log start comes with every Fetch response (the leader's, when
+  it read the batches); only where a response lacks it (-1) is it asked for (ListOffsets).
+- A chunk's batches go forward: each starts at or past where the one before ends; a batch
+  that overlaps the one before, or a fetch that brings no batch past its offset, is a
+  CorruptRecordError.
 - Retriable errors (a moved leader, a lost connection) refresh metadata and retry until
   `request_timeout_ms` has passed without progress.
 - Every batch is checked (checksum, lengths, counts) before any of it is handed out.
@@ -36,7 +46,7 @@ from typing import Any
 
 from raftlog import protocol
 from raftlog.client.cluster import ClusterClient
-from raftlog.client.fetched import cut_off
+from raftlog.client.fetched import check_record_offsets, cut_off
 from raftlog.client.group import coordinator_request
 from raftlog.errors import (
     CorruptRecordError,
@@ -84,7 +94,9 @@ class RangeChunk:
     """Whole, checked batches of one partition and the offsets [start, end) to keep of them.
 
     `batches` are (byte position in `data`, header), in offset order; the first batch may begin
-    below `start` and the last end past `end` (batches are never split on the wire).
+    below `start` and the last end past `end` (batches are never split on the wire). Batches
+    may have gaps between and inside them (compaction), so no record need sit at `start` or
+    at `end - 1`, and a chunk may hold no record at all: its offsets are still read.
     """
 
     tp: TopicPartition
@@ -96,14 +108,84 @@ class RangeChunk:
     def records(self) -> list[Record]:
         """The records in [start, end), decoded one by one (the slow, general path), from
         batches of either format (raftlog's own, Kafka's v2, compressed or not); control
-        batches (Kafka's transaction markers) hold none."""
+        batches (Kafka's transaction markers) hold none, nor do compacted offsets. Raises
+        CorruptRecordError for a v2 batch whose record offsets leave it or go back."""
         out: list[Record] = []
         start, end = self.start, self.end
         for pos, header in self.batches:
             if header.magic == MAGIC_V2 and header.attributes & CONTROL_BIT:
                 continue
-            out.extend(r for r in decode_records(self.data, pos, header) if start <= r.offset < end)
+            records = decode_records(self.data, pos, header)
+            if header.magic == MAGIC_V2:
+                check_record_offsets([r.offset for r in records], header)
+            out.extend(r for r in records if start <= r.offset < end)
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What one fetch means for a range read at `next_offset` (`plan_step`): the offsets lost
+    below the log start (to report), the chunk to hand out, and where reading goes on (the
+    range's end: done); `wait`: nothing came and the high watermark is below the range end."""
+
+    lost: tuple[int, int] | None
+    chunk: RangeChunk | None
+    next_offset: int
+    wait: bool = False
+
+
+def plan_step(
+    tp: TopicPartition,
+    data: bytes,
+    batches: Sequence[tuple[int, BatchHeader]],
+    next_offset: int,
+    end: int,
+    high_watermark: int,
+    log_start: int,
+) -> Step:
+    """Pure: the whole, checked `batches` of a fetch of `tp` at `next_offset` (payload
+    `data`) for the range's rest [next_offset, end), given the response's high watermark and
+    the log start (-1: unknown, then no gap can be called a loss). See the module docstring's
+    rule: a gap is loss only below the log start; compaction's gaps are skipped."""
+    if not batches:
+        if data:
+            raise CorruptRecordError(
+                f"fetch of {tp} at offset {next_offset} returned {len(data)} bytes "
+                "without a whole batch"
+            )
+        if next_offset < log_start:
+            cut = min(log_start, end)
+            return Step((next_offset, cut), None, cut)
+        if high_watermark >= end:
+            # Committed records reach the range's end, yet none lies past next_offset: the
+            # rest of the range was compacted away (say, tombstones removed at the log's end).
+            return Step(None, None, end)
+        return Step(None, None, next_offset, wait=True)
+    kept: list[tuple[int, BatchHeader]] = []
+    previous: BatchHeader | None = None
+    for pos, header in batches:
+        if previous is not None and header.base_offset < previous.next_offset:
+            raise CorruptRecordError(
+                f"{tp}: batch at offset {header.base_offset} overlaps the one ending at "
+                f"{previous.next_offset}"
+            )
+        previous = header
+        if header.next_offset <= next_offset:
+            continue  # the batch holding the fetch offset starts below it
+        if header.base_offset >= end:
+            break
+        kept.append((pos, header))
+    first_past = next((h for _pos, h in batches if h.next_offset > next_offset), None)
+    if first_past is None:
+        raise CorruptRecordError(f"{tp}: fetch at offset {next_offset} returned no batch past it")
+    gap_end = min(first_past.base_offset, end)
+    lost = None
+    if next_offset < min(gap_end, log_start):
+        lost = (next_offset, min(gap_end, log_start))
+    if not kept:
+        return Step(lost, None, end)  # the range ends inside the gap
+    chunk_end = min(kept[-1][1].next_offset, end)
+    return Step(lost, RangeChunk(tp, data, tuple(kept), next_offset, chunk_end), chunk_end)
 
 
 def _check_range(tp: TopicPartition, start: int, end: int) -> None:
@@ -170,7 +252,7 @@ class AsyncRangeReader:
         deadline = time.monotonic() + self.client.request_timeout_s
         while next_offset < end:
             try:
-                payload, hw, _log_start = await self._fetch_once(
+                payload, hw, log_start = await self._fetch_once(
                     tp, next_offset, EMPTY_FETCH_WAIT_MS
                 )
             except OffsetOutOfRangeError:
@@ -184,7 +266,12 @@ class AsyncRangeReader:
                 self.client.invalidate()
                 await asyncio.sleep(RETRY_BACKOFF_S)
                 continue
-            if not payload:
+            data = bytes(payload)
+            batches = self._batches(tp, data)
+            if log_start < 0 and (not batches or batches[0][1].base_offset > next_offset):
+                log_start = await self._log_start(tp)  # a gap to judge, and no log start
+            step = plan_step(tp, data, batches, next_offset, end, hw, log_start)
+            if step.wait:
                 # Nothing below the high watermark from here: the records planned were
                 # committed once, so the high watermark moved back (a new leader that has not
                 # caught up yet, or a log cut after an unclean election). Wait for it, then
@@ -195,41 +282,19 @@ class AsyncRangeReader:
                     tp, next_offset, end, fail_on_data_loss, f"the high watermark is now {hw}"
                 )
                 continue
-            data = bytes(payload)
-            batches = self._batches(tp, data)
-            if not batches:
-                raise CorruptRecordError(
-                    f"fetch of {tp} at offset {next_offset} returned {len(data)} bytes "
-                    "without a whole batch"
-                )
-            first = batches[0][1]
-            if first.base_offset > next_offset:
-                next_offset = self._lost(
-                    tp,
-                    next_offset,
-                    min(first.base_offset, end),
-                    fail_on_data_loss,
-                    f"the log continues at offset {first.base_offset}",
-                )
-            kept: list[tuple[int, BatchHeader]] = []
-            for pos, header in batches:
-                if header.next_offset <= next_offset:
-                    continue  # the batch holding the fetch offset starts below it
-                if header.base_offset >= end:
-                    break
-                if kept and header.base_offset != kept[-1][1].next_offset:
-                    raise CorruptRecordError(
-                        f"{tp}: batch at offset {header.base_offset} does not continue the one "
-                        f"ending at {kept[-1][1].next_offset}"
-                    )
-                kept.append((pos, header))
-            if not kept:
-                raise CorruptRecordError(
-                    f"{tp}: fetch at offset {next_offset} returned no batch past it"
-                )
-            chunk_end = min(kept[-1][1].next_offset, end)
-            yield RangeChunk(tp, data, tuple(kept), next_offset, chunk_end)
-            next_offset = chunk_end
+            if step.lost is not None:
+                self._lost(
+                    tp, *step.lost, fail_on_data_loss,
+                    f"the log start moved to {log_start}",
+                )  # fmt: skip
+            if step.chunk is not None:
+                yield step.chunk
+            elif step.next_offset > next_offset:
+                log.debug(
+                    "%s: offsets [%d, %d) hold no records (compacted)",
+                    tp, next_offset, step.next_offset,
+                )  # fmt: skip
+            next_offset = step.next_offset
             deadline = time.monotonic() + self.client.request_timeout_s
 
     def _batches(self, tp: TopicPartition, data: bytes) -> list[tuple[int, BatchHeader]]:
@@ -248,12 +313,16 @@ class AsyncRangeReader:
             pos += header.size
         return out
 
+    async def _log_start(self, tp: TopicPartition) -> int:
+        """The partition's log start offset now (ListOffsets "earliest")."""
+        offsets = await self.client.list_offsets({tp: protocol.EARLIEST_TIMESTAMP})
+        return offsets[tp][0]
+
     async def _out_of_range(
         self, tp: TopicPartition, offset: int, end: int, fail_on_data_loss: bool
     ) -> int:
         """The fetch offset is outside the log: where to go on from (or DataLossError)."""
-        offsets = await self.client.list_offsets({tp: protocol.EARLIEST_TIMESTAMP})
-        log_start = offsets[tp][0]
+        log_start = await self._log_start(tp)
         if offset < log_start:
             return self._lost(
                 tp, offset, min(log_start, end), fail_on_data_loss,

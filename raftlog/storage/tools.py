@@ -20,6 +20,24 @@ shows each batch's magic, and its checksum as the format has it (xxh3-64 for mag
 digits; CRC-32C for magic 2, 8 hex digits). `dump --records` decompresses compressed v2
 batches.
 
+Gaps (log compaction): offsets never change, but a compacted log has offsets that hold no
+record. A log that was ever compacted says so with a marker file in its directory
+(`COMPACTED_MARKER_FILE`, written by the broker: storage/cleaner.py); in such a log, and only
+there, gaps are not damage, as for the broker's recovery (segment.py's `gaps`). A batch may
+start above where the one before ends (whole batches removed), a segment above where the
+segment before ends, and its first batch above the segment's base offset (the base offset
+names the file; the batch it was rolled at may be gone); a cleaned v2 batch keeps its base
+offset and last offset delta but fewer records (its record offsets have holes), or none.
+`verify` accepts these and counts them (`Findings.gaps`, `Findings.holes`); `dump` prints a
+`gap:` line between batches and, for a batch with holes, its record count against its offset
+span. What stays a problem: offsets that go backwards or overlap (a batch starting below where
+the one before ends, or below its segment's base offset; a segment starting inside the
+segment before), and a cleaned v2 batch whose record offsets go back or leave the batch (its
+records are decoded for this; an ungapped batch's are not). In a log without the marker a
+gap is damage as before (a lost segment file, a rewritten base offset). In a compacted log a
+lost segment file, or a base offset whose bits flipped upwards (it lies outside the checksum),
+reads as a gap; the flipped one is found at the batch after it, whose offsets then go back.
+
 One fault, one problem: after a damaged batch the rest of its segment cannot be read, so the
 index entries past it and the next segment's expected start are unknown; `verify` does not
 report them (they would name the same damage again as an index mismatch and a gap). For a
@@ -47,6 +65,7 @@ from raftlog.records import (
     validate_batch,
 )
 from raftlog.storage.checkpoint import CheckpointError, OffsetCheckpoint
+from raftlog.storage.cleaner import COMPACTED_MARKER_FILE
 from raftlog.storage.epoch_cache import LeaderEpochCache
 from raftlog.storage.index import IndexFormatError, SparseIndex
 from raftlog.storage.log import CLEAN_SHUTDOWN_FILE, EPOCH_CACHE_FILE, RECOVERY_POINT_FILE
@@ -68,11 +87,55 @@ EPOCHS_REBUILT = "derived data: the broker's next open rebuilds it from the batc
 
 @dataclass(frozen=True, slots=True)
 class Findings:
-    """What `examine` found: `problems` (damage to records; rc 1) and `notes` (derived data the
-    broker rebuilds by itself; see the module docstring)."""
+    """What `examine` found: `problems` (damage to records; rc 1), `notes` (derived data the
+    broker rebuilds by itself; see the module docstring), and what compaction left: `gaps`,
+    the offset ranges [start, end) between batches that no batch holds, and `holes`, the
+    offsets inside cleaned v2 batches that hold no record."""
 
     problems: tuple[str, ...]
     notes: tuple[str, ...]
+    gaps: tuple[tuple[int, int], ...] = ()
+    holes: int = 0
+
+
+def offsets_step(expected: int, floor: int, base_offset: int) -> tuple[bool, int]:
+    """Pure: a batch at `base_offset` after offsets that reach `expected`, in a segment whose
+    base offset is `floor`: (whether it goes backwards or overlaps: damage, the size of the
+    gap before it: compaction when > 0)."""
+    backwards = base_offset < max(expected, floor)
+    return backwards, 0 if backwards else base_offset - expected
+
+
+def record_offsets_problem(offsets: list[int], base_offset: int, next_offset: int) -> str | None:
+    """Pure: what is wrong with a batch's record offsets (they must increase and lie in
+    [base_offset, next_offset)), or None."""
+    previous = base_offset - 1
+    for offset in offsets:
+        if offset <= previous or offset >= next_offset:
+            return (
+                f"record offset {offset} follows {previous} in the batch at offsets "
+                f"[{base_offset}, {next_offset})"
+            )
+        previous = offset
+    return None
+
+
+def _holes(header: tuple[int, ...]) -> int:
+    """Offsets of a batch (raw header fields) that hold no record: a cleaned v2 batch's."""
+    return header[6] + 1 - header[12]
+
+
+def _holes_problem(b: ScannedBatch) -> str | None:
+    """For a batch with holes (whose records a cleaner chose), whether its record offsets
+    go back or leave it; None for an ungapped batch, whose records are not decoded."""
+    if not _holes(b.header):
+        return None
+    base, next_offset = b.header[0], b.header[0] + b.header[6] + 1
+    try:
+        offsets = [r.offset for r in decode_records(b.data)]
+    except CorruptRecordError as e:
+        return str(e)
+    return record_offsets_problem(offsets, base, next_offset)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +252,13 @@ def _consequence(offset: int, recovery_point: int | None, later_segments: int, g
     )
 
 
+def compacted(path: str) -> bool:
+    """Whether the partition (or the segment file's partition) at `path` was ever compacted,
+    so that its offsets may have gaps."""
+    directory = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    return os.path.exists(os.path.join(directory, COMPACTED_MARKER_FILE))
+
+
 def verify(path: str) -> list[str]:
     """Every problem found in the partition (or segment) at `path`; empty when all is well
     (notes aside: see `examine`)."""
@@ -201,15 +271,25 @@ def examine(path: str) -> Findings:
     notes: list[str] = _checkpoint_notes(path)
     recovery_point = recovery_point_of(path)
     segments = segment_files(path)
+    may_gap = compacted(path)
+    gaps: list[tuple[int, int]] = []
+    holes = 0
     expected: int | None = None  # None: unknown (the start, or after a damaged segment)
     for i, (base, log_path) in enumerate(segments):
         later = len(segments) - i - 1
-        if expected is not None and base != expected:
+        if expected is not None and (base < expected or (base > expected and not may_gap)):
+            where = (
+                f"inside the segment before (which ends at {expected})"
+                if may_gap
+                else f"expected {expected}"
+            )
             problems.append(
-                f"{log_path}: segment starts at offset {base}, expected {expected}"
+                f"{log_path}: segment starts at offset {base}, {where}"
                 + _consequence(min(base, expected), recovery_point, later, gap=True)
             )
-        expected = base
+            expected = None
+        if expected is None:
+            expected = base
         starts: dict[int, tuple[int, int]] = {}  # position -> (base offset, max ts before)
         damaged_at: int | None = None
         running_max_ts = -1
@@ -222,14 +302,32 @@ def examine(path: str) -> Findings:
                 damaged_at = b.position
                 break
             base_offset, last_delta, max_ts = b.header[0], b.header[6], b.header[8]
-            if base_offset != expected:
+            backwards, gap = offsets_step(expected, base, base_offset)
+            if backwards or (gap and not may_gap):
+                why = (
+                    f"below {max(expected, base)} (offsets go backwards or overlap)"
+                    if may_gap
+                    else f"expected {expected}"
+                )
                 problems.append(
-                    f"{log_path}: byte {b.position}: batch has offset {base_offset}, "
-                    f"expected {expected}"
+                    f"{log_path}: byte {b.position}: batch has offset {base_offset}, {why}"
                     + _consequence(expected, recovery_point, later, gap=False)
                 )
                 damaged_at = b.position
                 break
+            if gap:
+                gaps.append((expected, base_offset))
+            wrong = _holes_problem(b)
+            if wrong is not None:
+                # No recovery consequence to tell: recovery checks batches, not the records
+                # inside them, so the broker would serve this batch as it is.
+                problems.append(
+                    f"{log_path}: byte {b.position}: {wrong} (its checksum holds: the writer "
+                    "of this cleaned batch put the records there; the broker serves it as it is)"
+                )
+                damaged_at = b.position
+                break
+            holes += _holes(b.header)
             starts[b.position] = (base_offset, running_max_ts)
             running_max_ts = max(running_max_ts, max_ts)
             expected = base_offset + last_delta + 1
@@ -244,7 +342,7 @@ def examine(path: str) -> Findings:
         notes.extend(index_notes)
         if damaged_at is not None:
             expected = None
-    return Findings(tuple(problems), tuple(notes))
+    return Findings(tuple(problems), tuple(notes), tuple(gaps), holes)
 
 
 def _checkpoint_notes(path: str) -> list[str]:
@@ -338,14 +436,28 @@ def _verify_index(
 def dump(path: str, out: TextIO, records: bool = False) -> int:
     """Print every batch (and with `records` every record) at `path`; returns problems found."""
     problems = 0
+    may_gap = compacted(path)
+    expected: int | None = None  # where the offsets before reach; None: unknown
     for base, log_path in segment_files(path):
         out.write(f"Dumping {log_path}\n")
+        if expected is None or base < expected:
+            expected = base  # overlapping segments: each batch is still checked below
         for b in scan_segment(log_path):
             h = b.header
             if not h:
                 out.write(f"position: {b.position} INVALID: {b.error}\n")
                 problems += 1
                 break
+            backwards, gap = offsets_step(expected, base, h[0])
+            if gap:
+                out.write(
+                    f"gap: offsets {expected}-{h[0] - 1} ({gap} offset{'s' * (gap > 1)}) "
+                    + ("compacted\n" if may_gap else "MISSING (the log was never compacted)\n")
+                )
+                problems += not may_gap
+            elif backwards:
+                out.write(f"OVERLAP: batch at offset {h[0]} starts below {max(expected, base)}\n")
+                problems += 1
             out.write(
                 f"baseOffset: {h[0]} lastOffset: {h[0] + h[6]} count: {h[12]} "
                 f"partitionLeaderEpoch: {h[2]} magic: {h[3]} position: {b.position} "
@@ -357,6 +469,12 @@ def dump(path: str, out: TextIO, records: bool = False) -> int:
                 out.write(f"  INVALID: {b.error}\n")
                 problems += 1
                 break
+            expected = max(expected, h[0] + h[6] + 1)
+            if _holes(h):
+                out.write(
+                    f"  holes: {h[12]} record{'s' * (h[12] != 1)} in {h[6] + 1} offsets "
+                    f"({_holes(h)} compacted)\n"
+                )
             if records:
                 for r in decode_records(b.data):
                     hdrs = "".join(f" {k}={v!r}" for k, v in r.headers)
@@ -366,7 +484,6 @@ def dump(path: str, out: TextIO, records: bool = False) -> int:
                         + (f" headers:{hdrs}" if hdrs else "")
                         + "\n"
                     )
-        del base
     return problems
 
 

@@ -15,6 +15,11 @@ chunks holding Kafka's record batches v2 (magic 2: what Kafka's clients and a co
 raftlog producer write; varint records, maybe compressed), which the fast path's fixed-width
 reads cannot cut: `RangeChunk.records` decompresses and decodes them.
 
+Gaps: a compacted log has offsets without records (whole batches removed; a cleaned v2
+batch keeps only some records, or none). Offsets are taken from the batches, never counted
+from the chunk's start, so a record keeps its offset across a gap, and a chunk whose range
+starts or ends in a gap, or holds no record at all, gives the records it holds (maybe none).
+
 Column types are what Spark expects for the schema in `schema.py` (timestamps are
 microseconds in UTC; record timestamps are milliseconds, so they are multiplied by 1000).
 """
@@ -80,22 +85,26 @@ def _fast(chunk: RangeChunk, include_headers: bool) -> pa.RecordBatch | None:
     data = chunk.data
     view = memoryview(data)
     lengths_parts = []
+    offsets_parts = []
     pieces = []
-    first_offset = chunk.batches[0][1].base_offset
     for pos, header in chunk.batches:
         count = header.record_count
         lengths_parts.append(np.frombuffer(data, "<i4", count, pos + HEADER_SIZE))
+        offsets_parts.append(np.arange(header.base_offset, header.next_offset, dtype=np.int64))
         pieces.append(view[pos + HEADER_SIZE + 4 * count : pos + header.size])
     lengths = np.concatenate(lengths_parts).astype(np.int64)
-    # Records are consecutive across the chunk's batches (the reader checked it), so record i
-    # has offset first_offset + i; keep [start, end).
-    lo, hi = chunk.start - first_offset, chunk.end - first_offset
-    ends = np.cumsum(lengths)
-    byte_lo = int(ends[lo - 1]) if lo > 0 else 0
-    byte_hi = int(ends[hi - 1])
+    # A raftlog batch's records are consecutive (record i of a batch has offset base + i), but
+    # compaction may have removed whole batches between them: the offsets come per batch, and
+    # [start, end) is found by search, since no record need sit at start or end - 1.
+    record_offsets = np.concatenate(offsets_parts)
+    lo = int(np.searchsorted(record_offsets, chunk.start))
+    hi = int(np.searchsorted(record_offsets, chunk.end))
     n = hi - lo
     if n <= 0:
         return records_to_arrow(chunk.tp.topic, chunk.tp.partition, [], include_headers)
+    ends = np.cumsum(lengths)
+    byte_lo = int(ends[lo - 1]) if lo > 0 else 0
+    byte_hi = int(ends[hi - 1])
     if byte_hi - byte_lo >= 2**31:
         return None  # beyond an Arrow binary array's 32-bit offsets: the slow path copes
     joined = b"".join(pieces)[byte_lo:byte_hi]
@@ -132,7 +141,7 @@ def _fast(chunk: RangeChunk, include_headers: bool) -> pa.RecordBatch | None:
         values,
         _repeated_string(chunk.tp.topic, n),
         pa.array(np.full(n, chunk.tp.partition, np.int32)),
-        pa.array(np.arange(chunk.start, chunk.end, dtype=np.int64)),
+        pa.array(record_offsets[lo:hi]),
         pa.array(timestamps * 1000, TIMESTAMP_TYPE),
         pa.array(np.full(n, CREATE_TIME, np.int32)),
     ]

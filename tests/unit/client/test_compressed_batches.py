@@ -80,7 +80,8 @@ def expected(base_offset: int, records: list = RECORDS) -> list[ConsumerRecord]:
 
 
 def consumed(chunk: bytes, start: int, check_crcs: bool = True) -> list[ConsumerRecord]:
-    return [r for batch in decode_fetch(TP, memoryview(chunk), start, check_crcs) for r in batch]
+    runs = decode_fetch(TP, memoryview(chunk), start, check_crcs)
+    return [r for run in runs for r in run.records]
 
 
 @pytest.mark.parametrize("codec", CODECS.values(), ids=CODECS.keys())
@@ -113,7 +114,7 @@ def test_a_corrupt_v2_batch_stops_its_partition_naming_the_offset() -> None:
     bad = bytearray(kafka_python_batch(4, 3, RECORDS[:3]))
     bad[-1] ^= 0xFF
     batches = decode_fetch(TP, memoryview(good + bytes(bad)), 0)
-    assert len(next(batches)) == 3
+    assert len(next(batches).records) == 3
     with pytest.raises(CorruptRecordError, match=r"events-3.*offset 3"):
         next(batches)
 
