@@ -30,9 +30,10 @@ def register(sub: Any) -> None:
         "(or one segment) without changing a file. Problems (damaged records: a bad checksum "
         "or length, a torn tail, offsets that go backwards or overlap) are printed and the "
         "exit status is 1. Gaps in the offsets of a log that was ever compacted are no "
-        "problem (the ok line counts them); in any other log they are damage. What the broker rebuilds by itself (a missing or stale index, a "
-        "missing recovery-point or leader-epoch checkpoint: derived data) is printed as a "
-        "note and is no problem: with notes only, the exit status is 0.",
+        "problem (the ok line counts them); in any other log they are damage. What the "
+        "broker rebuilds by itself (a missing or stale index, a missing recovery-point or "
+        "leader-epoch checkpoint: derived data) is printed as a note and is no problem: with "
+        "notes only, the exit status is 0.",
     )
     v.add_argument("path", help="a partition directory or one NNNN.log segment file")
     v.set_defaults(func=_verify)
