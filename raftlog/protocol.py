@@ -68,6 +68,7 @@ class ApiKey(enum.IntEnum):
     ELECT_LEADERS = 21
     ALTER_PARTITION_REASSIGNMENTS = 22
     ALTER_TOPIC_CONFIG = 23
+    DESCRIBE_REPLICAS = 24
 
 
 # api key -> (min version, max version) this code speaks.
@@ -757,6 +758,7 @@ REQUEST_BODIES: dict[int, _Shape] = {
         validate_only=_BOOL,
     ),
     ApiKey.DESCRIBE_CONFIGS: _Struct(topics=_Nullable(_STRS)),
+    ApiKey.DESCRIBE_REPLICAS: _Struct(topics=_Nullable(_STRS)),
     ApiKey.PRODUCE: _ProduceBody(
         {
             "topics": _List(

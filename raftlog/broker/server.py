@@ -182,6 +182,7 @@ class Broker:
                 admin.handle_alter_partition_reassignments,
             ),
             (protocol.ApiKey.ALTER_TOPIC_CONFIG, admin.handle_alter_topic_config),
+            (protocol.ApiKey.DESCRIBE_REPLICAS, admin.handle_describe_replicas),
             (protocol.ApiKey.DESCRIBE_CONFIGS, admin.handle_describe_configs),
             (protocol.ApiKey.PRODUCE, produce.handle_produce),
             (protocol.ApiKey.FETCH, fetch.handle_fetch),
@@ -215,12 +216,12 @@ class Broker:
         self._cut_off = False
         self._offline_reporter: asyncio.Task[None] | None = None
         self._scrubber: asyncio.Task[None] | None = None
-        # Its background loops: a loop that ends with an error (a bug: the expected ones are
         self._cleaner: asyncio.Task[None] | None = None
         # The log cleaner's reads and writes (storage/cleaner.py), one clean at a time.
         self._cleaner_executor = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix=f"raftlog-cleaner-{config.node_id}"
         )
+        # Its background loops: a loop that ends with an error (a bug: the expected ones are
         # caught inside) is logged at once rather than at shutdown.
         self._tasks = TaskSet(f"broker {config.node_id}")
         self.port = config.port
@@ -281,9 +282,9 @@ class Broker:
         self._reconciler = tasks.spawn(self._reconcile_loop(), "reconciler")
         if self.config.scrub_bytes_per_s > 0:
             self._scrubber = tasks.spawn(self._scrub(), "scrubber")
-        self._offline_reporter = tasks.spawn(self._report_offline(), "offline replica reports")
         if self.config.log_cleaner_enable:
             self._cleaner = tasks.spawn(self._clean(), "log cleaner")
+        self._offline_reporter = tasks.spawn(self._report_offline(), "offline replica reports")
         log.info(
             "broker %d listening on %s:%d, data in %s, %d partitions, fetches served with %s",
             self.config.node_id,
@@ -307,8 +308,8 @@ class Broker:
                 self._reconciler,
                 self._housekeeping,
                 self._scrubber,
-                self._offline_reporter,
                 self._cleaner,
+                self._offline_reporter,
             ):
                 if task is not None:
                     task.cancel()
@@ -342,8 +343,8 @@ class Broker:
         finally:
             self.logs.close()
             self._open_executor.shutdown(wait=False)
-        log.info("broker %d stopped", self.config.node_id)
             self._cleaner_executor.shutdown(wait=False)
+        log.info("broker %d stopped", self.config.node_id)
 
     async def _scrub(self) -> None:
         """The background checksum check of closed segments, in short slices (SCRUB_TICK_S)."""
@@ -352,7 +353,6 @@ class Broker:
             await asyncio.sleep(SCRUB_TICK_S)
             self.logs.scrub(budget_bytes, SCRUB_SECONDS_PER_TICK_MAX)
 
-    async def _housekeep(self) -> None:
     async def _clean(self) -> None:
         """The log cleaner: one clean at a time, its reads and writes on a worker thread, its
         swap on the event loop (storage/cleaner.py)."""
@@ -403,6 +403,7 @@ class Broker:
                 result.bytes_written,
             )
 
+    async def _housekeep(self) -> None:
         loop = asyncio.get_running_loop()
         next_retention = loop.time() + self.config.retention_check_interval_ms / 1000
         while True:

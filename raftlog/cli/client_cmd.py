@@ -17,9 +17,10 @@ import time
 from typing import Any
 
 from raftlog.client import Admin, Consumer, Producer, RecordFuture
+from raftlog.client.admin import ReplicaStates
 from raftlog.client.partitioner import PARTITIONERS
 from raftlog.client.producer_config import COMPRESSION_TYPES
-from raftlog.errors import InvalidConfigError
+from raftlog.errors import InvalidConfigError, RaftlogError
 from raftlog.topics import TopicPartition
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -104,9 +105,20 @@ def register(sub: Any) -> None:
     add_json(ls, "one object per topic: name, topic_id, partitions")
     add_bootstrap(ls)
     ls.set_defaults(func=_topic_list)
-    d = tsub.add_parser("describe", help="partitions, leaders, offsets and configs")
+    d = tsub.add_parser(
+        "describe",
+        help="partitions, leaders, offsets and configs",
+        description="Partitions, leaders, offsets and configs; for a compacted topic also each "
+        "partition's cleaning as its leader's replica reports it: the dirty ratio (bytes "
+        "written since the last clean over the cleanable bytes) and the last clean.",
+    )
     d.add_argument("topic", nargs="*", help="topics to describe (default: all)")
-    add_json(d, "one object per topic, its partitions as objects; unknown figures are null")
+    add_json(
+        d,
+        "one object per topic, its partitions as objects; unknown figures are null; "
+        "`cleaning` (null unless compacted): the leader replica's dirty_ratio, last_clean_ms, "
+        "last_clean, or the error saying why they are unknown",
+    )
     add_bootstrap(d)
     d.set_defaults(func=_topic_describe)
     a = tsub.add_parser(
@@ -295,9 +307,20 @@ def _topic_list(args: argparse.Namespace) -> int:
 def _topic_describe(args: argparse.Namespace) -> int:
     with Admin(args.bootstrap_server) as admin:
         topics = admin.describe_topics(args.topic or None)
+        compacted = [t for t in topics if is_compacted(t.config.get("cleanup.policy"))]
+        leaders = {p.leader for t in compacted for p in t.partitions if p.leader >= 0}
+        states = replica_states(admin, [t.name for t in compacted], leaders) if compacted else None
+    cleaning: dict[tuple[str, int], dict[str, Any]] = {}
+    if states is not None:
+        for t in compacted:
+            for p in t.partitions:
+                cleaning[t.name, p.partition] = leader_cleaning(
+                    states, TopicPartition(t.name, p.partition), p.leader
+                )
     if args.json:
-        print(json.dumps([_desc_json(t) for t in topics], indent=2))
+        print(json.dumps([_desc_json(t, cleaning) for t in topics], indent=2))
         return 0
+    now_ms = int(time.time() * 1000)
     for t in topics:
         overrides = ",".join(f"{k}={v}" for k, v in sorted(t.overrides.items())) or "-"
         print(
@@ -320,8 +343,74 @@ def _topic_describe(args: argparse.Namespace) -> int:
                 f"LogEnd: {or_unknown(p.log_end_offset)}  "
                 f"HighWatermark: {or_unknown(p.high_watermark)}  "
                 f"Size: {or_unknown(p.size_bytes)}  Segments: {or_unknown(p.segments)}{leos}"
+                + _cleaning_column(cleaning.get((t.name, p.partition)), now_ms)
             )
     return 0
+
+
+def _cleaning_column(c: dict[str, Any] | None, now_ms: int) -> str:
+    return "" if c is None else f"  Cleaning: {format_cleaning(c, now_ms)}"
+
+
+def is_compacted(cleanup_policy: object) -> bool:
+    """A cleanup.policy value that has the log cleaner compact the log."""
+    return "compact" in str(cleanup_policy or "").split(",")
+
+
+def replica_states(admin: Admin, topics: list[str] | None, nodes: set[int]) -> ReplicaStates:
+    """Admin.describe_replicas, or, if it fails whole, that error as every one of `nodes`'
+    answer: the caller shows what it knows and says what it does not, rather than failing."""
+    try:
+        return admin.describe_replicas(topics)
+    except RaftlogError as e:
+        return ReplicaStates((), {n: f"{type(e).__name__}: {e}" for n in nodes})
+
+
+def leader_cleaning(states: ReplicaStates, tp: TopicPartition, leader: int) -> dict[str, Any]:
+    """The cleaning of `tp` as its leader's replica reports it (describe's and status'
+    --json `cleaning`): node_id, dirty_ratio, last_clean_ms (-1: none since that broker
+    started), last_clean (records and bytes read and kept, tombstones removed, seconds) and
+    error (why the others are unknown: no leader, its broker did not answer, its log offline)."""
+    out: dict[str, Any] = {
+        "node_id": leader if leader >= 0 else None,
+        "dirty_ratio": None,
+        "last_clean_ms": -1,
+        "last_clean": None,
+        "error": None,
+    }
+    r = states.get(leader, tp)
+    if leader < 0:
+        out["error"] = "no leader"
+    elif leader in states.unanswered:
+        out["error"] = f"broker {leader} did not answer ({states.unanswered[leader]})"
+    elif r is None:
+        out["error"] = f"broker {leader} reported no replica of {tp}"
+    elif r.offline:
+        out["error"] = f"offline on broker {leader}: {r.offline_reason}"
+    else:
+        out["dirty_ratio"] = r.dirty_ratio
+        out["last_clean_ms"] = r.last_clean_ms
+        out["last_clean"] = None if r.last_clean is None else r.last_clean.to_wire()
+    return out
+
+
+def format_cleaning(c: dict[str, Any], now_ms: int) -> str:
+    """A `leader_cleaning` map as a phrase: "dirty 0.42, last clean 12 s ago (1,204 of
+    9,000 records kept)"."""
+    if c["error"] is not None:
+        return f"unknown ({c['error']})"
+    ratio = c["dirty_ratio"]
+    dirty = "dirty ?" if ratio is None else f"dirty {ratio:.2f}"
+    if c["last_clean_ms"] < 0:
+        return f"{dirty}, not cleaned since broker {c['node_id']} started"
+    ago_s = max(now_ms - c["last_clean_ms"], 0) // 1000
+    last = c["last_clean"]
+    kept = (
+        ""
+        if last is None
+        else f" ({last['records_kept']:,} of {last['records_read']:,} records kept)"
+    )
+    return f"{dirty}, last clean {ago_s:,} s ago{kept}"
 
 
 def _leader(node: int) -> str:
@@ -337,7 +426,7 @@ def or_unknown(value: int | None) -> str:
     return "unknown" if value is None else str(value)
 
 
-def _desc_json(t: Any) -> dict[str, Any]:
+def _desc_json(t: Any, cleaning: dict[tuple[str, int], dict[str, Any]]) -> dict[str, Any]:
     return {
         "name": t.name,
         "topic_id": t.topic_id,
@@ -360,6 +449,8 @@ def _desc_json(t: Any) -> dict[str, Any]:
                 else {str(n): (o if o >= 0 else None) for n, o in p.log_end_offsets.items()},
                 "size_bytes": p.size_bytes,
                 "segments": p.segments,
+                # The leader replica's (leader_cleaning); null: the topic is not compacted.
+                "cleaning": cleaning.get((t.name, p.partition)),
             }
             for p in t.partitions
         ],

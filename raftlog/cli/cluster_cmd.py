@@ -8,16 +8,31 @@ listener); its `kafka` and `kafka_external` are [host, port] of its Kafka-protoc
 (absent or null: none). The human form marks the same
 (OFFLINE, UNDER-REPLICATED) and replicas whose logs their broker reported offline (damaged data,
 a full disk), with the broker's reason.
+
+Each compacted partition also shows its leader replica's cleaning (`cleaning` in --json:
+dirty_ratio, last_clean_ms, last_clean, or the error saying why they are unknown; null for a
+partition that is not compacted), from DescribeReplicas asked of every live broker: state each
+broker keeps for its own replica, which the metadata does not hold. Brokers that did not
+answer are listed (`replica_states_unanswered`: [[node_id, error], ...]); the rest is shown.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import time
 from typing import Any
 
-from raftlog.cli.client_cmd import add_bootstrap
+from raftlog.cli.client_cmd import (
+    add_bootstrap,
+    format_cleaning,
+    is_compacted,
+    leader_cleaning,
+    replica_states,
+)
 from raftlog.client import Admin
+from raftlog.client.admin import ReplicaStates
+from raftlog.topics import TopicPartition
 
 
 def register(sub: Any) -> None:
@@ -32,6 +47,8 @@ def register(sub: Any) -> None:
 def _status(args: argparse.Namespace) -> int:
     with Admin(args.bootstrap_server) as admin:
         st = admin.describe_cluster()
+        live = {b["node_id"] for b in st["brokers"] if not b["fenced"]}
+        add_cleaning(st, replica_states(admin, None, live))
     st["offline_partitions"] = [[p["topic"], p["partition"]] for p in offline(st)]
     st["under_replicated_partitions"] = [[p["topic"], p["partition"]] for p in under_replicated(st)]
     if args.json:
@@ -39,6 +56,16 @@ def _status(args: argparse.Namespace) -> int:
         return 0
     print(format_status(st), end="")
     return 0
+
+
+def add_cleaning(st: dict[str, Any], states: ReplicaStates) -> None:
+    """Give each partition of `st` its leader replica's `cleaning` (null unless some replica
+    reports the log compacted), and `st` the brokers that did not answer."""
+    compacted = {r.tp for r in states.replicas if is_compacted(r.cleanup_policy)}
+    for p in st["partitions"]:
+        tp = TopicPartition(p["topic"], p["partition"])
+        p["cleaning"] = leader_cleaning(states, tp, p["leader"]) if tp in compacted else None
+    st["replica_states_unanswered"] = [[n, why] for n, why in sorted(states.unanswered.items())]
 
 
 def offline(st: dict[str, Any]) -> list[dict[str, Any]]:
@@ -51,8 +78,10 @@ def under_replicated(st: dict[str, Any]) -> list[dict[str, Any]]:
     return [p for p in st["partitions"] if p["leader"] >= 0 and len(p["isr"]) < len(p["replicas"])]
 
 
-def format_status(st: dict[str, Any]) -> str:
-    """The human form of a describe_cluster() result."""
+def format_status(st: dict[str, Any], now_ms: int | None = None) -> str:
+    """The human form of a describe_cluster() result (with `add_cleaning`'s fields, if
+    added)."""
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     lines = []
     q = st["quorum"]
     controller = st["controller_id"]
@@ -93,10 +122,14 @@ def format_status(st: dict[str, Any]) -> str:
         )
         if p["offline_replicas"]:
             extra += f"  OFFLINE REPLICAS {p['offline_replicas']}"
+        if p.get("cleaning") is not None:
+            extra += f"  cleaning: {format_cleaning(p['cleaning'], now_ms)}"
         lines.append(
             f"  {p['topic']}-{p['partition']}  {state}  epoch {p['leader_epoch']}  "
             f"replicas {p['replicas']}  isr {p['isr']}{extra}"
         )
+    for node, why in st.get("replica_states_unanswered", ()):
+        lines.append(f"Broker {node} did not answer for its replicas' state: {why}")
     if st.get("offline_logs"):
         lines.append("Offline replica logs (reported by their brokers):")
         for o in st["offline_logs"]:

@@ -3,7 +3,8 @@
 `AsyncAdmin` for asyncio code; `Admin` runs it on a private event loop in the caller's thread.
 Errors come back as the matching RaftlogError (TopicAlreadyExistsError, InvalidTopicError, ...)
 with the broker's message. Requests that can be sent again with the same effect (describe_cluster,
-elect_leaders, alter_partition_reassignments, alter_topic_config) retry a retriable refusal
+elect_leaders, alter_partition_reassignments, alter_topic_config, describe_replicas) retry a
+retriable refusal
 (the metadata quorum's leader changed under the command, a broker gone) until the request
 timeout; creating and deleting do not, since a retry of one that took effect would be refused
 (TopicAlreadyExistsError) where it had succeeded.
@@ -31,6 +32,11 @@ from raftlog.messages.groups import (
 )
 from raftlog.messages.metadata import DescribeClusterRequest
 from raftlog.messages.partitions import ElectLeadersRequest, ElectLeadersResponse
+from raftlog.messages.replicas import (
+    DescribeReplicasRequest,
+    DescribeReplicasResponse,
+    ReplicaState,
+)
 from raftlog.messages.topics import (
     CreatePartitionsRequest,
     CreatePartitionsResponse,
@@ -81,6 +87,22 @@ class TopicDescription:
     partitions: tuple[PartitionDescription, ...]
     config: dict[str, Any]
     overrides: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaStates:
+    """Every live broker's own replicas (AsyncAdmin.describe_replicas), and the live brokers
+    that did not answer, with why: a caller shows what it has and says what is missing."""
+
+    replicas: tuple[ReplicaState, ...]
+    unanswered: dict[int, str]  # node id -> the error its request ended with
+
+    def get(self, node_id: int, tp: TopicPartition) -> ReplicaState | None:
+        """Broker `node_id`'s replica of `tp`, if it reported one."""
+        for r in self.replicas:
+            if r.node_id == node_id and r.tp == tp:
+                return r
+        return None
 
 
 class AsyncAdmin:
@@ -338,18 +360,58 @@ class AsyncAdmin:
         )
         return body  # the documented map (DescribeClusterResponse), whole: the CLI prints it
 
-    async def _repeatable(self, api_key: int, body: dict[str, Any]) -> dict[str, Any]:
+    async def describe_replicas(self, topics: Iterable[str] | None = None) -> ReplicaStates:
+        """Every live (unfenced) broker's own replicas of `topics` (None: all): sizes, offsets,
+        and for compacted logs the dirty ratio and the last clean, local state each broker
+        keeps for itself (Kafka's DescribeLogDirs). The brokers are asked at once, each
+        retried as `_repeatable` does; one that still does not answer is in `unanswered`."""
+        cluster = await self.describe_cluster()
+        live = sorted(
+            b["node_id"]
+            for b in cluster["brokers"]
+            if not b["fenced"] and not b.get("shutting_down")
+        )
+        await self.client.refresh_metadata([])  # their addresses on the listener we came in by
+        request = DescribeReplicasRequest(None if topics is None else tuple(topics)).to_body()
+        answers: dict[int, DescribeReplicasResponse | str] = {}
+
+        async def ask(node: int) -> None:
+            try:
+                body = await self._repeatable(protocol.ApiKey.DESCRIBE_REPLICAS, request, node)
+                answers[node] = DescribeReplicasResponse.from_body(body)
+            except RaftlogError as e:
+                answers[node] = f"{type(e).__name__}: {e}"
+
+        async with asyncio.TaskGroup() as tg:
+            for node in live:
+                tg.create_task(ask(node))
+        replicas: list[ReplicaState] = []
+        unanswered = {}
+        for node in live:
+            answer = answers[node]
+            if isinstance(answer, str):
+                unanswered[node] = answer
+            elif answer.node_id != node:  # its address is another broker's now
+                unanswered[node] = f"node {answer.node_id} answered at node {node}'s address"
+            else:
+                replicas += answer.replicas
+        return ReplicaStates(tuple(replicas), unanswered)
+
+    async def _repeatable(
+        self, api_key: int, body: dict[str, Any], node_id: int | None = None
+    ) -> dict[str, Any]:
         """The answer to a request that may be sent again with the same effect (a read, or a
         write that sets a state rather than adds to it). A retriable refusal (the metadata
         quorum's leader changed under the command, a broker gone, a timeout) is retried, with
         a backoff, until the request timeout has passed, as Kafka's admin client retries: the
-        caller sees only the errors retrying cannot cure."""
+        caller sees only the errors retrying cannot cure. `node_id`: ask that broker (None:
+        any)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.client.request_timeout_s
         delay = RETRY_BACKOFF_S
         while True:
             try:
-                answer, _ = await self.client.request(None, api_key, body)
+                answer, _ = await self.client.request(node_id, api_key, body)
                 return answer
             except RaftlogError as e:
                 if not e.retriable or loop.time() + delay >= deadline:
@@ -437,6 +499,10 @@ class Admin:
 
     def describe_cluster(self) -> dict[str, Any]:
         return self._run(self._async.describe_cluster())  # type: ignore[no-any-return]
+
+    def describe_replicas(self, topics: Iterable[str] | None = None) -> ReplicaStates:
+        """See AsyncAdmin.describe_replicas."""
+        return self._run(self._async.describe_replicas(topics))  # type: ignore[no-any-return]
 
     def list_groups(self) -> list[dict[str, Any]]:
         return self._run(self._async.list_groups())  # type: ignore[no-any-return]

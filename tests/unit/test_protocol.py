@@ -228,6 +228,7 @@ VALID_BODIES: dict[int, dict[str, object]] = {
         "validate_only": True,
     },
     protocol.ApiKey.DESCRIBE_CONFIGS: {"topics": None},
+    protocol.ApiKey.DESCRIBE_REPLICAS: {"topics": ["t"]},
     protocol.ApiKey.PRODUCE: {"acks": -1, "timeout_ms": 1, "topics": [["t", [[0, 5], [1, 0]]]]},
     protocol.ApiKey.FETCH: {
         "replica_id": -1,

@@ -1,5 +1,5 @@
 """ApiVersions, Metadata, CreateTopics, CreatePartitions, DeleteTopics, DescribeConfigs,
-ListOffsets and ElectLeaders.
+ListOffsets, ElectLeaders, AlterPartitionReassignments, AlterTopicConfig and DescribeReplicas.
 
 These are control-plane requests: small, rare, and answered from metadata and log state.
 Bodies and responses are documented in docs/PROTOCOL.md.
@@ -27,6 +27,12 @@ from raftlog.messages.offsets import (
     ListOffsetsResponse,
 )
 from raftlog.messages.partitions import ElectionResult, ElectLeadersRequest, ElectLeadersResponse
+from raftlog.messages.replicas import (
+    CleanSummary,
+    DescribeReplicasRequest,
+    DescribeReplicasResponse,
+    ReplicaState,
+)
 from raftlog.messages.topics import (
     CreatePartitionsRequest,
     CreatePartitionsResponse,
@@ -44,6 +50,7 @@ from raftlog.topics import TopicPartition
 
 if TYPE_CHECKING:
     from raftlog.broker.context import HandlerContext, RequestSource
+    from raftlog.storage import PartitionLog
 
 
 def handle_api_versions(
@@ -297,3 +304,69 @@ def handle_describe_cluster(
 ) -> Response:
     view = broker.metadata.describe_cluster()
     return Response(DescribeClusterResponse.of(broker.config.node_id, view).to_body())
+
+
+def handle_describe_replicas(
+    broker: HandlerContext, body: dict[str, Any], payload: memoryview, conn: RequestSource
+) -> Response:
+    """This broker's own replicas of the topics asked for (null: all), open or offline: sizes,
+    offsets, and for compacted logs the dirty ratio and the last clean (Kafka's
+    DescribeLogDirs). Local state the metadata does not hold: a client asks every broker."""
+    topics = DescribeReplicasRequest.from_body(body).topics
+    wanted = None if topics is None else set(topics)
+    node = broker.config.node_id
+    logs = broker.logs
+    states = []
+    for tp in logs.partitions():
+        plog = logs.find(tp)
+        if plog is None or (wanted is not None and tp.topic not in wanted):
+            continue
+        replica = broker.replicas.get(tp)
+        states.append(
+            replica_state(node, tp, plog, None if replica is None else replica.high_watermark)
+        )
+    reported = {r.tp for r in states}
+    for tp, off in logs.offline().items():
+        if tp not in reported and (wanted is None or tp.topic in wanted):
+            policy = logs.config_for(off.topic.config).cleanup_policy
+            states.append(ReplicaState(node, tp, policy, offline_reason=str(off.error)))
+    states.sort(key=lambda r: r.tp)
+    return Response(DescribeReplicasResponse(node, tuple(states)).to_body())
+
+
+def replica_state(
+    node: int, tp: TopicPartition, plog: PartitionLog, high_watermark: int | None
+) -> ReplicaState:
+    """One open log's state. The dirty ratio counts, as the cleaner does, what is below the
+    high watermark (the log end where this broker has no replica state for it)."""
+    config = plog.config
+    offline = plog.offline_error
+    if offline is not None:  # went offline while serving; housekeeping moves it soon
+        return ReplicaState(node, tp, config.cleanup_policy, offline_reason=str(offline))
+    dirty: float | None = None
+    if config.compact:
+        max_offset = plog.log_end_offset if high_watermark is None else high_watermark
+        dirty, _ = plog.cleaning_state(max_offset)
+    last = plog.last_clean
+    return ReplicaState(
+        node,
+        tp,
+        config.cleanup_policy,
+        plog.size_bytes,
+        plog.log_start_offset,
+        plog.log_end_offset,
+        high_watermark,
+        plog.segment_count,
+        dirty,
+        plog.last_clean_ms,
+        None
+        if last is None
+        else CleanSummary(
+            last.records_read,
+            last.records_kept,
+            last.tombstones_removed,
+            last.bytes_read,
+            last.bytes_written,
+            last.seconds,
+        ),
+    )
