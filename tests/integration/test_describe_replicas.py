@@ -17,16 +17,9 @@ from raftlog.client import Admin, Producer
 from raftlog.topics import TopicPartition
 from tests.integration._cluster import Cluster, started_cluster
 from tests.integration._support import run_cli, wait_for
+from tests.integration.test_compaction import COMPACTED, KEYS, WAIT_S
 
 TABLE, EVENTS = "table", "events"
-WAIT_S = 60.0
-KEYS = [b"user-%02d" % i for i in range(40)]
-COMPACTED = {
-    "cleanup.policy": "compact",
-    "segment.bytes": "4096",
-    "min.cleanable.dirty.ratio": "0.01",
-    "min.insync.replicas": "2",
-}
 CLEANING = re.compile(
     r"dirty (\d\.\d\d), last clean [\d,]+ s ago \(([\d,]+) of ([\d,]+) records kept\)"
 )
