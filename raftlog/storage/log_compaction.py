@@ -96,9 +96,11 @@ class CompactedLog:
             return None
         now = self._clock_ms() if now_ms is None else now_ms
         active = self._segments[-1]
-        if active.size and 0 <= active.first_batch_timestamp < now - self.config.segment_ms:
+        roll_ms = min(self.config.segment_ms, self.config.max_compaction_lag_ms)
+        if active.size and 0 <= active.first_batch_timestamp < now - roll_ms:
             # A quiet topic's active segment rolls by segment.ms too, or it is never cleaned
-            # (an append would have rolled it: Kafka rolls only then).
+            # (an append would have rolled it: Kafka rolls only then); and by
+            # max.compaction.lag.ms (KIP-354), which the active segment would outlast.
             self._begin_change()
             self._roll()
         first_dirty = self._first_dirty()
