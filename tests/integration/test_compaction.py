@@ -68,7 +68,7 @@ def write_rounds(
                 value = None if (r * len(KEYS) + i) % 7 == 0 else b"%s=%d" % (key, r)
                 sent.append((key, value, p.send(TOPIC, value, key=key, partition=0)))
             for key, value, future in sent:
-                last[key] = (future.result(30).offset, value)
+                last[key] = (future.result(WAIT_S).offset, value)
 
 
 def read_all(
@@ -158,8 +158,14 @@ def test_a_group_resumes_across_a_compaction_gap(cluster: Cluster) -> None:
 def slow_cleaner(tmp_path: Path) -> Iterator[Cluster]:
     """A cluster whose cleaners move 30 kB/s: a clean of a few dozen small segments takes
     seconds, long enough to kill a node in the middle of one."""
+    # A killed follower leaves the ISR within replica_lag_time_max_ms: acks=all writes wait
+    # that long (30 s by default) for it.
     with started_cluster(
-        tmp_path, 3, log_cleaner_backoff_ms=100, log_cleaner_io_bytes_per_s=30_000
+        tmp_path,
+        3,
+        log_cleaner_backoff_ms=100,
+        log_cleaner_io_bytes_per_s=30_000,
+        replica_lag_time_max_ms=3000,
     ) as c:
         yield c
 
