@@ -97,6 +97,7 @@ def crc32c(data: bytes | bytearray | memoryview) -> int:
 
 
 _MAX_TIMESTAMP_FIELD = 8  # BatchHeader's max_timestamp, after first_timestamp (7)
+_ATTRIBUTES_FIELD = 5
 
 
 def unpack_header_v2(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, ...]:
@@ -106,9 +107,13 @@ def unpack_header_v2(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple
     what the client sent (its CRC covers them); every reader of the header (validation, the
     time index, retention, recovery) sees the repaired value, so a batch is never taken for
     one from 1970 and deleted by retention. It can be earlier than the batch's true largest
-    record timestamp by the batch's own time span (the records are not read)."""
+    record timestamp by the batch's own time span (the records are not read). Not in a batch
+    whose base timestamp is the log cleaner's delete horizon (DELETE_HORIZON_BIT): its max
+    timestamp is the true one, below the horizon by design."""
     fields = HEADER_V2.unpack_from(buf, pos)
-    if fields[_MAX_TIMESTAMP_FIELD] < fields[_MAX_TIMESTAMP_FIELD - 1]:
+    if fields[_MAX_TIMESTAMP_FIELD] < fields[_MAX_TIMESTAMP_FIELD - 1] and not (
+        fields[_ATTRIBUTES_FIELD] & DELETE_HORIZON_BIT
+    ):
         repaired = list(fields)
         repaired[_MAX_TIMESTAMP_FIELD] = fields[_MAX_TIMESTAMP_FIELD - 1]
         return tuple(repaired)

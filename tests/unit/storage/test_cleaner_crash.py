@@ -90,15 +90,8 @@ def leftovers(path: str) -> list[str]:
 
 
 def verify(path: str) -> list[str]:
-    """`tools.verify`'s problems, but one it reports on every log a clean stamped with a
-    delete horizon (test_cleaner_model.py's xfail test
-    test_a_batch_with_a_delete_horizon_keeps_its_max_timestamp: the header's max timestamp
-    reads as the horizon, so a time index entry after the batch looks behind it)."""
-    return [
-        p
-        for p in tools.verify(path)
-        if not (".timeindex: entry" in p and "disagrees with the segment" in p)
-    ]
+    """`tools.verify`'s problems."""
+    return tools.verify(path)
 
 
 @dataclass(frozen=True, slots=True)

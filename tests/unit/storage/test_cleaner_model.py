@@ -455,12 +455,6 @@ def test_a_tombstone_goes_at_the_first_clean_at_or_after_its_horizon(tmp_path: s
         assert [r for _, rs in batches(log) for r in rs if r.key == b"a"] == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="unpack_header_v2 'repairs' a max timestamp below the base timestamp (Sarama's -1) "
-    "also in a batch with DELETE_HORIZON_BIT, whose base timestamp is the horizon: the "
-    "batch's max timestamp reads as the horizon, and tools.verify reports the time index",
-)
 def test_a_batch_with_a_delete_horizon_keeps_its_max_timestamp(tmp_path: str) -> None:
     """Kafka's KIP-534: the horizon takes the base timestamp's place; the max timestamp stays
     the records' (the time index, retention and lookups by time read it)."""
