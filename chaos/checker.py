@@ -39,6 +39,12 @@ of a replica's log below the high watermark. From it:
   partition over the workload (`max_partition_unavailability_s`): one partition without a
   quorum while the others go on shows only there.
 
+A compacted topic (the history's `run` record says `compact`): the log keeps only the last
+record of each key, so a partition has gaps and replicas hold different subsets. Then lost,
+unseen, poll_skip and replica_divergence follow chaos/compaction_check.py's per-key rules, which
+add vanished, unsent_read and stale_last_value, and the report's `compaction` holds its figures;
+the rest above holds as written. The report's `mode` says which ("delete" or "compacted").
+
 Rules: the report's top-level anomaly entries are counts; `anomalies` holds the cases, at most
 `examples_max` of each kind (the counts are always exact); `valid` is true only when every
 count that invalidates is zero and, if the workload sent anything, something was acknowledged.
@@ -49,10 +55,11 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from chaos import compaction_check
 from chaos.history import Op
 
 # A report lists this many cases of each anomaly; the counts stay exact. Enough to debug from,
@@ -72,6 +79,8 @@ INVALIDATING = (
     "replica_divergence",
     "hw_above_isr_leo",
 )
+# The compacted mode's own anomalies (chaos/compaction_check.py), invalidating too.
+COMPACTED_INVALIDATING = ("vanished", "unsent_read", "stale_last_value")
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +95,8 @@ class Send:
     invoke_index: int
     invoke_time: float
     complete_time: float
+    # The record's key (a compacted run's sends have one; chaos/compaction_check.py).
+    key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +110,9 @@ class ReplicaRead:
 
 
 def _records(raw: Iterable[Any]) -> list[tuple[int, str]]:
-    return [(int(o), v) for o, v in raw]
+    """(offset, value) of [[offset, value], ...] or of a compacted run's [[offset, value, key],
+    ...] (the keys are compaction_check.py's)."""
+    return [(int(r[0]), r[1]) for r in raw]
 
 
 def _pair(ops: Sequence[Op]) -> list[tuple[Op, Op]]:
@@ -125,6 +138,7 @@ def _sends(pairs: Sequence[tuple[Op, Op]]) -> list[Send]:
             invoke_index=i.index,
             invoke_time=i.time,
             complete_time=c.time,
+            key=c.get("key", i.get("key")),
         )
         for i, c in pairs
         if c.f == "send"
@@ -295,9 +309,14 @@ def nonmonotonic_sends(sends: Sequence[Send]) -> list[dict[str, Any]]:
 
 
 def poll_order(
-    ops: Sequence[Op], reads: Sequence[tuple[Op, dict[str, list[tuple[int, str]]]]]
+    ops: Sequence[Op],
+    reads: Sequence[tuple[Op, dict[str, list[tuple[int, str]]]]],
+    jumped_over: Callable[[str, int, int], list[int]] | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(nonmonotonic_poll, poll_skip), per process and partition within one assignment."""
+    """(nonmonotonic_poll, poll_skip), per process and partition within one assignment.
+
+    A jump of more than one offset is a skip; with `jumped_over` (a compacted log, whose gaps
+    are allowed) only if it names offsets in the jump that must not have been jumped over."""
     records_of = {id(o): by_tp for o, by_tp in reads}
     last: dict[str, dict[str, tuple[int, str]]] = defaultdict(dict)  # process -> tp -> last
     nonmonotonic, skips = [], []
@@ -324,8 +343,12 @@ def poll_order(
                     }
                     if delta < 1:
                         nonmonotonic.append(case)
-                    elif delta > 1:
+                    elif delta > 1 and jumped_over is None:
                         skips.append(case)
+                    elif delta > 1 and jumped_over is not None:
+                        missed = jumped_over(tp, prev[0], offset)
+                        if missed:
+                            skips.append({**case, "jumped_over": missed[:8], "count": len(missed)})
                 prev = (offset, value)
             if prev is not None:
                 seen[tp] = prev
@@ -489,15 +512,38 @@ def check(ops: Sequence[Op], examples_max: int = EXAMPLES_MAX) -> dict[str, Any]
     replicas = _replica_reads(ops)
     log = version_order(sends, reads, replicas)
 
+    run = next((o.value for o in ops if o.f == "run"), None) or {}
+    compacted = bool(run.get("compact"))
+
     anomalies: dict[str, list[dict[str, Any]]] = {}
-    anomalies["lost"], anomalies["unseen"] = lost_and_unseen(sends, reads, log)
     anomalies["duplicated"] = duplicated(log)
     anomalies["inconsistent_offsets"] = inconsistent_offsets(log)
     anomalies["aborted_read"] = aborted_reads(sends, reads)
     anomalies["nonmonotonic_send"] = nonmonotonic_sends(sends)
-    anomalies["nonmonotonic_poll"], anomalies["poll_skip"] = poll_order(ops, reads)
     anomalies["committed_offset_regressions"] = commit_regressions(pairs)
-    anomalies["replica_divergence"], anomalies["hw_above_isr_leo"] = replica_checks(replicas)
+    compaction: dict[str, Any] | None = None
+    if compacted:
+        # The per-key rules of a compacted log (chaos/compaction_check.py's docstring).
+        cc = compaction_check
+        hw = _high_watermarks(replicas)
+        keyed_reads = cc.client_reads(ops)
+        keyed_replicas = cc.replica_records(ops)
+        known = cc.Known(sends, keyed_reads, keyed_replicas, hw)
+        anomalies["lost"], anomalies["unseen"] = cc.lost_and_unseen(sends, keyed_reads)
+        anomalies["vanished"] = cc.vanished(keyed_reads, keyed_replicas, hw)
+        anomalies["unsent_read"] = cc.unsent_reads(sends, keyed_reads, keyed_replicas)
+        anomalies["stale_last_value"] = cc.stale_last_values(sends, keyed_reads)
+        anomalies["nonmonotonic_poll"], anomalies["poll_skip"] = poll_order(
+            ops, reads, known.unsuperseded_between
+        )
+        anomalies["replica_divergence"], anomalies["hw_above_isr_leo"] = cc.replica_checks(
+            replicas, keyed_replicas, known, hw
+        )
+        compaction = cc.figures(sends, keyed_reads, ops)
+    else:
+        anomalies["lost"], anomalies["unseen"] = lost_and_unseen(sends, reads, log)
+        anomalies["nonmonotonic_poll"], anomalies["poll_skip"] = poll_order(ops, reads)
+        anomalies["replica_divergence"], anomalies["hw_above_isr_leo"] = replica_checks(replicas)
 
     fault_list = faults(ops)
     max_unavailability_s, fault_report = availability(sends, fault_list)
@@ -505,17 +551,18 @@ def check(ops: Sequence[Op], examples_max: int = EXAMPLES_MAX) -> dict[str, Any]
     acknowledged = sum(1 for s in sends if s.type == "ok")
     send_invokes = sum(1 for o in ops if o.f == "send" and o.type == "invoke")
 
-    invalid = [k for k in INVALIDATING if anomalies[k]]
+    invalid = [k for k in (*INVALIDATING, *COMPACTED_INVALIDATING) if anomalies.get(k)]
     if has_final_read and anomalies["unseen"]:
         invalid.append("unseen")
     if send_invokes and not acknowledged:
         invalid.append("nothing_acknowledged")
-    run = next((o.value for o in ops if o.f == "run"), None) or {}
 
     report: dict[str, Any] = {
         "valid": not invalid,
         "invalid_because": invalid,
         "seed": run.get("seed"),
+        # Which rules checked it: "delete" (offset by offset) or "compacted" (per key).
+        "mode": "compacted" if compacted else "delete",
         "sends": send_invokes,
         "acknowledged": acknowledged,
         "acknowledged_without_offset": sum(1 for s in sends if s.type == "ok" and s.offset is None),
@@ -530,5 +577,7 @@ def check(ops: Sequence[Op], examples_max: int = EXAMPLES_MAX) -> dict[str, Any]
     report["max_partition_unavailability_s"] = max(by_partition.values(), default=0.0)
     report["partition_unavailability_s"] = by_partition
     report["faults"] = fault_report
+    if compaction is not None:
+        report["compaction"] = compaction
     report["anomalies"] = {k: v[:examples_max] for k, v in anomalies.items() if v}
     return report

@@ -34,7 +34,14 @@ The operations (`f`), and what their other fields hold:
                 ISR when it was read)
     fault       process "nemesis": invoke when the fault starts, ok when it is healed;
                 value: the FaultSpec as a dict (chaos.faults.FaultSpec.to_json)
-    run         process "runner", type info, once at the start: value: {"seed": int, ...}
+    run         process "runner", type info, once at the start: value: {"seed": int,
+                "compact": bool, ...}
+
+A compacted run (`compact` true: the topic has cleanup.policy=compact) records keys: each
+send carries `key: str`, and every record of a poll, the final read and a replica read is
+[offset, value, key] (key null for a record without one). A tombstone (a null value) is
+recorded as "~" followed by the unique value its `id` header carries, for its send and every
+read of it; no producer sends a value starting with "~".
 
 Rules: a completion has the `id` of an earlier invoke of the same process; values are strings
 (the runner writes unique strings, and the replica reader decodes what it read from disk the

@@ -5,13 +5,18 @@
     python -m chaos.matrix --out runs/d --duration 60 --combined-runs 0 \
         --kinds link,disk-full,torn-tail,bitflip                 # the link and disk rows
     python -m chaos.matrix --out runs/k --client kafka --combined-runs 0  # Kafka's client
+    python -m chaos.matrix --out runs/c --compact --kinds kill --combined-runs 0  # compacted
 
 Runs `--runs` runs of `--duration` seconds for each fault kind alone (`--kinds`), plus
 `--combined-runs` runs with every kind mixed, each with its own seed (`--first-seed` plus the
 run's index), through chaos/runner.py. Each run's directory keeps its history, report and
 plot; `matrix.md` and `matrix.json` sum them up: per row the runs, acknowledged writes, lost,
 duplicated, other anomalies, the longest unavailability (the maximum over the runs) and how
-many runs were valid. Exit status 0 only when every run was valid.
+many runs were valid. With `--compact` every run's topic is compacted (the runner's
+`compact`: keyed records, cleaners that run often, the checker's per-key rules) and each row is
+labelled `compact+KIND`; its rows also give the acknowledged sends compacted away and the
+longest run of missing offsets in a partition's final read. Exit status 0 only when every run
+was valid.
 """
 
 from __future__ import annotations
@@ -41,6 +46,10 @@ OTHER_ANOMALIES = (
     "nonmonotonic_poll",
     "committed_offset_regressions",
     "replica_divergence",
+    # A compacted run's own (chaos/compaction_check.py); absent from other runs' reports.
+    "vanished",
+    "unsent_read",
+    "stale_last_value",
 )
 
 
@@ -52,11 +61,24 @@ def row(label: str, reports: list[dict[str, Any]]) -> dict[str, Any]:
         "acknowledged": sum(r["acknowledged"] for r in reports),
         "lost": sum(r["lost"] for r in reports),
         "duplicated": sum(r["duplicated"] for r in reports),
-        "other_anomalies": sum(r[k] for r in reports for k in OTHER_ANOMALIES),
+        "other_anomalies": sum(r.get(k, 0) for r in reports for k in OTHER_ANOMALIES),
         "max_unavailability_s": max((r["max_unavailability_s"] for r in reports), default=0.0),
         "max_partition_unavailability_s": max(
             (r.get("max_partition_unavailability_s", 0.0) for r in reports), default=0.0
         ),
+        **_compaction_figures(reports),
+    }
+
+
+def _compaction_figures(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """A compacted row's figures (nothing for other rows)."""
+    figures = [r["compaction"] for r in reports if "compaction" in r]
+    if not figures:
+        return {}
+    return {
+        "compacted_away": sum(f["compacted_away"] for f in figures),
+        "max_offset_gap": max(f["max_offset_gap"] for f in figures),
+        "cleans": sum(f["cleans"] or 0 for f in figures),
     }
 
 
@@ -75,6 +97,18 @@ def render(rows: list[dict[str, Any]], duration_s: float, client: str = "raftlog
             f"| {r['duplicated']} | {r['other_anomalies']} | {r['max_unavailability_s']:.2f} s "
             f"| {r['max_partition_unavailability_s']:.2f} s |"
         )
+    compacted = [r for r in rows if "compacted_away" in r]
+    if compacted:
+        lines += [
+            "",
+            "| compacted row | acknowledged sends compacted away | longest offset gap | cleans |",
+            "|---|---:|---:|---:|",
+        ]
+        lines += [
+            f"| {r['faults']} | {r['compacted_away']:,} | {r['max_offset_gap']:,} "
+            f"| {r['cleans']:,} |"
+            for r in compacted
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -91,6 +125,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="raftlog",
         help="the workload's client (raftlog): kafka runs confluent-kafka through the Kafka "
         "listeners (no link rows: their proxies front raftlog's own listeners)",
+    )
+    p.add_argument(
+        "--compact",
+        action="store_true",
+        help="every run on a compacted topic, checked per key (rows labelled compact+KIND)",
     )
     p.add_argument(
         "--first-seed",
@@ -110,6 +149,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         plan += [("combined", mixed, args.first_seed + i) for i in range(args.combined_runs)]
     reports: dict[str, list[dict[str, Any]]] = {}
     started = time.monotonic()
+    if args.compact:
+        plan = [(f"compact+{label}", faults, seed) for label, faults, seed in plan]
     for n, (label, faults, seed) in enumerate(plan, 1):
         sys.stderr.write(
             f"matrix: run {n}/{len(plan)}: {label} seed {seed} "
@@ -121,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         nodes = 4 if "reassign" in faults else 3
         cfg = RunConfig(out=out / f"{label}-{seed}", duration_s=args.duration, faults=faults,
                         seed=seed, progress=False, durability=durability,
-                        client=args.client, nodes=nodes)  # fmt: skip
+                        client=args.client, nodes=nodes, compact=args.compact)  # fmt: skip
         reports.setdefault(label, []).append(run(cfg))
     rows = [row(label, rs) for label, rs in reports.items()]
     out.mkdir(parents=True, exist_ok=True)

@@ -8,13 +8,16 @@
    containers as a compose project of their own, network faults by iptables inside them; it
    refuses the link and disk kinds before starting anything), and creates the topic:
    `partitions` partitions, replication factor `replication_factor`, `min.insync.replicas`,
-   unclean election as asked;
+   unclean election as asked; with `compact`, a compacted topic (COMPACT_TOPIC_CONFIG) and
+   cleaners that run often and slowly (COMPACT_NODE_SETTINGS), so that kills strike cleans;
 2. runs the workload for `duration_s`, or longer while the nemesis is still applying the
    schedule (bounded by SCHEDULE_OVERRUN_S_MAX: a loaded machine still applies every fault):
    `producers` producer threads send unique values ("p<i>-<n>") with `acks` to every
-   partition in turn at `rate` sends/s each; `consumers` group members poll and commit every
-   `commit_interval_s`; every operation is written to `history.jsonl` (chaos/history.py) with
-   its invoke and completion;
+   partition in turn at `rate` sends/s each (with `compact`, each record has a key, one of
+   `compact_keys` per partition, and about `tombstone_ratio` of them are tombstones: a null
+   value whose `id` header carries the unique value); `consumers` group members poll and
+   commit every `commit_interval_s`; every operation is written to `history.jsonl`
+   (chaos/history.py) with its invoke and completion;
 3. meanwhile the nemesis thread applies the schedule (`faults.schedule(seed, ...)`): each
    fault is resolved when it starts, injected, and healed when its window ends, always;
 4. after the workload: waits until every partition is led with its whole ISR again (bounded by
@@ -68,10 +71,14 @@ from chaos.link_faults import Links, inject_link
 from chaos.local_cluster import LocalCluster
 from chaos.move_faults import moved_replicas
 from chaos.workload_thread import WorkloadThread
+from raftlog.broker.logs import TOPIC_ID_FILE
 from raftlog.client import Admin, Consumer, Producer
 from raftlog.errors import RaftlogError
+from raftlog.record_types import Record
 from raftlog.records import iter_records
-from raftlog.storage.checkpoint import OffsetCheckpoint
+from raftlog.replication.manager import HIGH_WATERMARK_FILE, HIGH_WATERMARKS_FILE
+from raftlog.storage.checkpoint import OffsetCheckpoint, PartitionOffsets
+from raftlog.storage.cleaner import CLEANER_CHECKPOINT_FILE
 from raftlog.storage.tools import scan_segment, segment_files
 from raftlog.topics import TopicPartition
 
@@ -97,6 +104,23 @@ SMALL_DISK_BYTES = 64 << 20
 BITFLIP_SEGMENT_BYTES = 16384
 # bitflip: one read of the damaged partition from offset 0 gives up after this.
 SCRUB_READ_S = 10.0
+# compact: the topic's configs. Small segments and a tiny dirty ratio make a segment cleanable,
+# and cleaned, every few seconds at the workload's rate; delete.retention.ms (a day) outlasts
+# every run, so a tombstone that is the last record of its key stays, as any last record does
+# (the checker holds tombstones to the same rule: chaos/compaction_check.py).
+COMPACT_TOPIC_CONFIG = {
+    "cleanup.policy": "compact",
+    "segment.bytes": "16384",
+    "min.cleanable.dirty.ratio": "0.01",
+    "delete.retention.ms": str(24 * 3600 * 1000),
+}
+# compact: the nodes' cleaners look for a due log every 150 ms and read and write at most
+# 64 KiB/s, so a clean of a few 16 KiB segments takes about a second: kills and pauses strike
+# cleans in progress and installs, not only the time between them.
+COMPACT_NODE_SETTINGS = {"log_cleaner_backoff_ms": 150, "log_cleaner_io_bytes_per_s": 64 * 1024}
+# The node log line of an installed clean (raftlog/broker/server.py `_clean`), counted per
+# replica after the run: "<topic>-<partition>: cleaned offsets [a, b) ...".
+CLEANED_LINE = ": cleaned offsets ["
 # The workload outlasts `duration_s` by at most this while the nemesis is still applying the
 # schedule (faults that waited for a node or a leader on a loaded machine); then it stops and
 # the faults not applied are missing from the report's `faults`, counted in `faults_skipped`.
@@ -145,6 +169,12 @@ class RunConfig:
     # Whose client runs the workload: "raftlog" (its own) or "kafka" (confluent-kafka through
     # the brokers' Kafka listeners, chaos/kafka_workers.py).
     client: str = "raftlog"
+    # A compacted topic (COMPACT_TOPIC_CONFIG), keyed records and the checker's compacted mode.
+    compact: bool = False
+    # compact: the keys each partition's records take ("k00", "k01", ...), and the share of
+    # sends that are tombstones.
+    compact_keys: int = 32
+    tombstone_ratio: float = 0.05
 
     def schedule(self) -> list[FaultSpec]:
         kw: dict[str, Any] = {}
@@ -218,6 +248,8 @@ class ProducerWorker(WorkloadThread):
         self.acked = 0
         self.sent = 0
         self._room = threading.Semaphore(IN_FLIGHT_MAX)
+        # compact: keys and tombstones are drawn from the run's seed (a run's workload replays).
+        self._keys = random.Random(f"keys-{cfg.seed}-{n}")
 
     def _run(self) -> None:
         acks: str | int = "all" if self.cfg.acks == "all" else int(self.cfg.acks)
@@ -251,15 +283,31 @@ class ProducerWorker(WorkloadThread):
         partition = (seq + self.n) % self.cfg.partitions
         tp = f"{self.cfg.topic}-{partition}"
         value = f"p{self.n}-{seq}"
-        i = self.rec.invoke(self.process, "send", value, tp=tp)
+        extra: dict[str, Any] = {}
+        key: bytes | None = None
+        payload: bytes | None = value.encode()
+        headers: list[tuple[str, bytes | None]] = []
+        if self.cfg.compact:
+            key_s = f"k{self._keys.randrange(self.cfg.compact_keys):02d}"
+            key = key_s.encode()
+            extra["key"] = key_s
+            if self._keys.random() < self.cfg.tombstone_ratio:
+                headers = [(TOMBSTONE_ID_HEADER, payload)]
+                payload = None
+                value = TOMBSTONE_PREFIX + value
+        i = self.rec.invoke(self.process, "send", value, tp=tp, **extra)
         self.sent += 1
         try:
-            fut = producer.send(self.cfg.topic, value.encode(), partition=partition)
+            fut = producer.send(
+                self.cfg.topic, payload, key=key, headers=headers or None, partition=partition
+            )
         except RaftlogError as e:
             # Refused before it was queued (no metadata within max_block_ms, a full buffer):
             # certainly not written.
             self._room.release()
-            self.rec.complete(self.process, "fail", "send", i, value, tp=tp, error=str(e)[:200])
+            self.rec.complete(
+                self.process, "fail", "send", i, value, tp=tp, error=str(e)[:200], **extra
+            )
             return
 
         def done(f: Any) -> None:
@@ -268,11 +316,11 @@ class ProducerWorker(WorkloadThread):
             if error is None:
                 self.acked += 1
                 self.rec.complete(
-                    self.process, "ok", "send", i, value, tp=tp, offset=f.result(0).offset
+                    self.process, "ok", "send", i, value, tp=tp, offset=f.result(0).offset, **extra
                 )
             else:
                 self.rec.complete(
-                    self.process, "info", "send", i, value, tp=tp, error=str(error)[:200]
+                    self.process, "info", "send", i, value, tp=tp, error=str(error)[:200], **extra
                 )
 
         fut.add_done_callback(done)
@@ -319,7 +367,7 @@ class ConsumerWorker(WorkloadThread):
                         group=self.GROUP,
                     )
                 value = {
-                    tp_name(tp): [[r.offset, (r.value or b"").decode()] for r in records]
+                    tp_name(tp): [entry(r, self.cfg.compact) for r in records]
                     for tp, records in batch.items()
                 }
                 self.polled += sum(len(v) for v in value.values())
@@ -356,6 +404,8 @@ class Targets:
     disks: dict[int, disk_faults.SmallDisk] = field(default_factory=dict)
     # Told the topic's new partition count when a `reassign` fault grows it.
     grown: Callable[[int], None] = lambda count: None
+    # The topic is compacted: reads record keys (`entry`).
+    compact: bool = False
 
 
 class Nemesis(threading.Thread):
@@ -443,7 +493,9 @@ class Nemesis(threading.Thread):
         self.rec.standalone("scrubber", "assign", [tp], group="scrubber")
         i = self.rec.invoke("scrubber", "poll", group="scrubber")
         try:
-            value = final_read(self.bootstrap, topic, [int(partition)], SCRUB_READ_S)
+            value = final_read(
+                self.bootstrap, topic, [int(partition)], SCRUB_READ_S, self.targets.compact
+            )
         except (RaftlogError, RuntimeError) as e:
             self.rec.complete("scrubber", "info", "poll", i, group="scrubber", error=str(e)[:200])
             return
@@ -482,11 +534,34 @@ def wait_whole(
     return None
 
 
+# A tombstone (a null value) is recorded as this prefix and the unique value its
+# TOMBSTONE_ID_HEADER carries; a producer never sends a value that starts with it.
+TOMBSTONE_PREFIX = "~"
+TOMBSTONE_ID_HEADER = "id"
+
+
+def entry(r: Record, compact: bool) -> list[Any]:
+    """A record as the history holds it: [offset, value], or in a compacted run [offset,
+    value, key] with a tombstone's value TOMBSTONE_PREFIX + its id header (chaos/history.py)."""
+    if not compact:
+        return [r.offset, (r.value or b"").decode()]
+    if r.value is None:
+        ids = [v for k, v in r.headers if k == TOMBSTONE_ID_HEADER]
+        value = TOMBSTONE_PREFIX + (ids[0] or b"").decode() if ids else TOMBSTONE_PREFIX
+    else:
+        value = r.value.decode()
+    return [r.offset, value, None if r.key is None else r.key.decode()]
+
+
 def final_read(
-    bootstrap: str, topic: str, partitions: int | list[int], timeout_s: float
+    bootstrap: str,
+    topic: str,
+    partitions: int | list[int],
+    timeout_s: float,
+    compact: bool = False,
 ) -> dict[str, Any]:
     """Every partition (or those listed) from offset 0 to its high watermark:
-    {tp: [[offset, value], ...]}."""
+    {tp: [[offset, value], ...]} ([offset, value, key] with `compact`)."""
     numbers = range(partitions) if isinstance(partitions, int) else partitions
     tps = [TopicPartition(topic, p) for p in numbers]
     out: dict[str, list[list[Any]]] = {tp_name(tp): [] for tp in tps}
@@ -499,21 +574,55 @@ def final_read(
             if time.monotonic() > deadline:
                 raise RuntimeError(f"final read: not at the end after {timeout_s:g} s")
             for tp, records in consumer.poll(timeout_ms=500).items():
-                out[tp_name(tp)].extend([r.offset, (r.value or b"").decode()] for r in records)
+                out[tp_name(tp)].extend(entry(r, compact) for r in records)
     return out
 
 
-def read_replica(path: Path) -> tuple[list[list[Any]], int, int]:
-    """A stopped replica's records from its files: ([[offset, value], ...], HW, log end)."""
+def read_replica(path: Path, compact: bool = False) -> tuple[list[list[Any]], int, int]:
+    """A stopped replica's records from its files: ([[offset, value], ...], HW, log end);
+    [offset, value, key] with `compact`."""
     records: list[list[Any]] = []
     for _base, seg in segment_files(str(path)):
         for b in scan_segment(seg):
             if b.error is not None:
                 break
-            records.extend([r.offset, (r.value or b"").decode()] for r in iter_records(b.data))
-    hw = OffsetCheckpoint(str(path / "high-watermark-checkpoint")).read() or 0
+            records.extend(entry(r, compact) for r in iter_records(b.data))
     leo = records[-1][0] + 1 if records else 0
-    return records, int(hw), leo
+    return records, replica_high_watermark(path), leo
+
+
+def replica_high_watermark(path: Path) -> int:
+    """A stopped replica's high watermark: its broker's entry for the partition in the one
+    checkpoint file beside `logs/` (HIGH_WATERMARKS_FILE), if the entry's topic id is the
+    replica's; else the per-partition file of earlier versions; else 0. (The suite read only
+    the per-partition file, which brokers no longer write, so every replica read 0 and the
+    replica checks below the high watermark compared nothing.)"""
+    topic, _, partition = path.name.rpartition("-")
+    entries = PartitionOffsets(str(path.parent.parent / HIGH_WATERMARKS_FILE)).read()
+    found = entries.get((topic, int(partition)))
+    id_file = path / TOPIC_ID_FILE
+    topic_id = id_file.read_bytes().decode("ascii", "replace").strip() if id_file.exists() else ""
+    if found is not None and (not topic_id or found[0] == topic_id):
+        return found[1]
+    return OffsetCheckpoint(str(path / HIGH_WATERMARK_FILE)).read() or 0
+
+
+def cleaner_state(
+    cluster: LocalCluster | DockerCluster, node_id: int, path: Path, tp: str
+) -> dict[str, Any]:
+    """What a replica's cleaner did: where its last clean ended (its cleaner checkpoint; None
+    if it never cleaned) and, on the local backend, how many cleans its node logged for `tp`
+    over all its incarnations (None elsewhere: the docker backend keeps no node log files)."""
+    checkpoint = OffsetCheckpoint(str(path / CLEANER_CHECKPOINT_FILE)).read()
+    cleans: int | None = None
+    if isinstance(cluster, LocalCluster):
+        needle = f"{tp}{CLEANED_LINE}"
+        cleans = 0
+        for err in cluster.nodes[node_id].err_paths:
+            if err.exists():
+                with open(err, encoding="utf-8", errors="replace") as f:
+                    cleans += sum(1 for line in f if needle in line)
+    return {"cleaned_to": checkpoint, "cleans": cleans}
 
 
 # -- the run ------------------------------------------------------------------------------------
@@ -576,6 +685,7 @@ def _cluster(
     settings = {
         "replica_lag_time_max_ms": cfg.replica_lag_time_max_ms,
         "leader_imbalance_check_interval_ms": cfg.leader_imbalance_check_interval_ms,
+        **(COMPACT_NODE_SETTINGS if cfg.compact else {}),
         **cfg.extra,
     }
     if cfg.backend == "docker":
@@ -603,6 +713,9 @@ def run(cfg: RunConfig) -> dict[str, Any]:
         raise FaultError(f"client {cfg.client!r}: must be one of {', '.join(CLIENTS)}")
     if cfg.backend == "docker":
         refuse_unsupported(cfg.faults, cfg.nodes)
+    if cfg.compact and cfg.client != "raftlog":
+        # kafka_workers.py sends no keys: a compacted topic would refuse every record.
+        raise FaultError("a compacted run (compact) needs raftlog's client")
     cfg.out.mkdir(parents=True, exist_ok=True)
     history = cfg.out / "history.jsonl"
     if history.exists():
@@ -612,7 +725,12 @@ def run(cfg: RunConfig) -> dict[str, Any]:
     rec.standalone(
         "runner",
         "run",
-        {"seed": cfg.seed, "config": cfg.to_json(), "schedule": [s.to_json() for s in specs]},
+        {
+            "seed": cfg.seed,
+            "compact": cfg.compact,
+            "config": cfg.to_json(),
+            "schedule": [s.to_json() for s in specs],
+        },
     )
     problems: list[str] = []
     workers: list[Any] = []
@@ -640,7 +758,9 @@ def run(cfg: RunConfig) -> dict[str, Any]:
             )
             stop = threading.Event()
             workers = _workers(cfg, cluster, rec, stop)
-            targets = Targets(cluster, cfg.topic, net, links, disks, _grow_workload(cfg))
+            targets = Targets(
+                cluster, cfg.topic, net, links, disks, _grow_workload(cfg), cfg.compact
+            )
             nemesis = Nemesis(specs, targets, rec, stop, cluster.bootstrap)
             nemesis.started = time.monotonic()  # the schedule counts from here
             for w in [*workers, nemesis]:
@@ -661,7 +781,9 @@ def run(cfg: RunConfig) -> dict[str, Any]:
             if view is None:
                 problems.append(f"partitions not whole {SETTLE_S:g} s after the last fault")
             try:
-                reads = final_read(cluster.bootstrap, cfg.topic, cfg.partitions, FINAL_READ_S)
+                reads = final_read(
+                    cluster.bootstrap, cfg.topic, cfg.partitions, FINAL_READ_S, cfg.compact
+                )
                 rec.standalone("final-reader", "final-read", reads)
             except (RaftlogError, RuntimeError) as e:
                 problems.append(f"final read failed: {e}")
@@ -675,7 +797,9 @@ def run(cfg: RunConfig) -> dict[str, Any]:
                 path = cluster.partition_dir(n, f"{cfg.topic}-{p}")
                 if not path.is_dir():
                     continue
-                records, hw, leo = read_replica(path)
+                records, hw, leo = read_replica(path, cfg.compact)
+                tp = f"{cfg.topic}-{p}"
+                cleaning = cleaner_state(cluster, n, path, tp) if cfg.compact else {}
                 rec.standalone(
                     "replica-reader",
                     "replica-read",
@@ -685,6 +809,7 @@ def run(cfg: RunConfig) -> dict[str, Any]:
                     high_watermark=hw,
                     log_end_offset=leo,
                     isr=isr.get((cfg.topic, p), []),
+                    **cleaning,
                 )
     rec.close()
     report = checker.check(read_history(history))
@@ -735,6 +860,8 @@ def _create_topic(cluster: LocalCluster | DockerCluster, cfg: RunConfig) -> None
     config = {"min.insync.replicas": str(cfg.min_insync), "durability.policy": cfg.durability}
     if "bitflip" in cfg.faults:
         config["segment.bytes"] = str(BITFLIP_SEGMENT_BYTES)
+    if cfg.compact:
+        config.update(COMPACT_TOPIC_CONFIG)
     config.update(cfg.topic_config)
     if cfg.unclean:
         config["unclean.leader.election.enable"] = "true"

@@ -76,6 +76,13 @@ def register(sub: Any) -> None:
     )
     r.add_argument("--partitions", type=int, default=3, help="partitions of the topic (3)")
     r.add_argument(
+        "--compact",
+        action="store_true",
+        help="a compacted topic (cleanup.policy=compact, 16 KiB segments, cleaners every "
+        "150 ms at 64 KiB/s): keyed records, 32 keys per partition, some tombstones, checked "
+        "per key (the last acknowledged write of every key survives); raftlog's client only",
+    )
+    r.add_argument(
         "--nodes",
         type=int,
         choices=range(3, 8),
@@ -177,6 +184,7 @@ def _run(args: argparse.Namespace) -> int:
         seed=args.seed,
         nodes=args.nodes,
         partitions=args.partitions,
+        compact=args.compact,
         acks=args.acks,
         min_insync=args.min_insync,
         unclean=args.unclean,
@@ -224,7 +232,8 @@ def _check(args: argparse.Namespace) -> int:
 
 def _print_summary(path: str, report: dict[str, Any]) -> None:
     seed = report["seed"]
-    print(f"{path}: {'VALID' if report['valid'] else 'INVALID'} (seed {seed})")
+    mode = ", compacted topic: per-key rules" if report.get("mode") == "compacted" else ""
+    print(f"{path}: {'VALID' if report['valid'] else 'INVALID'} (seed {seed}{mode})")
     print(
         f"  sends {report['sends']}: acknowledged {report['acknowledged']}, "
         f"failed {report['failed']}, indeterminate {report['indeterminate']}"
@@ -233,6 +242,13 @@ def _print_summary(path: str, report: dict[str, Any]) -> None:
         print(f"  {kind}: {report[kind]}")
         for case in cases[:3]:
             print(f"    {json.dumps(case, sort_keys=True)}")
+    compaction = report.get("compaction")
+    if compaction is not None:
+        print(
+            f"  compaction: {compaction['superseded']} acknowledged sends superseded, "
+            f"{compaction['compacted_away']} compacted away, longest offset gap "
+            f"{compaction['max_offset_gap']}, cleans {compaction['cleans']}"
+        )
     print(f"  longest time without an acknowledged write: {report['max_unavailability_s']:.3f} s")
     for f in report["faults"]:
         healed = "not healed" if f["healed_s"] is None else f"healed at {f['healed_s']:.3f} s"

@@ -7,17 +7,22 @@ from typing import Any
 
 from chaos.history import Op, op
 
-Records = dict[str, list[tuple[int, str]]]
+# (offset, value), or in a compacted run (offset, value, key).
+Records = dict[str, list[tuple[int, str]] | list[tuple[int, str, str]]]
 
 
 class HistoryBuilder:
-    def __init__(self, seed: int | None = None) -> None:
+    def __init__(self, seed: int | None = None, compact: bool = False) -> None:
+        """`compact`: the run record says the topic was compacted (the checker's per-key
+        rules); needs a seed, as the run record carries both."""
         self.ops: list[Op] = []
         self.now = 0.0
         self._next_id = 0
         self._invokes: dict[int, Op] = {}
+        assert seed is not None or not compact, "a compacted history's run record needs a seed"
         if seed is not None:
-            self._add(op("runner", "info", "run", 0.0, value={"seed": seed}))
+            run = {"seed": seed, **({"compact": True} if compact else {})}
+            self._add(op("runner", "info", "run", 0.0, value=run))
 
     def _add(self, o: Op) -> Op:
         o = Op(o.process, o.type, o.f, o.time, o.id, o.value, o.extra, index=len(self.ops))
@@ -55,8 +60,10 @@ class HistoryBuilder:
         offset: int | None,
         type: str = "ok",
         at: float | None = None,
+        key: str | None = None,
     ) -> None:
-        op_id = self.invoke(process, "send", value, at=at, tp=tp)
+        keyed = {"key": key} if key is not None else {}
+        op_id = self.invoke(process, "send", value, at=at, tp=tp, **keyed)
         extra = {"offset": offset} if type == "ok" else {}
         self.complete(op_id, type, **extra)
 
@@ -83,7 +90,13 @@ class HistoryBuilder:
         self._add(op("final-reader", "ok", "final-read", self._tick(None), -1, value))
 
     def replica(
-        self, node: int, tp: str, records: list[tuple[int, str]], hw: int, leo: int, isr: list[int]
+        self,
+        node: int,
+        tp: str,
+        records: list[tuple[int, str]] | list[tuple[int, str, str]],
+        hw: int,
+        leo: int,
+        isr: list[int],
     ) -> None:
         self._add(
             op(

@@ -66,3 +66,18 @@ def test_unreadable_history_is_an_error_naming_the_line(
     assert f"{path}:1: not JSON" in capsys.readouterr().err
     assert main(["chaos", "check", str(tmp_path / "missing.jsonl")]) == 1
     assert "missing.jsonl" in capsys.readouterr().err
+
+
+def test_a_compacted_history_is_checked_per_key_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    h = HistoryBuilder(seed=9, compact=True)
+    for offset, (value, key) in enumerate([("a", "k1"), ("b", "k1")]):
+        h.send("p1", TP, value, offset, key=key)
+    h.final_read({TP: [(1, "b", "k1")]})  # a was compacted away
+    path = tmp_path / "history.jsonl"
+    write_history(path, h.ops)
+    assert main(["chaos", "check", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "VALID (seed 9, compacted topic: per-key rules)" in text
+    assert "1 acknowledged sends superseded, 1 compacted away" in text
