@@ -9,17 +9,26 @@ storage layer's own thread.
 
 Offline logs (rules):
 - A hosted partition whose log cannot be opened (a full disk, damaged data below the recovery
-  point: LogCorruptedError) or that went offline while serving (a failed fsync, damage found by
-  a read) is kept in an offline table with its error; produce, fetch and list-offsets for it get
-  that LogOfflineError. It never stops the other partitions: every per-partition error is caught
-  here, logged at most once per `ERROR_LOG_INTERVAL_S` per partition and kind, and the loop
-  goes on.
+  point: LogCorruptedError) or that went offline while serving (any write it could not make: a
+  full or failing disk; a failed fsync; damage found by a read) is kept in an offline table with
+  its error; produce, fetch and list-offsets for it get that LogOfflineError. Only that log goes
+  offline, not every log of the data directory (docs/ARCHITECTURE.md, "Durability and
+  recovery", says why). It never stops the other partitions: every per-partition error is
+  caught here, logged at most once per `ERROR_LOG_INTERVAL_S` per partition and kind, and the
+  loop goes on.
+- A log that goes offline while serving calls `on_went_offline` (at once, from inside the
+  failed call), so that the broker moves it out and reports it without waiting for its
+  housekeeping tick: that report is what moves the partition's leadership.
 - Offline partitions are reopened with a bounded exponential backoff
   (`OPEN_RETRY_BACKOFF_MS_MIN` doubling to `OPEN_RETRY_BACKOFF_MS_MAX`), so a partition comes
   back by itself when space returns or an operator repairs or moves its directory. A reopen
-  after damage found by a read checks the damaged segment batch by batch.
+  after damage found by a read checks the damaged segment batch by batch. A log that goes
+  offline again within `OPEN_RETRY_BACKOFF_MS_MAX` of coming back (it reopened on a disk that
+  is still full, then failed its next write) keeps counting its attempts: the backoff goes on
+  doubling instead of flapping every half second, each flap two metadata commands.
 - `offline_report()` is what the broker reports to the metadata (cluster status shows it);
-  `on_offline_change` is called whenever it changes.
+  `on_offline_change` is called whenever it changes. `offline()` is the table itself, for
+  metrics: per partition its error (the reason), `since_s`, `attempts` and `retry_at_s`.
 - `set_aside_damaged(tp)` heals a damaged replica that another broker leads: its directory is
   renamed into `<data_dir>/damaged/` (kept for the operator: nothing is deleted) and an empty
   log takes its place, which the follower refetches from the leader. The broker calls it only
@@ -174,6 +183,13 @@ class LogManager:
         self.errors = RateLimitedLog(ERROR_LOG_INTERVAL_S, clock)
         # Called (on the event loop) whenever offline_report() may have changed.
         self.on_offline_change: Callable[[], None] = lambda: None
+        # Called when a serving log goes offline, from inside the call that failed (on any
+        # thread): it must only schedule `check_offline`, never run it.
+        self.on_went_offline: Callable[[], object] = lambda: None
+        # Logs that came back from the offline table: when, and after how many attempts
+        # (a quick relapse keeps counting). Entries older than OPEN_RETRY_BACKOFF_MS_MAX go
+        # in retry_offline; at most one per hosted partition.
+        self._back_online: dict[TopicPartition, tuple[float, int]] = {}
 
     def topic_id(self, tp: TopicPartition) -> str:
         """The id of the topic whose log of `tp` is open here ("" if none is)."""
@@ -317,11 +333,12 @@ class LogManager:
         plog = opened
         self._logs[tp] = plog
         self._topics[tp] = topic
-        plog.on_offline = lambda: self._went_offline_while_serving.add(tp)
+        plog.on_offline = lambda: self._log_went_offline(tp)
         if plog.config.flush_ms is not None:
             self._flushed_by_time.add(tp)
         was = self._offline.pop(tp, None)
         if was is not None:
+            self._back_online[tp] = (self._clock(), was.attempts)
             log.info(
                 "%s is back online after %.1f s offline (log end %d)",
                 tp,
@@ -332,10 +349,20 @@ class LogManager:
             self.on_offline_change()
         return plog
 
+    def _log_went_offline(self, tp: TopicPartition) -> None:
+        self._went_offline_while_serving.add(tp)
+        self.on_went_offline()
+
     def _went_offline(self, tp: TopicPartition, topic: TopicInfo, error: LogOfflineError) -> None:
         now = self._clock()
         old = self._offline.get(tp)
-        attempts = 1 if old is None else old.attempts + 1
+        back = self._back_online.pop(tp, None)
+        if old is not None:
+            attempts = old.attempts + 1
+        elif back is not None and now - back[0] < OPEN_RETRY_BACKOFF_MS_MAX / 1000:
+            attempts = back[1] + 1  # back only briefly: the cause is probably still there
+        else:
+            attempts = 1
         check: tuple[int, ...] = () if old is None else old.check_segments
         if isinstance(error, LogCorruptedError) and error.log_path:
             base = parse_segment_name(os.path.basename(error.log_path))
@@ -372,6 +399,7 @@ class LogManager:
     def _drop(self, tp: TopicPartition, why: str) -> None:
         plog = self._logs.pop(tp)
         self._topics.pop(tp, None)
+        self._back_online.pop(tp, None)
         self._close_quietly(tp, plog)
         self._delete_dir(plog.path)
         self.errors.forget(tp)
@@ -509,6 +537,9 @@ class LogManager:
     def retry_offline(self) -> int:
         """Reopen the offline partitions whose backoff has passed; returns how many came back."""
         now = self._clock()
+        if self._back_online:
+            since = now - OPEN_RETRY_BACKOFF_MS_MAX / 1000
+            self._back_online = {tp: b for tp, b in self._back_online.items() if b[0] > since}
         back = 0
         for tp, off in list(self._offline.items()):
             if now >= off.retry_at_s and self._open(tp, off.topic, off.check_segments):

@@ -14,7 +14,9 @@ Housekeeping (every `flush_check_interval_ms`): while the broker is cut off from
 quorum (`writable_partition`), fail its waiting acks=all produces; flush by `flush.ms`,
 retention every
 `retention_check_interval_ms`, move logs that went offline to the LogManager's offline table
-and reopen offline ones whose backoff passed. The scrubber, a task of its own, checks closed
+and reopen offline ones whose backoff passed. A log that goes offline while serving (a write
+it could not make: a full or failing disk) wakes housekeeping at once, so that it is reported
+without waiting for the tick. The scrubber, a task of its own, checks closed
 segments' checksums (`scrub_bytes_per_s`, in slices of at most SCRUB_SECONDS_PER_TICK_MAX every
 SCRUB_TICK_S): fetches serve trusted data unchecked, so a flipped byte is found there, not by a
 consumer. The log cleaner, another task, compacts the compacted topics' logs one at a time
@@ -25,7 +27,10 @@ LogManager catches and rate-limits them); a bug that ends the task is logged at 
 Offline replicas: whenever the set of this broker's offline logs changes, the broker proposes
 it to the metadata (`report_offline_replicas`, with its broker epoch), so `cluster status`
 shows it wherever it is asked; the metadata takes the replica out of the ISR and moves its
-leadership to another in-sync replica. Produce, fetch and list-offsets for an offline partition
+leadership to another in-sync replica (Kafka's rule for a log directory that cannot be
+written: a leader whose disk is full hands over within about a second, and its producers'
+in-flight requests get the retriable LogOfflineError, KAFKA_STORAGE_ERROR, and retry at the
+new leader). Produce, fetch and list-offsets for an offline partition
 answer LogOfflineError (retriable). A damaged replica heals itself once it is out of the ISR and
 ELR and another live broker leads: its files are set aside (LogManager.set_aside_damaged) and it
 refetches the partition from the leader like a new follower.
@@ -167,6 +172,8 @@ class Broker:
         # Set whenever the LogManager's offline table changes; the reporter task waits on it.
         self._offline_changed = asyncio.Event()
         self.logs.on_offline_change = self._offline_changed.set
+        # Set (thread-safely, see start) when a serving log goes offline: wakes housekeeping.
+        self._went_offline = asyncio.Event()
         self.producer_ids = producer_ids.ProducerIdManager(self.metadata)
         self.handlers: dict[int, Any] = {}
         context: HandlerContext = self  # mypy checks the Broker is one
@@ -278,6 +285,8 @@ class Broker:
                 bound,
             )
         tasks = self._tasks
+        # A log goes offline inside whatever call failed, maybe on a worker thread.
+        self.logs.on_went_offline = lambda: loop.call_soon_threadsafe(self._went_offline.set)
         self._housekeeping = tasks.spawn(self._housekeep(), "housekeeping")
         self._reconciler = tasks.spawn(self._reconcile_loop(), "reconciler")
         if self.config.scrub_bytes_per_s > 0:
@@ -407,7 +416,12 @@ class Broker:
         loop = asyncio.get_running_loop()
         next_retention = loop.time() + self.config.retention_check_interval_ms / 1000
         while True:
-            await asyncio.sleep(self.config.flush_check_interval_ms / 1000)
+            # Woken early by a log that went offline: moving it out of the ReplicaManager
+            # (its acks=all waiters answered) and reporting it is what moves its leadership.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.config.flush_check_interval_ms / 1000):
+                    await self._went_offline.wait()
+            self._went_offline.clear()
             stale = self.metadata.stale
             if stale != self._cut_off:
                 self._cut_off = stale

@@ -26,6 +26,7 @@ Rules:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from raftlog.errors import (
     CorruptRecordError,
@@ -53,6 +54,22 @@ from raftlog.storage.producer_state import ProducerAppend, ProducerState
 # no transactional batch could ever be committed or aborted), and control batches (commit and
 # abort markers) come from brokers, never from clients, in Kafka too (INVALID_RECORD).
 _NOT_FROM_PRODUCERS = TRANSACTIONAL_BIT | CONTROL_BIT
+
+
+class AppendInfo(NamedTuple):
+    """What an append did: the offsets it assigned (or kept) and the log's state after it.
+
+    A NamedTuple, not a frozen dataclass: the broker makes one per Produce request, and a
+    tuple is built several times faster."""
+
+    base_offset: int
+    last_offset: int
+    record_count: int
+    batch_count: int
+    size_bytes: int
+    max_timestamp: int
+    log_start_offset: int
+
 
 # Per chunk: (base offset, last offset, records, batches, bytes, max timestamp) or the chunk's
 # error. The log makes an AppendInfo of each once the write has succeeded.

@@ -36,9 +36,13 @@ Durability rules:
   LogCorruptedError and takes the log offline; `open(check_segments=...)` then checks the
   named segments batch by batch. `scrub(budget)` looks for such damage ahead of reads
   (scrub.py).
-- A failed write is rolled back (ftruncate to the old size) and raised as StorageError; if even
-  the rollback fails, or an fsync fails, the log goes offline (LogOfflineError: reads and writes
-  refused) until reopened, which recovers it.
+- A write the log cannot make (ENOSPC, EDQUOT, EIO, EROFS, EFBIG: the segment append, a roll,
+  a checkpoint, the epoch cache, an fsync) takes the log offline (LogOfflineError: reads and
+  writes refused; `on_offline` tells the owner) until it is reopened, which recovers it:
+  Kafka's rule (docs/ARCHITECTURE.md, "Durability and recovery"), so that a leader on a full or
+  failing disk hands its partition to an in-sync replica instead of refusing writes for as
+  long as the disk stays full. A failed append is rolled back first (ftruncate to the old
+  size), so the reopened log holds exactly what was appended before it.
 - The log start offset is checkpointed before segments below it are deleted, so a crash in
   between leaves only files that the next open deletes.
 - Truncation below the recovery point rewrites the recovery point checkpoint first, so
@@ -61,7 +65,7 @@ import time
 from bisect import bisect_right
 from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import NamedTuple, NoReturn
+from typing import NoReturn
 
 import raftlog.storage.cleaner as cleaner
 from raftlog.errors import (
@@ -80,7 +84,11 @@ from raftlog.records import (
     decode_records,
     iter_records,
 )
-from raftlog.storage.append_checks import check_follower_batches, check_leader_chunks
+from raftlog.storage.append_checks import (
+    AppendInfo,
+    check_follower_batches,
+    check_leader_chunks,
+)
 from raftlog.storage.checkpoint import OffsetCheckpoint, fsync_dir
 from raftlog.storage.config import INT32_MAX, LogConfig
 from raftlog.storage.epoch_cache import LeaderEpochCache
@@ -136,21 +144,6 @@ _ROLL_FLUSHER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raftlog-ro
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-class AppendInfo(NamedTuple):
-    """What an append did: the offsets it assigned (or kept) and the log's state after it.
-
-    A NamedTuple, not a frozen dataclass: the broker makes one per Produce request, and a
-    tuple is built several times faster."""
-
-    base_offset: int
-    last_offset: int
-    record_count: int
-    batch_count: int
-    size_bytes: int
-    max_timestamp: int
-    log_start_offset: int
 
 
 class PartitionLog(CompactedLog):
@@ -550,7 +543,7 @@ class PartitionLog(CompactedLog):
             ) = saved
             self._undo_write(first, saved[0], byte_at[-1], e)
 
-    def _undo_write(self, seg: LogSegment, start: int, nbytes: int, error: OSError) -> None:
+    def _undo_write(self, seg: LogSegment, start: int, nbytes: int, error: OSError) -> NoReturn:
         what = (
             f"{self.name}: writing {nbytes} bytes at byte {start} of {seg.log_path} failed "
             f"({os_error_text(error)})"
@@ -564,8 +557,7 @@ class PartitionLog(CompactedLog):
         # An epoch this append started describes nothing now (in memory: the file is written
         # when the recovery point passes it, and recovery drops entries at the log end).
         self.epoch_cache.truncate_from_end(self._next_offset, persist=False)
-        log.warning("%s; rolled back, the log is unchanged", what)
-        raise StorageError(f"{what}; nothing appended") from error
+        self._set_offline(LogOfflineError(f"{what}; rolled back, nothing appended"), error)
 
     def _roll(self, base_offset: int | None = None) -> LogSegment:
         """Start a new active segment at `base_offset` (default: the log end); the old one is
@@ -677,10 +669,8 @@ class PartitionLog(CompactedLog):
             self._clean_checkpoint.remove()
             fsync_dir(self.path)
         except OSError as e:
-            raise StorageError(
-                f"{self.name}: removing {self._clean_checkpoint.path} before a change failed "
-                f"({os_error_text(e)}); nothing changed"
-            ) from e
+            why = f"removing {self._clean_checkpoint.path} before a change failed"
+            self._go_offline(f"{why} ({os_error_text(e)}); nothing changed", e)
         self._clean_marker = False
 
     def write_side_file(self, name: str, data: bytes, sync: bool = True) -> str:
@@ -717,11 +707,10 @@ class PartitionLog(CompactedLog):
             try:
                 self._rp_checkpoint.write(self._recovery_point)
             except OSError as e:
-                # The data is fsynced; only the checkpoint lags, which recovery tolerates.
-                raise StorageError(
-                    f"{self.name}: writing {self._rp_checkpoint.path} failed "
-                    f"({os_error_text(e)}); the data is flushed"
-                ) from e
+                # The data is fsynced, but a disk that refuses a small file refuses the next
+                # append too: the log goes offline now, as for any write it cannot make.
+                why = f"writing {self._rp_checkpoint.path} failed ({os_error_text(e)})"
+                self._go_offline(f"{why}; the data is flushed", e)
             self._last_rp_checkpoint_ms = now
 
     def flush_begin(self) -> tuple[list[int], int, int]:
@@ -735,6 +724,9 @@ class PartitionLog(CompactedLog):
             # Here, not on the thread: the cache changes only at elections, so this rarely
             # costs an fsync, and it must be durable before the recovery point moves.
             self.epoch_cache.sync()
+        except OSError as e:
+            self._go_offline(f"writing {self.epoch_cache.path} failed ({os_error_text(e)})", e)
+        try:  # dup fails only for want of fds (EMFILE): the process's limit, not the disk's
             for seg in self._segments:
                 if seg.unflushed:
                     fds.append(os.dup(seg.fd))
@@ -888,9 +880,7 @@ class PartitionLog(CompactedLog):
             try:
                 self.epoch_cache.truncate_from_end(max(offset, self._next_offset))
             except OSError as e:
-                raise StorageError(
-                    f"{self.name}: writing {self.epoch_cache.path} failed ({os_error_text(e)})"
-                ) from e
+                self._go_offline(f"writing {self.epoch_cache.path} failed ({os_error_text(e)})", e)
             return self._next_offset
         self._begin_change()
         self._truncations += 1

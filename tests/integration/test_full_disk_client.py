@@ -1,10 +1,12 @@
-"""A broker whose disk is full: its StorageError reaches the producer and the CLI as itself.
+"""A broker whose disk is full: its storage error reaches the producer and the CLI as itself.
 
 The broker's partition logs live on a 1 MiB tmpfs (mounted at `<data_dir>/logs` before the
-broker starts; the metadata journal stays on the real disk). The broker answers a produce it
-cannot write with StorageError (retriable: the log is unchanged and space may come back); the
-producer retries until delivery_timeout_ms and must then report the broker's error, not a bare
-"expired"; the CLI producer must say so as it happens and exit non-zero.
+broker starts; the metadata journal stays on the real disk). The append the disk refuses takes
+the partition's log offline, and the broker answers LogOfflineError naming the full disk
+(retriable: the log is reopened when space comes back, and with replication another replica
+would lead; here it is the only one); the producer retries until delivery_timeout_ms and must
+then report the broker's error, not a bare "expired"; the CLI producer must say so as it
+happens and exit non-zero.
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ def test_an_expired_record_reports_the_brokers_storage_error(
     assert all(isinstance(e, RaftlogTimeoutError) for e in failed), {type(e) for e in failed}
     text = str(failed[0])
     assert "expired after" in text and "attempt(s)" in text, text
-    assert "last error: StorageError: " in text and names_the_full_disk(text), text
+    assert "last error: LogOfflineError: " in text and names_the_full_disk(text), text
 
 
 def test_the_cli_producer_reports_the_full_disk_at_once_and_exits_non_zero(
@@ -107,7 +109,7 @@ def test_the_cli_producer_reports_the_full_disk_at_once_and_exits_non_zero(
                 chunk = os.read(fd, 65536)
                 assert chunk, f"stderr ended without naming the full disk: {seen!r}"
                 seen += chunk
-        assert b"StorageError" in seen, seen
+        assert b"LogOfflineError" in seen, seen
     finally:
         proc.kill()
         proc.wait()
@@ -126,6 +128,7 @@ def test_the_cli_producer_reports_the_full_disk_at_once_and_exits_non_zero(
     assert res.returncode == 1, err
     assert "Traceback" not in err, err
     first = next(line for line in err.splitlines() if line.startswith("raftlog: error: "))
-    assert "not delivered" in first and "StorageError" in first and names_the_full_disk(first)
+    assert "not delivered" in first and "LogOfflineError" in first
+    assert names_the_full_disk(first), first
     summary = err.strip().splitlines()[-1]
     assert summary.startswith("raftlog: error: ") and f"of {RECORDS} record(s)" in summary, err

@@ -7,9 +7,10 @@
   LogOfflineError. Moving the damaged directory away (the operator's repair without
   replication) brings the partition back, empty, without a restart.
 - A full disk (a tmpfs mounted on the broker's `logs` directory, so that only the partition
-  logs fill up): produce answers a StorageError naming the partition and ENOSPC; a topic created
-  while the disk is full is offline (not "opening" forever) and opens by itself once space
-  returns.
+  logs fill up): the append it refuses takes the partition's log offline, and produce answers
+  LogOfflineError naming the partition and ENOSPC (this broker holds the only replica, so it
+  keeps leading); a topic created while the disk is full is offline too (not "opening"
+  forever); both open by themselves once space returns.
 """
 
 from __future__ import annotations
@@ -177,8 +178,14 @@ def test_a_full_disk_refuses_produce_naming_enospc_and_recovers_by_itself(
     fill_until_enospc(str(ballast))
     with RawClient(broker.host, broker.port) as client:
         entry = produce_raw(client, "full", 0)
-        assert entry[1] != 0, entry
+        assert entry[1] == OFFLINE, entry
         assert "full-0" in entry[4] and "ENOSPC" in entry[4], entry
+        reported = wait_for(
+            lambda: [o for o in offline_logs(broker) if o["topic"] == "full"],
+            30,
+            "the partition whose append the full disk refused reported offline",
+        )
+        assert "ENOSPC" in reported[0]["reason"], reported
 
         # Created while the disk is full: offline with the reason, not "opening" forever.
         with Admin(broker.bootstrap) as admin:

@@ -2,8 +2,10 @@
 
 No mocks: the log runs on a 256 KiB tmpfs until the kernel says ENOSPC, or in a subprocess
 whose RLIMIT_FSIZE makes a write fail with EFBIG partway. Each test checks that the failed
-append is rolled back and reported as StorageError, that every acknowledged append survives
-(reopen, read back, `verify` clean) and that nothing else does.
+append is rolled back and takes the log offline (LogOfflineError naming the file, the byte and
+the OS error: Kafka's rule, so that the broker hands the partition to an in-sync replica),
+that every acknowledged append survives the reopen once space is back (read back, `verify`
+clean) and that nothing else does.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from raftlog.storage import LogConfig, PartitionLog, tools
 from raftlog.storage.log import EPOCH_CACHE_FILE
 from raftlog.storage.segment import segment_name
 
-from ._helpers import FakeClock, open_fds
+from ._helpers import FakeClock, fill_until_enospc, open_fds
 
 BALLAST_BYTES = 64 * 1024
 
@@ -82,36 +84,52 @@ ONE_SEGMENT = LogConfig(
 )
 
 
-def test_full_disk_rolls_back_the_append_and_recovers_after_space_is_freed(small_fs: str) -> None:
+def test_full_disk_rolls_back_the_append_and_takes_the_log_offline_until_reopened(
+    small_fs: str,
+) -> None:
     ballast = os.path.join(small_fs, "ballast")
     with open(ballast, "wb") as f:
         f.write(b"\0" * BALLAST_BYTES)
     path = os.path.join(small_fs, "topic-0")
     seg_path = os.path.join(path, segment_name(0) + ".log")
+    fds_before = open_fds()
     log = PartitionLog.open(path, ONE_SEGMENT, clock_ms=FakeClock())
+    told: list[None] = []
+    log.on_offline = lambda: told.append(None)
     acked, error = fill(log)
 
-    # The failed append: named, retriable, caused by ENOSPC, rolled back.
-    assert type(error) is StorageError and error.retriable
+    # The failed append: named, retriable, caused by ENOSPC, rolled back, and the log offline
+    # (its owner told once), so that a broker moves the partition's leadership elsewhere.
+    assert type(error) is LogOfflineError and error.retriable
     assert isinstance(error.__cause__, OSError) and error.__cause__.errno == errno.ENOSPC
     size = os.path.getsize(seg_path)
     assert f"{seg_path} failed" in str(error) and f"at byte {size} " in str(error)
-    assert "No space left on device" in str(error)
+    assert "No space left on device" in str(error) and "rolled back, nothing appended" in str(error)
     assert acked > 50
-    check_acked(log, acked)
+    assert told == [None] and str(log.offline_error) == str(error)
 
-    # While the disk stays full: nothing changes, whatever is tried.
-    with pytest.raises(StorageError):
-        log.append(record_batch(acked), 0)
-    with pytest.raises(StorageError):
-        log.append(record_batch(acked), 1)  # a new epoch: its checkpoint cannot be written
-    assert log.latest_epoch == 0
-    assert log.epoch_cache.entries() == [(0, 0)]
+    # Offline: every call refuses with the same reason, nothing changes on disk.
+    for attempt in (
+        lambda: log.append(record_batch(acked), 0),
+        lambda: log.append(record_batch(acked), 1),
+        lambda: log.read(0, 4096),
+        log.flush,
+    ):
+        with pytest.raises(LogOfflineError, match="No space left on device"):
+            attempt()
     assert os.path.getsize(seg_path) == size
-    check_acked(log, acked)
+    assert told == [None]
+    try:
+        log.close()  # every file closed, though the indices may not be written
+    except StorageError as e:
+        assert "No space left on device" in str(e)
+    assert open_fds() == fds_before
 
-    # Space comes back: the same log object appends again (the error was retriable).
+    # Space comes back: the reopen (the broker's retry) holds exactly what was acknowledged,
+    # and appends again, at a new epoch too.
     os.unlink(ballast)
+    log = PartitionLog.open(path, ONE_SEGMENT, clock_ms=FakeClock())
+    check_acked(log, acked)
     info = log.append(record_batch(acked), 1)
     assert info.base_offset == acked
     assert log.epoch_cache.entries() == [(0, 0), (1, acked)]
@@ -123,6 +141,27 @@ def test_full_disk_rolls_back_the_append_and_recovers_after_space_is_freed(small
         assert f.read().split("\n")[2:4] == ["0 0", f"1 {acked - 1}"]
 
 
+def test_a_flush_the_disk_refuses_takes_the_log_offline(small_fs: str) -> None:
+    """flush: the data may reach the disk, but its epoch cache or checkpoint cannot be written.
+    A disk that refuses a small file refuses the next append too: offline now, nothing lost."""
+    path = os.path.join(small_fs, "topic-0")
+    log = PartitionLog.open(path, ONE_SEGMENT, clock_ms=FakeClock())
+    for i in range(10):
+        log.append(record_batch(i), 0)
+    ballast = os.path.join(small_fs, "ballast")
+    fill_until_enospc(ballast)
+    with pytest.raises(LogOfflineError, match="No space left on device"):
+        log.flush()
+    with pytest.raises(LogOfflineError):
+        log.append(record_batch(10), 0)
+    try:
+        log.close()
+    except StorageError as e:
+        assert "No space left on device" in str(e)
+    os.unlink(ballast)
+    reopen_check_verify(path, ONE_SEGMENT, 10)
+
+
 def test_flush_and_close_on_a_full_disk_fail_cleanly_and_lose_nothing(small_fs: str) -> None:
     ballast = os.path.join(small_fs, "ballast")
     with open(ballast, "wb") as f:
@@ -132,8 +171,8 @@ def test_flush_and_close_on_a_full_disk_fail_cleanly_and_lose_nothing(small_fs: 
     log = PartitionLog.open(path, ONE_SEGMENT, clock_ms=FakeClock())
     acked, _ = fill(log)
 
-    # flush: the data reaches the disk, but the recovery point checkpoint cannot be written.
-    with pytest.raises(StorageError, match="No space left on device"):
+    # The failed append took the log offline: flush refuses, naming the full disk.
+    with pytest.raises(LogOfflineError, match="No space left on device"):
         log.flush()
     # close: every file is closed even though the indices cannot be written.
     try:
@@ -215,6 +254,8 @@ CHILD = textwrap.dedent(
                 break
             continue
         out["acked"] = i + 1
+    log.close()  # offline: the failed write took it (the broker reopens it the same way)
+    log = PartitionLog.open(path, LogConfig(recovery_point_checkpoint_ms=0), clock_ms=lambda: 5)
     out["values_ok"] = all(
         r.value == bytes([r.offset % 251]) * 1500 and r.key == b"key-%04d" % r.offset
         for r in log.read_records(0, 1 << 20)
@@ -243,9 +284,10 @@ def test_file_size_limit_fails_the_write_with_efbig_and_rolls_it_back(
     out = json.loads(child.stdout)
     assert out["acked"] == 20
     seg_path = os.path.join(path, segment_name(0) + ".log")
-    for attempt in out["attempts"]:
-        assert attempt["error"] == "StorageError", attempt
-        assert attempt["errno"] == errno.EFBIG, attempt
+    for i, attempt in enumerate(out["attempts"]):
+        # The failed write took the log offline; the second attempt is refused with its reason.
+        assert attempt["error"] == "LogOfflineError", attempt
+        assert attempt["errno"] == (errno.EFBIG if i == 0 else None), attempt
         assert "File too large" in attempt["message"]
         assert f"at byte {20 * batch_bytes} of {seg_path}" in attempt["message"]
         assert attempt["size_before"] == attempt["size_after"] == 20 * batch_bytes
@@ -261,18 +303,28 @@ def test_file_size_limit_fails_the_write_with_efbig_and_rolls_it_back(
 
 def test_gathered_appends_fail_together_on_a_full_disk(small_fs: str) -> None:
     """append_chunks writes many producers' chunks as one unit: ENOSPC fails all of them and
-    leaves the log as it was; once space is back they all go in, in order."""
-    ballast = os.path.join(small_fs, "ballast")
-    with open(ballast, "wb") as f:
-        f.write(b"\0" * BALLAST_BYTES)
+    leaves the log as it was (offline); once space is back the reopened log takes them all, in
+    order."""
     path = os.path.join(small_fs, "topic-0")
     log = PartitionLog.open(path, ONE_SEGMENT, clock_ms=FakeClock())
-    acked, _ = fill(log)
+    acked = 20
+    for i in range(acked):
+        log.append(record_batch(i), 0)
+    ballast = os.path.join(small_fs, "ballast")
+    fill_until_enospc(ballast)
+    seg_path = os.path.join(path, segment_name(0) + ".log")
+    size = os.path.getsize(seg_path)
     chunks = [memoryview(record_batch(acked + i)) for i in range(3)]
-    with pytest.raises(StorageError, match="nothing appended"):
+    with pytest.raises(LogOfflineError, match="nothing appended"):
         log.append_chunks(chunks, 0)
-    check_acked(log, acked)
+    assert os.path.getsize(seg_path) == size
+    try:
+        log.close()
+    except StorageError as e:
+        assert "No space left on device" in str(e)
     os.unlink(ballast)
+    log = PartitionLog.open(path, ONE_SEGMENT, clock_ms=FakeClock())
+    check_acked(log, acked)
     out = log.append_chunks(chunks, 0)
     assert [o.base_offset for o in out] == [acked, acked + 1, acked + 2]  # type: ignore[union-attr]
     log.flush()
