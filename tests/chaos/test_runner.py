@@ -8,6 +8,9 @@
   producers and a Kafka consumer group) must be valid too.
 - `reassign` faults (replicas moved, the topic grown, a node killed meanwhile) on four nodes
   must be valid, and the workload must reach the grown partitions.
+- A compacted topic under kill -9 (`compact`: keyed records and tombstones, 16 KiB segments,
+  cleaners every 150 ms at 64 KiB/s) must be valid under the checker's per-key rules, and its
+  cleaners must have compacted records away on every node.
 - The control run, the same faults with the safety off (acks=1, min.insync.replicas 1, unclean
   election), must be reported invalid with lost writes: it proves the checker catches loss.
   Isolating a node that leads a partition while clients still reach it makes its acks=1 writes
@@ -86,6 +89,22 @@ def test_a_short_run_of_reassignments_and_growth_under_kills_is_valid(tmp_path: 
     grown = max(f["result"].get("grown_to", 0) for f in faults)
     assert grown > 3, faults  # the topic grew, and the grown partitions were written to:
     assert f"chaos-{grown - 1}" in report["partition_unavailability_s"], report
+
+
+def test_a_short_run_on_a_compacted_topic_under_kills_is_valid(tmp_path: Path) -> None:
+    cfg = RunConfig(
+        out=tmp_path / "compact",
+        seed=1,
+        compact=True,
+        **{**SHORT, "duration_s": 30.0, "faults": ("kill",)},  # type: ignore[arg-type]
+    )
+    report = run(cfg)
+    assert report["valid"], json.dumps({k: v for k, v in report.items() if k != "config"})[:3000]
+    assert report["mode"] == "compacted" and report["final_read"]
+    assert report["lost"] == report["vanished"] == report["replica_divergence"] == 0
+    c = report["compaction"]
+    assert c["compacted_away"] > 1000 and c["tombstones_acknowledged"] > 0, c
+    assert {r["node"] for r in c["cleaning"] if r["cleans"]} == {1, 2, 3}, c["cleaning"]
 
 
 def test_the_control_run_without_the_safety_loses_writes(tmp_path: Path) -> None:
