@@ -531,7 +531,7 @@ def check(ops: Sequence[Op], examples_max: int = EXAMPLES_MAX) -> dict[str, Any]
         known = cc.Known(sends, keyed_reads, keyed_replicas, hw)
         anomalies["lost"], anomalies["unseen"] = cc.lost_and_unseen(sends, keyed_reads)
         anomalies["vanished"] = cc.vanished(keyed_reads, keyed_replicas, hw)
-        anomalies["unsent_read"] = cc.unsent_reads(sends, keyed_reads, keyed_replicas)
+        anomalies["unsent_read"] = cc.unsent_reads(ops, keyed_reads, keyed_replicas)
         anomalies["stale_last_value"] = cc.stale_last_values(sends, keyed_reads)
         anomalies["nonmonotonic_poll"], anomalies["poll_skip"] = poll_order(
             ops, reads, known.unsuperseded_between

@@ -145,13 +145,17 @@ class Known:
 
 
 def unsent_reads(
-    sends: Sequence[Send],
+    ops: Sequence[Op],
     reads: Sequence[tuple[Op, dict[str, list[Keyed]]]],
     replicas: Sequence[tuple[int, str, list[Keyed]]],
 ) -> list[dict[str, Any]]:
-    by_value: dict[str, Send] = {}
-    for s in sends:
-        by_value.setdefault(s.value, s)
+    """Records whose value no send invoked, or invoked for another partition or key. Every
+    invoked send counts, completed or not (a send still open when a history ends may be
+    written)."""
+    by_value: dict[str, tuple[str, str | None]] = {}
+    for o in ops:
+        if o.f == "send" and o.type == "invoke":
+            by_value.setdefault(o.value, (o.get("tp"), o.get("key")))
     sources: list[tuple[str, str, list[Keyed]]] = [
         (o.process, tp, recs) for o, by_tp in reads for tp, recs in by_tp.items()
     ]
@@ -160,7 +164,7 @@ def unsent_reads(
     for source, tp, recs in sources:
         for r in recs:
             s = by_value.get(r.value)
-            if s is not None and s.tp == tp and s.key == r.key:
+            if s == (tp, r.key):
                 continue
             place = (tp, r.offset, r.value, r.key)
             if place not in found:
@@ -170,7 +174,7 @@ def unsent_reads(
                     "value": r.value,
                     "key": r.key,
                     "reader": source,
-                    "sent": None if s is None else {"tp": s.tp, "key": s.key},
+                    "sent": None if s is None else {"tp": s[0], "key": s[1]},
                 }
     return [found[p] for p in sorted(found, key=lambda p: (p[0], p[1], p[2]))]
 
