@@ -25,6 +25,7 @@ from raftlog.storage.checkpoint import CheckpointError, OffsetCheckpoint
 from raftlog.storage.config import LogConfig
 from raftlog.storage.file_io import os_error_text, write_side_file
 from raftlog.storage.producer_state import ProducerState
+from raftlog.storage.scrub import Scrubber
 from raftlog.storage.segment import LogSegment, SegmentDamage
 
 log = logging.getLogger("raftlog.storage.log")
@@ -46,6 +47,7 @@ class CompactedLog:
     _cleaned_to: int | None
     _generation: int
     producer_state: ProducerState
+    _scrubber: Scrubber
     last_clean: cleaner.CleanResult | None
     last_clean_ms: int
 
@@ -117,7 +119,7 @@ class CompactedLog:
         )  # fmt: skip
 
     def install_clean(self, result: cleaner.CleanResult) -> bool:
-        """Swap in what `result` cleaned (cleaner.commit_group); False, changing nothing, if
+        """Swap in what `result` cleaned (cleaner.commit_groups); False, changing nothing, if
         the log changed under the clean (truncated, segments deleted, closed)."""
         plan = result.plan
         try:
@@ -129,17 +131,21 @@ class CompactedLog:
             self._generation += 1
             try:
                 for group in result.groups:
+                    for old in self._segments_in(group.base, group.end):
+                        os.close(old.fd)  # its files go in the swap
+                        old.fd = -1
+                cleaner.commit_groups(self.path, result.groups)
+                for group in result.groups:
                     i = self._bases.index(group.base)
                     j = bisect_right(self._bases, group.end - 1)
-                    for old in self._segments[i:j]:
-                        os.close(old.fd)  # its index files go in the swap
-                        old.fd = -1
-                    cleaner.commit_group(self.path, group)
                     new = LogSegment.open(self.path, group.base)
                     new.index_interval, new.gaps = self.config.index_interval_bytes, True
                     new.load()  # the indices the clean wrote; headers after their last entry
                     new.next_offset = group.end
                     self._segments[i:j], self._bases[i:j] = [new], [group.base]
+                    if group.base <= self._scrubber.at[0] < group.end:
+                        # Its byte position was in an old file: scrub the new one from its start.
+                        self._scrubber.at = (group.base, 0)
                 self._cleaner_checkpoint.write(result.end)
                 self._cleaned_to = result.end
             except (OSError, SegmentDamage) as e:
@@ -148,6 +154,9 @@ class CompactedLog:
             plan.close()
         self.last_clean, self.last_clean_ms = result, plan.now_ms
         return True
+
+    def _segments_in(self, base: int, end: int) -> list[LogSegment]:
+        return self._segments[self._bases.index(base) : bisect_right(self._bases, end - 1)]
 
     def _first_dirty(self) -> int:
         """Where the dirty part starts: where the last clean ended (its checkpoint; an

@@ -4,11 +4,13 @@ compacted log makes so that quiet data becomes cleanable."""
 
 from __future__ import annotations
 
+import random
 import time
 from pathlib import Path
 
 import pytest
 
+import raftlog.storage.cleaner as cleaner
 from raftlog.invariants import InvariantError
 from raftlog.records import Record, encode_batch
 from raftlog.storage import LogConfig, PartitionLog
@@ -143,5 +145,29 @@ def test_a_delete_policy_log_is_never_planned(tmp_path: Path) -> None:
         for i in range(4):
             log.append(encode_batch([Record(b"k", b"value %d" % i, (), NOW)]), 0)
         assert log.segment_count >= 3 and log.plan_clean(log.log_end_offset) is None
+    finally:
+        log.close()
+
+
+def test_the_scrubber_starts_a_swapped_segment_from_its_first_byte(tmp_path: Path) -> None:
+    """The scrubber remembers (segment base, byte position); a clean swaps a new file in under
+    the same base, so a position in the old file would land mid-batch in the new one and take
+    the log offline as damaged (found by bench/cleaner_bench.py)."""
+    clock = [NOW]
+    log = compacted_log(tmp_path / "t-0", clock, **{"segment.bytes": "400000"})
+    rng = random.Random(1)
+    try:
+        for _ in range(1500):
+            keys = [b"k%d" % rng.randrange(10_000) for _ in range(10)]
+            log.append(encode_batch([Record(k, b"v" * 100, (), NOW) for k in keys]), 0)
+        assert log.segment_count > 3
+        # One chunk (SCRUB_CHUNK_BYTES): the scrubber stops part-way into the first segment,
+        # at a byte the cleaned segment (most keys kept) still reaches.
+        assert 0 < log.scrub(1) < 150_000
+        plan = log.plan_clean(log.log_end_offset)
+        assert plan is not None
+        assert log.install_clean(cleaner.run(plan, 100_000, 0))
+        log.scrub(10**9)  # raised LogCorruptedError ("unknown magic") before the fix
+        assert log.offline_error is None
     finally:
         log.close()
