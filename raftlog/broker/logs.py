@@ -22,10 +22,14 @@ Offline logs (rules):
 - Offline partitions are reopened with a bounded exponential backoff
   (`OPEN_RETRY_BACKOFF_MS_MIN` doubling to `OPEN_RETRY_BACKOFF_MS_MAX`), so a partition comes
   back by itself when space returns or an operator repairs or moves its directory. A reopen
-  after damage found by a read checks the damaged segment batch by batch. A log that goes
-  offline again within `OPEN_RETRY_BACKOFF_MS_MAX` of coming back (it reopened on a disk that
-  is still full, then failed its next write) keeps counting its attempts: the backoff goes on
-  doubling instead of flapping every half second, each flap two metadata commands.
+  after damage found by a read checks the damaged segment batch by batch. A log that went
+  offline because its disk was full (ENOSPC) is reopened only once the data directory has
+  `DISK_FREE_BYTES_MIN` free again (less on a tiny file system; one statvfs per round, however
+  many logs wait): while the disk stays full no reopen is tried and none is counted, so the
+  backoff does not grow, and the log is back within a round (`flush_check_interval_ms`) of
+  space returning. A reopen costs a recovery (the segments above the recovery point are
+  checked), and a log that reopened on a still-full disk would only go offline again at its
+  next write: two metadata commands each.
 - `offline_report()` is what the broker reports to the metadata (cluster status shows it);
   `on_offline_change` is called whenever it changes. `offline()` is the table itself, for
   metrics: per partition its error (the reason), `since_s`, `attempts` and `retry_at_s`.
@@ -40,6 +44,7 @@ Offline logs (rules):
 from __future__ import annotations
 
 import bisect
+import errno
 import logging
 import os
 import shutil
@@ -71,6 +76,11 @@ OPEN_RETRY_BACKOFF_MS_MIN = 500
 # At most every 30 s: an operator's repair (or freed space) is picked up within that, and a
 # partition that stays broken costs one open attempt (its indices and last headers) per 30 s.
 OPEN_RETRY_BACKOFF_MS_MAX = 30_000
+# A log offline for want of space is reopened once the data directory has this much free:
+# enough for recovery's checkpoints and a follower's first fetches (a reopen that finds a few
+# pages would go offline again at its next append), small next to any real disk; on a file
+# system under 16 MiB (a test's tmpfs), a sixteenth of it.
+DISK_FREE_BYTES_MIN = 1 << 20
 # A partition's repeated error of one kind is logged at most once a minute (with the count of
 # the lines left out): a full disk must not flood the log with one line per partition per tick.
 ERROR_LOG_INTERVAL_S = 60.0
@@ -142,6 +152,20 @@ class OfflineLog:
     retry_at_s: float  # monotonic
     # Segments (base offsets) the next open checks batch by batch: where a read found damage.
     check_segments: tuple[int, ...] = ()
+    # Offline for want of space (ENOSPC): reopened only once the disk has room again.
+    disk_full: bool = False
+
+
+def _disk_full(error: BaseException) -> bool:
+    """Whether ENOSPC is somewhere in `error`'s chain of causes."""
+    seen: BaseException | None = error
+    for _ in range(8):  # a chain is a few links; bounded whatever it holds
+        if seen is None:
+            return False
+        if isinstance(seen, OSError) and seen.errno == errno.ENOSPC:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _backoff_s(attempts: int) -> float:
@@ -186,10 +210,6 @@ class LogManager:
         # Called when a serving log goes offline, from inside the call that failed (on any
         # thread): it must only schedule `check_offline`, never run it.
         self.on_went_offline: Callable[[], object] = lambda: None
-        # Logs that came back from the offline table: when, and after how many attempts
-        # (a quick relapse keeps counting). Entries older than OPEN_RETRY_BACKOFF_MS_MAX go
-        # in retry_offline; at most one per hosted partition.
-        self._back_online: dict[TopicPartition, tuple[float, int]] = {}
 
     def topic_id(self, tp: TopicPartition) -> str:
         """The id of the topic whose log of `tp` is open here ("" if none is)."""
@@ -309,7 +329,9 @@ class LogManager:
         except LogOfflineError as e:  # LogCorruptedError: damage below the recovery point
             return e
         except RaftlogError as e:  # StorageError (a full disk), InvalidConfigError
-            return LogOfflineError(f"{e}; the log of {tp} is offline on this broker")
+            offline = LogOfflineError(f"{e}; the log of {tp} is offline on this broker")
+            offline.__cause__ = e  # the OS error in it says whether the disk is full
+            return offline
         try:
             if _read_topic_id(path) is None:
                 written = plog.write_side_file(TOPIC_ID_FILE, topic.topic_id.encode(), sync)
@@ -317,9 +339,11 @@ class LogManager:
                     unsynced += (written, path)
         except OSError as e:
             self._close_quietly(tp, plog)
-            return LogOfflineError(
+            offline = LogOfflineError(
                 f"{tp}: writing its {TOPIC_ID_FILE} file failed ({os_error_text(e)})"
             )
+            offline.__cause__ = e
+            return offline
         return plog
 
     def adopt(
@@ -338,7 +362,6 @@ class LogManager:
             self._flushed_by_time.add(tp)
         was = self._offline.pop(tp, None)
         if was is not None:
-            self._back_online[tp] = (self._clock(), was.attempts)
             log.info(
                 "%s is back online after %.1f s offline (log end %d)",
                 tp,
@@ -356,13 +379,7 @@ class LogManager:
     def _went_offline(self, tp: TopicPartition, topic: TopicInfo, error: LogOfflineError) -> None:
         now = self._clock()
         old = self._offline.get(tp)
-        back = self._back_online.pop(tp, None)
-        if old is not None:
-            attempts = old.attempts + 1
-        elif back is not None and now - back[0] < OPEN_RETRY_BACKOFF_MS_MAX / 1000:
-            attempts = back[1] + 1  # back only briefly: the cause is probably still there
-        else:
-            attempts = 1
+        attempts = 1 if old is None else old.attempts + 1
         check: tuple[int, ...] = () if old is None else old.check_segments
         if isinstance(error, LogCorruptedError) and error.log_path:
             base = parse_segment_name(os.path.basename(error.log_path))
@@ -375,6 +392,7 @@ class LogManager:
             attempts,
             now + _backoff_s(attempts),
             check,
+            _disk_full(error),
         )
         if old is None or str(old.error) != str(error):
             self.errors.forget(tp)
@@ -399,7 +417,6 @@ class LogManager:
     def _drop(self, tp: TopicPartition, why: str) -> None:
         plog = self._logs.pop(tp)
         self._topics.pop(tp, None)
-        self._back_online.pop(tp, None)
         self._close_quietly(tp, plog)
         self._delete_dir(plog.path)
         self.errors.forget(tp)
@@ -537,14 +554,29 @@ class LogManager:
     def retry_offline(self) -> int:
         """Reopen the offline partitions whose backoff has passed; returns how many came back."""
         now = self._clock()
-        if self._back_online:
-            since = now - OPEN_RETRY_BACKOFF_MS_MAX / 1000
-            self._back_online = {tp: b for tp, b in self._back_online.items() if b[0] > since}
+        room: bool | None = None  # probed once, when a log waits for space
         back = 0
         for tp, off in list(self._offline.items()):
-            if now >= off.retry_at_s and self._open(tp, off.topic, off.check_segments):
+            if now < off.retry_at_s:
+                continue
+            if off.disk_full:
+                if room is None:
+                    room = self._has_room()
+                if not room:
+                    continue  # no attempt: it would fail alike, after a recovery's reads
+            if self._open(tp, off.topic, off.check_segments):
                 back += 1
         return back
+
+    def _has_room(self) -> bool:
+        """The data directory has DISK_FREE_BYTES_MIN free, or a sixteenth of a smaller file
+        system (True if it cannot be asked: the reopen then finds out itself)."""
+        try:
+            st = os.statvfs(self.root)
+        except OSError:
+            return True
+        need = min(DISK_FREE_BYTES_MIN, st.f_blocks * st.f_frsize // 16)
+        return st.f_bavail * st.f_frsize >= need
 
     def enforce_retention(self, high_watermarks: dict[TopicPartition, int] | None = None) -> int:
         """Retention on every open log, never past a partition's high watermark (a partition

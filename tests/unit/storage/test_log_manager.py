@@ -230,6 +230,43 @@ def test_a_partition_created_while_the_disk_is_full_opens_when_space_returns(
     logs.close()
 
 
+def test_a_log_whose_disk_fills_goes_offline_and_reopens_once_there_is_room(
+    small_fs: str,
+) -> None:
+    """The append the full disk refuses takes the log offline and says so at once (the broker
+    then reports it, which moves the leadership). While the disk stays full no reopen is tried
+    and none counted, however long it lasts, so the backoff does not grow: the first round
+    after space returns brings the log back, holding everything appended before."""
+    clock = Clock()
+    logs = LogManager(small_fs, clock=clock)
+    went: list[None] = []
+    logs.on_went_offline = lambda: went.append(None)
+    ballast = os.path.join(small_fs, "ballast")
+    with open(ballast, "wb") as f:
+        f.write(b"\0" * (64 * 1024))
+    logs.reconcile([topic(1, {})], NODE)
+    plog = logs.get(tp(0))
+    appended = 0
+    with pytest.raises(LogOfflineError, match="ENOSPC: No space left on device"):
+        for _ in range(1000):
+            appended = plog.append(batch_of(20, value_bytes=500), 0).last_offset + 1
+    assert appended > 0 and went == [None]
+    assert logs.check_offline() == 1 and logs.hosted(tp(0)) is None
+    off = logs.offline()[tp(0)]
+    assert off.disk_full and off.attempts == 1
+    assert [e[:2] for e in logs.offline_report()] == [["t", 0]]
+    for _ in range(10):
+        clock.now_s += OPEN_RETRY_BACKOFF_MS_MAX / 1000
+        assert logs.retry_offline() == 0
+    assert logs.offline()[tp(0)].attempts == 1, "a reopen was tried on a full disk"
+    os.unlink(ballast)
+    clock.now_s += OPEN_RETRY_BACKOFF_MS_MIN / 1000
+    assert logs.retry_offline() == 1
+    assert logs.offline_report() == []
+    assert logs.get(tp(0)).log_end_offset == appended
+    logs.close()
+
+
 def test_a_full_disk_refuses_appends_naming_the_partition_and_enospc(small_fs: str) -> None:
     logs = LogManager(small_fs, clock=Clock())
     logs.reconcile([topic(1, {})], NODE)
