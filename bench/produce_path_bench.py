@@ -97,8 +97,9 @@ def _produce_frames(n: int) -> list[bytes]:
     return frames
 
 
-def broker_us_per_request(n: int, per_read: int, base_dir: str) -> float:
-    """CPU microseconds per request for `n` requests delivered `per_read` at a time."""
+def broker_us_per_request(n: int, per_read: int, base_dir: str, metrics: bool = True) -> float:
+    """CPU microseconds per request for `n` requests delivered `per_read` at a time, with the
+    broker counting requests and traffic for its metrics or not (`metrics_enable`)."""
     from raftlog.broker.connection import Connection
     from raftlog.broker.server import Broker, BrokerConfig
     from raftlog.metadata.model import PartitionInfo, TopicInfo
@@ -110,7 +111,10 @@ def broker_us_per_request(n: int, per_read: int, base_dir: str) -> float:
 
         async def run() -> float:
             info = TopicInfo("t", "id", (PartitionInfo(0, 1, 0, (1,), (1,)),))
-            broker = Broker(BrokerConfig(data_dir=data_dir, port=0), _Metadata({"t": info}))
+            broker = Broker(
+                BrokerConfig(data_dir=data_dir, port=0, metrics_enable=metrics),
+                _Metadata({"t": info}),
+            )
             await broker.reconcile_now()
             conn = Connection(broker)
             conn.transport = _Transport()  # type: ignore[assignment]
@@ -207,6 +211,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     base = default_base_dir()
     facts = machine_facts(base)
     grouped = _median_of(runs, lambda: broker_us_per_request(n, 100, base), "broker, 100/read")
+    # The metrics' cost: runs with and without the counting, alternating, each first in every
+    # other pair (the machine's speed drifts more between minutes than the difference).
+    order = iter(range(runs))
+
+    def pair() -> tuple[float, float]:
+        if next(order) % 2:
+            off = broker_us_per_request(n, 100, base, False)
+            return broker_us_per_request(n, 100, base, True), off
+        on = broker_us_per_request(n, 100, base, True)
+        return on, broker_us_per_request(n, 100, base, False)
+
+    metrics_on, metrics_off = _median_of(runs, pair, "broker, 100/read, metrics on and off")
     alone = _median_of(runs, lambda: broker_us_per_request(n, 1, base), "broker, 1/read")
     send, dispatch, responses = _median_of(runs, lambda: client_us_per_record(n), "client")
     rows = [
@@ -228,6 +244,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "| path | CPU µs per request | speed-up vs baseline |",
         "|---|---:|---:|",
         *(f"| {name} | {us:.2f} | {ratio} |" for name, us, ratio in rows),
+        "",
+        f"Metrics (raftlog/metrics/stats.py's counting, 100 requests per read, runs "
+        f"alternating): on {metrics_on:.2f} µs, off {metrics_off:.2f} µs per request, "
+        f"on/off {metrics_on / metrics_off:.3f}.",
     ]
     report = "\n".join(lines) + "\n"
     print(report)

@@ -4,9 +4,10 @@ Everything that runs nodes on this machine uses this module: `raftlog dev` and `
 the chaos suite's local backend (chaos/local_cluster.py), the benchmarks and the test helpers.
 It has three parts:
 
-- Ports (`free_ports`, `PortPlan`): every node has a client, a Raft and a replication port.
-  `PortPlan.based(PORT, n)` is `raftlog dev --port PORT`'s fixed layout (client PORT+i-1, Raft
-  PORT+100+i-1, replication PORT+200+i-1); `PortPlan.picked(n)` takes free ports from below
+- Ports (`free_ports`, `PortPlan`): every node has a client, a Raft and a replication port,
+  and usually a Kafka and a metrics port. `PortPlan.based(PORT, n)` is `raftlog dev --port
+  PORT`'s fixed layout (client PORT+i-1, Raft PORT+100+i-1, replication PORT+200+i-1, Kafka
+  PORT+300+i-1, metrics PORT+400+i-1); `PortPlan.picked(n)` takes free ports from below
   the kernel's ephemeral range (see `free_ports` for why not port 0); `PortPlan.same` gives
   every node the same ports (nodes in their own network namespaces).
 - Configs (`write_node_config`, `cluster_settings`, `write_cluster_configs`): the TOML of each
@@ -58,6 +59,8 @@ RAFT_PORT_OFFSET = 100
 REPLICATION_PORT_OFFSET = 200
 # ... and its Kafka listener (Kafka's wire protocol) PORT + KAFKA_PORT_OFFSET + i - 1.
 KAFKA_PORT_OFFSET = 300
+# ... and its metrics listener (Prometheus' /metrics over HTTP) PORT + METRICS_PORT_OFFSET + i - 1.
+METRICS_PORT_OFFSET = 400
 PORT_MAX = 65535
 # Ports `free_ports` picks from: below the ephemeral range, above the ports services usually
 # claim. If the kernel's ephemeral range leaves no room there, free_ports binds port 0.
@@ -174,16 +177,18 @@ def _bound_ports(n: int, host: str) -> list[int]:
 
 @dataclass(frozen=True, slots=True)
 class PortPlan:
-    """The client, Raft, replication and Kafka port of nodes 1..n (index i is node i + 1).
+    """The client, Raft, replication, Kafka and metrics port of nodes 1..n (index i is node
+    i + 1).
 
-    Invariants: the first three tuples have the same length n >= 1, `kafka` too or is empty
-    (no Kafka listeners); every port is in 1..65535.
+    Invariants: the first three tuples have the same length n >= 1, `kafka` and `metrics` too
+    or are empty (no such listeners); every port is in 1..65535.
     """
 
     client: tuple[int, ...]
     raft: tuple[int, ...]
     replication: tuple[int, ...]
     kafka: tuple[int, ...] = ()
+    metrics: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         n = len(self.client)
@@ -194,7 +199,9 @@ class PortPlan:
             )
         if self.kafka and len(self.kafka) != n:
             raise ValueError(f"a port plan for {n} nodes with {len(self.kafka)} Kafka ports")
-        ports = (*self.client, *self.raft, *self.replication, *self.kafka)
+        if self.metrics and len(self.metrics) != n:
+            raise ValueError(f"a port plan for {n} nodes with {len(self.metrics)} metrics ports")
+        ports = (*self.client, *self.raft, *self.replication, *self.kafka, *self.metrics)
         bad = [p for p in ports if not 1 <= p <= PORT_MAX]
         if bad:
             raise ValueError(f"ports {bad} are outside 1..{PORT_MAX}")
@@ -204,27 +211,33 @@ class PortPlan:
         return len(self.client)
 
     @classmethod
-    def based(cls, base: int, n: int, kafka: bool = True) -> PortPlan:
-        """`raftlog dev --port BASE --nodes n`: PORT+i, PORT+100+i, PORT+200+i and (`kafka`)
-        PORT+300+i for i < n."""
+    def based(cls, base: int, n: int, kafka: bool = True, metrics: bool = True) -> PortPlan:
+        """`raftlog dev --port BASE --nodes n`: PORT+i, PORT+100+i, PORT+200+i, (`kafka`)
+        PORT+300+i and (`metrics`) PORT+400+i for i < n."""
         return cls(
             tuple(base + i for i in range(n)),
             tuple(base + RAFT_PORT_OFFSET + i for i in range(n)),
             tuple(base + REPLICATION_PORT_OFFSET + i for i in range(n)),
             tuple(base + KAFKA_PORT_OFFSET + i for i in range(n)) if kafka else (),
+            tuple(base + METRICS_PORT_OFFSET + i for i in range(n)) if metrics else (),
         )
 
     @classmethod
-    def picked(cls, n: int, host: str = LOOPBACK, kafka: bool = True) -> PortPlan:
-        """3n (4n with `kafka`) distinct ports free on `host` now (`free_ports`)."""
+    def picked(
+        cls, n: int, host: str = LOOPBACK, kafka: bool = True, metrics: bool = True
+    ) -> PortPlan:
+        """3n distinct ports free on `host` now (`free_ports`), n more each for `kafka` and
+        `metrics`."""
         if n < 1:
             raise ValueError(f"a port plan for {n} nodes: need at least 1")
-        ports = free_ports((4 if kafka else 3) * n, host)
+        ports = free_ports((3 + kafka + metrics) * n, host)
+        groups = [tuple(ports[i * n : (i + 1) * n]) for i in range(3 + kafka + metrics)]
         return cls(
-            tuple(ports[:n]),
-            tuple(ports[n : 2 * n]),
-            tuple(ports[2 * n : 3 * n]),
-            tuple(ports[3 * n :]),
+            groups[0],
+            groups[1],
+            groups[2],
+            groups[3] if kafka else (),
+            groups[3 + kafka] if metrics else (),
         )
 
     @classmethod
@@ -303,6 +316,7 @@ def cluster_settings(
         client = f"{hosts[i]}:{ports.client[i]}"
         replication = f"{hosts[i]}:{ports.replication[i]}"
         kafka = f"{hosts[i]}:{ports.kafka[i]}" if ports.kafka else None
+        metrics = f"{hosts[i]}:{ports.metrics[i]}" if ports.metrics else None
         advertised = {}
         if advertise is not None:
             advertised = {
@@ -319,6 +333,7 @@ def cluster_settings(
                 "client_listener": client,
                 "replication_listener": replication,
                 "kafka_listener": kafka,
+                "metrics_listener": metrics,
                 "controller_voters": voters,
                 **advertised,
                 **(settings or {}),

@@ -15,6 +15,9 @@
     kafka_advertised_listener = "node-1:9093"    #   Kafka's own clients and tools
     kafka_external_listener = "0.0.0.0:9096"     # optional: the same for clients elsewhere,
     kafka_external_advertised_listener = "127.0.0.1:29092"   # and what they are told
+    metrics_listener = "0.0.0.0:9098"            # optional: Prometheus' /metrics over HTTP
+    metrics_advertised_listener = "node-1:9098"  # optional: what the metadata names for it
+    metrics_partition_series_max = 1000          # per-partition series at most (METRICS.md)
     controller_voters = ["1@127.0.0.1:19092", "2@127.0.0.1:19093", "3@127.0.0.1:19094"]
     broker_heartbeat_interval_ms = 500
     broker_session_timeout_ms = 3000
@@ -59,6 +62,13 @@ and is registered as `kafka_advertised_listener` (default: the listener itself, 
 the other brokers' Kafka listeners. The optional Kafka external listener is its counterpart for
 clients that reach the brokers by other addresses (Kafka's advertised.listeners with an
 internal and an external name), as the external listener is for the native protocol.
+
+Metrics: with a `metrics_listener`, the node serves Prometheus' text format at
+http://<metrics_listener>/metrics from its own event loop (raftlog/metrics/; docs/METRICS.md
+lists the metrics), controller-only nodes included; a broker registers it in the metadata as
+`metrics_advertised_listener` (defaulting as the replication listener's does), so `raftlog
+cluster status` names every broker's metrics address. Without one, nothing is served and the
+broker does not count requests or traffic.
 
 Environment: `raftlog node` reads `RAFTLOG_<SETTING>` (e.g. RAFTLOG_NODE_ID=2,
 RAFTLOG_CONTROLLER_VOTERS="1@a:9093,2@b:9093,3@c:9093") over the TOML's settings, so one file
@@ -120,6 +130,12 @@ from raftlog.metadata.controller import (
 from raftlog.metadata.coordinator import GroupCoordinator
 from raftlog.metadata.quorum import MetadataQuorum, check_port_free
 from raftlog.metadata.state import MetadataState
+from raftlog.metrics import (
+    PARTITION_SERIES_MAX_DEFAULT,
+    MetricsServer,
+    NodeSources,
+    node_registry,
+)
 from raftlog.readiness import remove_ready_file, write_line, write_ready_file
 from raftlog.replication.partition import ReplicationConfig
 from raftlog.storage import LogConfig
@@ -176,6 +192,12 @@ class NodeConfig:
     kafka_advertised_listener: str | None = None
     kafka_external_listener: str | None = None
     kafka_external_advertised_listener: str | None = None
+    # Prometheus' metrics over HTTP (None: none; the advertised one defaults as the
+    # replication listener's does), and how many partitions get series of their own on this
+    # node (the rest are in per-topic series; docs/METRICS.md has the arithmetic).
+    metrics_listener: str | None = None
+    metrics_advertised_listener: str | None = None
+    metrics_partition_series_max: int = PARTITION_SERIES_MAX_DEFAULT
     # Kafka's defaults are 2 s / 9 s; a local cluster wants faster failure detection.
     broker_heartbeat_interval_ms: int = 500
     broker_session_timeout_ms: int = 3000
@@ -236,7 +258,11 @@ class NodeConfig:
             address = getattr(self, name)
             if address is not None:
                 _split_listener(name, address)
-        for kind in ("external", "replication", "kafka", "kafka_external"):
+        if self.metrics_partition_series_max < 0:
+            raise InvalidConfigError(
+                f"metrics_partition_series_max={self.metrics_partition_series_max}: must be >= 0"
+            )
+        for kind in ("external", "replication", "kafka", "kafka_external", "metrics"):
             if (
                 getattr(self, f"{kind}_advertised_listener") is not None
                 and getattr(self, f"{kind}_listener") is None
@@ -292,7 +318,7 @@ class NodeConfig:
         if address is not None:
             return _split_listener(name, address)
         host = self.listener_address(listener)[0]
-        if listener in ("replication", "kafka") and host in _WILDCARD_HOSTS:
+        if listener in ("replication", "kafka", "metrics") and host in _WILDCARD_HOSTS:
             host = self.advertised(0)[0]
         return host, bound_port
 
@@ -320,6 +346,8 @@ _LISTENERS = (
     "kafka_advertised_listener",
     "kafka_external_listener",
     "kafka_external_advertised_listener",
+    "metrics_listener",
+    "metrics_advertised_listener",
 )
 # Hosts a listener binds to listen on every address: not a name another host can dial.
 _WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
@@ -424,6 +452,29 @@ class Node:
         # registration says so, and an unclean restart is not trusted to hold every record.
         self._clean_start = _take_clean_shutdown_marker(config.data_dir)
         self._loop: asyncio.AbstractEventLoop | None = None
+        # The metrics listener (started by `run`), serving this node's own registry.
+        self.metrics: MetricsServer | None = None
+        if config.metrics_listener is not None:
+            host, port = config.listener_address("metrics")
+            self.metrics = MetricsServer(
+                node_registry(
+                    NodeSources(
+                        config.node_id,
+                        self.quorum.status,
+                        self.quorum.read,
+                        self._controller_active,
+                        lambda: self.broker,
+                        config.metrics_partition_series_max,
+                    )
+                ),
+                host,
+                port,
+            )
+
+    def _controller_active(self) -> bool | None:
+        if not self.config.is_controller:
+            return None
+        return self.controller is not None and self.controller.active
 
     def _on_change(self) -> None:
         # On the Raft tick thread.
@@ -464,6 +515,9 @@ class Node:
             check_port_free(cfg.client_listener, socket.SOCK_STREAM, "client listener")
             if cfg.external_listener is not None:
                 check_port_free(cfg.external_listener, socket.SOCK_STREAM, "external listener")
+        if cfg.metrics_listener is not None:
+            check_port_free(cfg.metrics_listener, socket.SOCK_STREAM, "metrics listener")
+        if cfg.is_broker:
             for name in ("replication", "kafka", "kafka_external"):
                 address = getattr(cfg, f"{name}_listener")
                 if address is not None:
@@ -481,6 +535,8 @@ class Node:
         self._check_ports()
         self.quorum.start()
         try:
+            if self.metrics is not None:
+                await self.metrics.start()  # after the quorum: its status is a metric
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._watch_quorum())
                 if cfg.is_controller:
@@ -524,6 +580,8 @@ class Node:
             pass
         finally:
             remove_ready_file(cfg.data_dir)
+            if self.metrics is not None:
+                await self.metrics.stop()
             if self.controller is not None:
                 await self.controller.close()
             if self.coordinator is not None:
@@ -549,13 +607,26 @@ class Node:
             kafka_host, kafka_port = cfg.advertised(self.broker.kafka_port, "kafka")
             kafka = f"{kafka_host}:{kafka_port}"
             info["kafka_address"] = kafka
+        metrics = self.metrics_url()
+        if metrics is not None:
+            info["metrics_url"] = metrics
         info["pid"] = os.getpid()
         write_ready_file(cfg.data_dir, info)
+        extras = [f"Kafka protocol on {kafka}"] if kafka else []
+        if metrics is not None:
+            extras.append(f"metrics at {metrics}")
+        also = f" ({'; '.join(extras)})" if extras else ""
         if address is not None:
-            also = f" (Kafka protocol on {kafka})" if kafka else ""
             write_line(sys.stdout, f"raftlog broker {cfg.node_id} ready on {address}{also}")
         else:
-            write_line(sys.stdout, f"raftlog controller {cfg.node_id} ready")
+            write_line(sys.stdout, f"raftlog controller {cfg.node_id} ready{also}")
+
+    def metrics_url(self) -> str | None:
+        """http://host:port/metrics as others reach it (the advertised address), or None."""
+        if self.metrics is None:
+            return None
+        host, port = self.config.advertised(self.metrics.port, "metrics")
+        return f"http://{host}:{port}/metrics"
 
     async def _controlled_shutdown(self) -> None:
         """Hand this broker's leaderships over before it stops (module docstring)."""
@@ -626,6 +697,8 @@ class Node:
                 replication_listener=replication,
                 kafka_listener=kafka,
                 kafka_external_listener=kafka_external,
+                # Without a metrics listener nobody reads the counters: skip counting.
+                metrics_enable=self.metrics is not None,
                 auto_create_topics=cfg.auto_create_topics,
                 fetch_zero_copy=cfg.fetch_zero_copy,
                 freeze_heap=True,
@@ -656,6 +729,8 @@ class Node:
         ):
             if bound is not None:
                 extra_listeners[name] = list(cfg.advertised(bound, name))
+        if self.metrics is not None:
+            extra_listeners["metrics"] = list(cfg.advertised(self.metrics.port, "metrics"))
         incarnation = uuid.uuid4().hex
         backoff_s = RETRY_BACKOFF_MIN_S
         while True:

@@ -104,6 +104,10 @@ class BrokerConfig:
     log_cleaner_keys_max: int = 1_000_000
     log_cleaner_backoff_ms: int = 1000
     shutdown_timeout_ms: int = 10_000
+    # Count requests, latency and traffic for the metrics (raftlog/metrics/stats.py): a few
+    # integer additions per request. The node turns it off without a metrics listener, and
+    # the produce-path benchmark to measure what it costs.
+    metrics_enable: bool = True
     # Replication settings (replica.lag.time.max.ms, replica fetch sizes and waits, ...).
     replication: ReplicationConfig = field(default_factory=ReplicationConfig)
 

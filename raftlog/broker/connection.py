@@ -64,6 +64,8 @@ import asyncio
 import enum
 import functools
 import logging
+import time
+from bisect import bisect_left
 from collections import Counter, deque
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -81,6 +83,7 @@ from raftlog.errors import (
 )
 from raftlog.invariants import InvariantError
 from raftlog.messages.produce import ProduceRequest, ProduceResponse
+from raftlog.metrics.stats import LATENCY_BUCKETS_S, BrokerStats, RequestTable, camel_case
 from raftlog.tasks import TaskSet
 
 if TYPE_CHECKING:
@@ -119,10 +122,15 @@ REFUSAL_CORRELATION_ID = 0
 
 
 class _Slot:
-    __slots__ = ("correlation_id", "response")
+    """A request's place in the response queue; its API (-1: its header could not be read)
+    and arrival time (the loop's time, which is time.monotonic()) are for the metrics."""
 
-    def __init__(self, correlation_id: int):
+    __slots__ = ("api_key", "correlation_id", "received_at", "response")
+
+    def __init__(self, correlation_id: int, api_key: int = -1, received_at: float = 0.0):
         self.correlation_id = correlation_id
+        self.api_key = api_key
+        self.received_at = received_at
         self.response: Response | None = None
 
 
@@ -288,6 +296,11 @@ class ConnectionHost(Protocol):
         """A group for the Produce requests of one socket read (handlers/produce.py)."""
         ...
 
+    @property
+    def stats(self) -> BrokerStats:
+        """The broker's event counters (raftlog/metrics/stats.py): requests per API."""
+        ...
+
     def topics_to_auto_create(self, topics: Iterable[Any]) -> list[str]: ...
 
 
@@ -342,6 +355,11 @@ class Connection(asyncio.Protocol):
         # The frame deadline: the number of the incomplete frame being timed, and its timer.
         self._timed_frame = -1
         self._frame_timer: asyncio.TimerHandle | None = None
+        # The metrics: this listener's requests, counted as each is answered (None: off).
+        self._requests = self._request_table(broker.stats)
+
+    def _request_table(self, stats: BrokerStats) -> RequestTable | None:
+        return stats.requests(self.listener.value, _api_name) if stats.enabled else None
 
     def close_after_answer(self, why: str) -> None:
         """Close this connection once every request read so far is answered (requests read
@@ -518,7 +536,7 @@ class Connection(asyncio.Protocol):
         error: RaftlogError = (
             RecordTooLargeError(message) if api == _PRODUCE else InvalidRequestError(message)
         )
-        self._respond_error(corr, error)
+        self._respond_error(corr, error, -1 if api is None else api)
         self._draining = True
         # Nothing more is buffered for this connection; the frame deadline bounds the rest.
         conns.memory.release(self)
@@ -657,9 +675,11 @@ class Connection(asyncio.Protocol):
             self._request_failed(correlation_id, _PRODUCE, e)
             return True
         if acks:
-            slot = _Slot(correlation_id)
+            slot = _Slot(correlation_id, _PRODUCE, self._received_at)
             self._slots.append(slot)
             self._grouped.append((slot, results, wait))
+        else:
+            self.handled_unanswered(_PRODUCE)
         return True
 
     def _finish_group(self, group: ProduceGroup) -> None:
@@ -731,10 +751,11 @@ class Connection(asyncio.Protocol):
                     f"API {protocol.ApiKey(api_key).name} version {version} is not supported "
                     f"(supported: {supported[0]}..{supported[1]})"
                 ),
+                api_key,
             )
             return
         if self._replication and not _replication_request(api_key, body):
-            self._respond_error(correlation_id, self._not_for_replication(api_key))
+            self._respond_error(correlation_id, self._not_for_replication(api_key), api_key)
             return
         try:
             protocol.check_request_body(api_key, body)
@@ -743,8 +764,9 @@ class Connection(asyncio.Protocol):
             self._request_failed(correlation_id, api_key, e)
             return
         if result is None:
+            self.handled_unanswered(api_key)
             return  # acks=0 produce: no response at all
-        slot = _Slot(correlation_id)
+        slot = _Slot(correlation_id, api_key, self._received_at)
         self._slots.append(slot)
         if isinstance(result, Response):
             slot.response = result
@@ -777,17 +799,17 @@ class Connection(asyncio.Protocol):
     def _request_failed(self, correlation_id: int, api_key: int, e: Exception) -> None:
         """Answer a request whose handler (or body check) raised."""
         if isinstance(e, RaftlogError):
-            self._respond_error(correlation_id, e)
+            self._respond_error(correlation_id, e, api_key)
         elif isinstance(e, protocol.InvalidBodyError):
-            self._respond_error(correlation_id, InvalidRequestError(e.describe(api_key)))
+            self._respond_error(correlation_id, InvalidRequestError(e.describe(api_key)), api_key)
         elif isinstance(e, protocol.RemoteProtocolError):
             # The body does not match the frame (e.g. payload sizes that do not add up).
             if e.fatal:
                 self._protocol_error(correlation_id, e)
             else:
-                self._respond_error(correlation_id, InvalidRequestError(str(e)))
+                self._respond_error(correlation_id, InvalidRequestError(str(e)), api_key)
         else:
-            slot = _Slot(correlation_id)
+            slot = _Slot(correlation_id, api_key, self._received_at)
             slot.response = self._internal_error(correlation_id, _request_of(api_key), e)
             self._slots.append(slot)
             self._flush()
@@ -811,8 +833,8 @@ class Connection(asyncio.Protocol):
             )
         )
 
-    def _respond_error(self, correlation_id: int, error: RaftlogError) -> None:
-        slot = _Slot(correlation_id)
+    def _respond_error(self, correlation_id: int, error: RaftlogError, api_key: int = -1) -> None:
+        slot = _Slot(correlation_id, api_key, self._received_at)
         slot.response = error_response(error)
         self._slots.append(slot)
         self._flush()
@@ -831,11 +853,27 @@ class Connection(asyncio.Protocol):
         transport = self.transport
         if transport is None or self._sending:
             return
+        requests = self._requests
+        now = 0.0
         while self._slots and self._slots[0].response is not None:
             slot = self._slots.popleft()
             resp = slot.response
             if resp is None:
                 raise InvariantError("resp is None")
+            if requests is not None:
+                # The metrics: RequestStats.observe inlined (raftlog/metrics/stats.py), a few
+                # additions per answer; an error is a request-level one (an error body).
+                if not now:
+                    now = time.monotonic()
+                stats = requests[slot.api_key]
+                took = now - slot.received_at
+                stats.count += 1
+                stats.sum_s += took
+                stats.buckets[bisect_left(LATENCY_BUCKETS_S, took)] += 1
+                if resp.body.get("error"):
+                    stats.errors += 1
+                if resp.fetched is not None:
+                    self.broker.stats.traffic.sent(resp.fetched)
             header, resp = self._encode_header(slot.correlation_id, resp)
             parts = resp.parts
             if parts and any(isinstance(p, SendfileSlice) for p in parts):
@@ -862,6 +900,16 @@ class Connection(asyncio.Protocol):
         self._update_reading()
         if self._draining:
             self._maybe_finish_draining()
+
+    def handled_unanswered(self, api_key: int) -> None:
+        """A request that gets no answer (acks=0) was handled: count it (the metrics)."""
+        if self._requests is not None:
+            self._requests[api_key].observe(time.monotonic() - self._received_at, False)
+
+    def request_failed_closing(self, api_key: int) -> None:
+        """A request closes the connection instead of being answered: count it as an error."""
+        if self._requests is not None:
+            self._requests[api_key].observe(time.monotonic() - self._received_at, True)
 
     def _encode_header(self, correlation_id: int, resp: Response) -> tuple[bytes, Response]:
         """The response's frame prefix and header. A body msgpack refuses is a handler's bug
@@ -959,6 +1007,9 @@ class Connection(asyncio.Protocol):
 
 
 _API_NAMES = {int(k): k.name for k in protocol.ApiKey}
+# The metrics' label for each API key, as Kafka names its requests ("ListOffsets").
+_METRIC_API_NAMES = {int(k): camel_case(k.name) for k in protocol.ApiKey}
+_api_name = _METRIC_API_NAMES.get
 _FETCH = int(protocol.ApiKey.FETCH)
 
 

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from raftlog.metadata.cluster import ClusterMetadata
     from raftlog.metadata.coordinator import GroupCoordinator
     from raftlog.metadata.model import TopicInfo
+    from raftlog.metrics.stats import BrokerStats
     from raftlog.replication.manager import ReplicaManager
     from raftlog.replication.partition import Partition
     from raftlog.topics import TopicPartition
@@ -79,6 +80,12 @@ class HandlerContext(Protocol):
 
     @property
     def producer_ids(self) -> ProducerIds: ...
+
+    @property
+    def stats(self) -> BrokerStats:
+        """The broker's event counters (raftlog/metrics/stats.py): the produce and fetch
+        handlers count what they append and send, per topic, where they already know it."""
+        ...
 
     @property
     def stopping(self) -> bool:

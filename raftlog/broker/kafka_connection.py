@@ -34,6 +34,7 @@ from raftlog.kafka import api
 from raftlog.kafka.frames import KafkaFrameDecoder
 from raftlog.kafka.messages import decode_request
 from raftlog.kafka.messages.api_versions import unsupported_version_response
+from raftlog.metrics.stats import BrokerStats, RequestTable
 from raftlog.protocol import RemoteProtocolError
 
 if TYPE_CHECKING:
@@ -53,6 +54,10 @@ class KafkaConnection(Connection):
         super().__init__(broker, listener)
         self._decoder = KafkaFrameDecoder(self.connections.frame_bytes_max)  # type: ignore[assignment]
         self._kafka_handlers: dict[int, KafkaHandler] = broker.kafka_handlers
+
+    def _request_table(self, stats: BrokerStats) -> RequestTable | None:
+        # Kafka's API keys, under this listener's name: a table of its own.
+        return stats.requests(self.listener.value, _kafka_api_name) if stats.enabled else None
 
     def _refusal_frame(self, refused: str) -> bytes:
         return b""
@@ -93,8 +98,11 @@ class KafkaConnection(Connection):
         if supported is None or not supported[0] <= version <= supported[1]:
             if key == _API_VERSIONS and version > 0:
                 # Kafka's fallback: a v0 answer naming our ranges; the client retries lower.
-                self._answer(correlation_id, KafkaResponse([unsupported_version_response()], 0))
+                self._answer(
+                    correlation_id, KafkaResponse([unsupported_version_response()], 0), key
+                )
                 return
+            self.request_failed_closing(key)
             name = api.api_name(key)
             self._kafka_close(
                 f"{name} version {version} is not supported"
@@ -104,6 +112,7 @@ class KafkaConnection(Connection):
         try:
             request = decode_request(key, version, frame, body_at)
         except RemoteProtocolError as e:
+            self.request_failed_closing(key)
             self._kafka_close(f"a malformed {api.api_name(key)} v{version} request: {e}")
             return
         header_version = api.response_header_version(key, version)
@@ -114,18 +123,19 @@ class KafkaConnection(Connection):
             self._handler_failed(key, version, correlation_id, e)
             return
         if result is None:
+            self.handled_unanswered(key)
             return  # a Produce with acks=0: Kafka sends no response
         if isinstance(result, Response) or hasattr(result, "encode"):
-            self._answer(correlation_id, _to_response(result, version, header_version))
+            self._answer(correlation_id, _to_response(result, version, header_version), key)
             return
-        slot = _Slot(correlation_id)
+        slot = _Slot(correlation_id, key, self._received_at)
         self._slots.append(slot)
         self._tasks.spawn(
             self._complete_kafka(slot, result, key, version, header_version), "a Kafka response"
         )
 
-    def _answer(self, correlation_id: int, response: Response) -> None:
-        slot = _Slot(correlation_id)
+    def _answer(self, correlation_id: int, response: Response, key: int) -> None:
+        slot = _Slot(correlation_id, key, self._received_at)
         slot.response = response
         self._slots.append(slot)
         self._hold(response)
@@ -141,6 +151,7 @@ class KafkaConnection(Connection):
             return
         if result is None:
             # Nothing to send (a Produce with acks=0 that waited for a topic's creation).
+            self.handled_unanswered(key)
             self._slots.remove(slot)
             self._flush()
             return
@@ -152,6 +163,7 @@ class KafkaConnection(Connection):
         """A handler raised: our bug (handlers put every expected error in their response).
         Kafka has no error frame for it: log it with its traceback and close this one
         connection; the client reconnects and retries."""
+        self.request_failed_closing(key)
         log.error(
             "internal error handling %s v%d (correlation id %d) from %s: %s: %s",
             api.api_name(key),
@@ -174,6 +186,14 @@ class KafkaConnection(Connection):
         if not isinstance(resp, KafkaResponse):
             raise InvariantError(f"a Kafka connection answering with {type(resp).__name__}")
         return resp.header(correlation_id), resp
+
+
+def _kafka_api_name(key: int) -> str | None:
+    """The metrics' label of a Kafka API key ("ListOffsets"), None for a key we do not know."""
+    return api.api_name(key) if key in _KAFKA_KEYS else None
+
+
+_KAFKA_KEYS = frozenset(int(k) for k in api.ApiKey)
 
 
 def _to_response(result: Any, version: int, header_version: int) -> Response:

@@ -41,7 +41,7 @@ class Response:
     else can touch the log. `fds` counts the dups, which a connection bounds.
     """
 
-    __slots__ = ("_files", "body", "nbytes", "parts")
+    __slots__ = ("_files", "body", "fetched", "nbytes", "parts")
 
     def __init__(
         self,
@@ -49,6 +49,10 @@ class Response:
         parts: Sequence[bytes | memoryview | FileSlice | SendfileSlice] | None = None,
     ):
         self.body = body
+        # A fetch's record data, for the metrics: (to a follower, [(topic, bytes), ...]); the
+        # connection counts it when the response goes out (a long poll's earlier reads, never
+        # sent, are not counted). None: no record data, or metrics off.
+        self.fetched: tuple[bool, list[tuple[str, int]]] | None = None
         self.parts: list[bytes | memoryview | SendfileSlice] = []
         self.nbytes = 0  # payload held in memory
         self._files: dict[int, io.FileIO] | None = None

@@ -67,6 +67,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from raftlog import protocol
+from raftlog.broker.cleaner_process import CleanerProcess
 from raftlog.broker.config import BrokerConfig
 from raftlog.broker.connection import Connection, Connections, Listener
 from raftlog.broker.context import HandlerContext
@@ -84,6 +85,7 @@ from raftlog.invariants import InvariantError
 from raftlog.metadata.cluster import ClusterMetadata
 from raftlog.metadata.coordinator import GroupCoordinator
 from raftlog.metadata.model import TopicInfo
+from raftlog.metrics.stats import BrokerStats
 from raftlog.replication.core import ProposeIsr
 from raftlog.replication.manager import ReplicaManager
 from raftlog.replication.partition import Partition
@@ -217,6 +219,8 @@ class Broker:
         # The client and external listeners' connections, and the replication listener's.
         self.connections = Connections(config)
         self.replication_connections = Connections(config, "replication")
+        # Event counters for the metrics (raftlog/metrics/): requests, traffic, ISR changes.
+        self.stats = BrokerStats(config.metrics_enable)
         self._server: asyncio.Server | None = None
         self._housekeeping: asyncio.Task[None] | None = None
         # Whether housekeeping last found this broker cut off from the quorum (logged on change).
@@ -224,7 +228,9 @@ class Broker:
         self._offline_reporter: asyncio.Task[None] | None = None
         self._scrubber: asyncio.Task[None] | None = None
         self._cleaner: asyncio.Task[None] | None = None
-        # The log cleaner's reads and writes (storage/cleaner.py), one clean at a time.
+        # The log cleaner's work runs in a child process (cleaner_process.py), one clean at a
+        # time; this thread waits for it, so the loop never does.
+        self._cleaner_process = CleanerProcess(f"raftlog-cleaner-{config.node_id}")
         self._cleaner_executor = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix=f"raftlog-cleaner-{config.node_id}"
         )
@@ -352,6 +358,7 @@ class Broker:
         finally:
             self.logs.close()
             self._open_executor.shutdown(wait=False)
+            self._cleaner_process.stop()  # a clean under way is dropped, never waited for
             self._cleaner_executor.shutdown(wait=False)
         log.info("broker %d stopped", self.config.node_id)
 
@@ -360,7 +367,7 @@ class Broker:
         budget_bytes = max(int(self.config.scrub_bytes_per_s * SCRUB_TICK_S), 1)
         while True:
             await asyncio.sleep(SCRUB_TICK_S)
-            self.logs.scrub(budget_bytes, SCRUB_SECONDS_PER_TICK_MAX)
+            self.stats.scrubbed_bytes += self.logs.scrub(budget_bytes, SCRUB_SECONDS_PER_TICK_MAX)
 
     async def _clean(self) -> None:
         """The log cleaner: one clean at a time, its reads and writes on a worker thread, its
@@ -378,17 +385,19 @@ class Broker:
             try:
                 result = await loop.run_in_executor(
                     self._cleaner_executor,
-                    cleaner.run,
+                    self._cleaner_process.run,
                     plan,
                     cfg.log_cleaner_keys_max,
                     cfg.log_cleaner_io_bytes_per_s,
                 )
             except asyncio.CancelledError:
-                # The worker finishes on its own (its fds stay open until the process ends: it
-                # still reads them); its files go at the log's next open.
+                # Stopping: stop() kills the cleaner process (it opened the files itself); its
+                # files go at the log's next open.
+                plan.close()
                 raise
             except (OSError, RaftlogError, InvariantError) as e:
                 plan.close()
+                self.stats.clean_failures += 1
                 self.logs.errors.log(logging.ERROR, (tp, "clean"), "cleaning %s failed: %s", tp, e)
                 continue
             if self.logs.hosted(tp) is not plog:
@@ -398,6 +407,7 @@ class Broker:
             if not plog.install_clean(result):
                 log.info("%s: a clean was dropped: the log changed while it ran", tp)
                 continue
+            self.stats.cleaned(result, time.time())
             log.info(
                 "%s: cleaned offsets [%d, %d) in %.2f s: %d of %d records kept, %d tombstones "
                 "removed, %d -> %d bytes",
@@ -692,7 +702,9 @@ class Broker:
                     )
 
     async def _propose_isr(self, tp: TopicPartition, proposal: ProposeIsr) -> int:
-        return await self.metadata.alter_isr(
+        p = self.replicas.get(tp)
+        before = len(proposal.isr) if p is None else len(p.core.isr)
+        epoch = await self.metadata.alter_isr(
             tp.topic,
             tp.partition,
             self.config.node_id,
@@ -701,6 +713,8 @@ class Broker:
             list(proposal.isr),
             [list(e) for e in proposal.broker_epochs],
         )
+        self.stats.isr_changed(before, len(proposal.isr))  # Kafka counts those accepted
+        return epoch
 
     async def _replica_connection(self, node_id: int) -> Any:
         """The connection this broker's fetcher uses to reach leader `node_id`: to its

@@ -5,7 +5,8 @@ derived from its partitions: `offline_partitions` (no leader) and `under_replica
 (ISR smaller than the replica list), each as [topic, partition]. Each broker's `replication` is
 where followers fetch from it ([host, port] of its replication listener; null: its client
 listener); its `kafka` and `kafka_external` are [host, port] of its Kafka-protocol listeners
-(absent or null: none). The human form marks the same
+(absent or null: none), and its `metrics` [host, port] of its metrics listener, where
+Prometheus scrapes http://host:port/metrics (null: none). The human form marks the same
 (OFFLINE, UNDER-REPLICATED) and replicas whose logs their broker reported offline (damaged data,
 a full disk), with the broker's reason.
 
@@ -51,6 +52,8 @@ def _status(args: argparse.Namespace) -> int:
         add_cleaning(st, replica_states(admin, None, live))
     st["offline_partitions"] = [[p["topic"], p["partition"]] for p in offline(st)]
     st["under_replicated_partitions"] = [[p["topic"], p["partition"]] for p in under_replicated(st)]
+    for b in st["brokers"]:
+        b.setdefault("metrics", None)  # answered by a node that predates metrics listeners
     if args.json:
         print(json.dumps(st, indent=2))
         return 0
@@ -104,6 +107,8 @@ def format_status(st: dict[str, Any], now_ms: int | None = None) -> str:
             for name in ("kafka", "kafka_external")
             if b.get(name)
         )
+        if b.get("metrics"):
+            kafka += f"  metrics http://{b['metrics'][0]}:{b['metrics'][1]}/metrics"
         lines.append(
             f"  broker {b['node_id']}  {b['host']}:{b['port']}  replication {fetched_at}{kafka}  "
             f"rack={b['rack'] or '-'}  epoch={b['broker_epoch']}  "

@@ -3,7 +3,8 @@
 `raftlog dev --nodes 1` runs one combined controller+broker node in this process, with its data
 directly in --data-dir. `raftlog dev --nodes 3` writes `DIR/node-<id>/node.toml` for three
 combined nodes on 127.0.0.1 (client ports PORT, PORT+1, ...; Raft ports PORT+100, ...;
-replication listeners, where followers fetch, PORT+200, ...), starts
+replication listeners, where followers fetch, PORT+200, ...; Kafka listeners PORT+300, ...;
+metrics listeners, Prometheus' http://HOST:PORT+400/metrics, ...), starts
 each as its own process (`raftlog node --config ...`), and stops them all on Ctrl-C or SIGTERM.
 A restart with the same DIR reuses the written configs, so the cluster and its data come back.
 Each node writes its pid to its data directory's `node.pid`, and `node.ready` once it serves
@@ -36,6 +37,7 @@ from raftlog.client import Admin
 from raftlog.errors import InvalidConfigError, RaftlogError
 from raftlog.launcher import (
     KAFKA_PORT_OFFSET,
+    METRICS_PORT_OFFSET,
     PROFILE_DIR_ENV,
     NodeProcess,
     PortPlan,
@@ -78,6 +80,13 @@ def register(sub: Any) -> None:
         default=True,
         help="open a Kafka-protocol listener on every node, for Kafka's own clients and tools "
         "(the default; node i's on PORT+300+i-1, or any free port with --port 0)",
+    )
+    p.add_argument(
+        "--metrics",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="serve Prometheus metrics over HTTP on every node (the default; node i's at "
+        "http://HOST:PORT+400+i-1/metrics, or any free port with --port 0; docs/METRICS.md)",
     )
     p.add_argument(
         "--auto-create-topics",
@@ -223,15 +232,21 @@ def _dev(args: argparse.Namespace) -> int:
             with open(address_file, "w") as f:
                 f.write(raft_address + "\n")
         # --port 0: a base port whose Kafka offset is free too (free_base_port says why).
-        port = args.port or free_base_port(
-            (0, KAFKA_PORT_OFFSET) if args.kafka else (0,), args.host
+        offsets = (
+            (0,)
+            + ((KAFKA_PORT_OFFSET,) if args.kafka else ())
+            + ((METRICS_PORT_OFFSET,) if args.metrics else ())
         )
+        port = args.port or free_base_port(offsets, args.host)
         config = NodeConfig(
             node_id=1,
             data_dir=args.data_dir,
             controller_voters=[f"1@{raft_address}"],
             client_listener=f"{args.host}:{port}",
             kafka_listener=f"{args.host}:{port + KAFKA_PORT_OFFSET}" if args.kafka else None,
+            metrics_listener=(
+                f"{args.host}:{port + METRICS_PORT_OFFSET}" if args.metrics else None
+            ),
             auto_create_topics=args.auto_create_topics,
             fetch_zero_copy=args.fetch_zero_copy,
             fetch_zero_copy_min_bytes=args.fetch_zero_copy_min_bytes,
@@ -267,6 +282,7 @@ def _announce_when_ready(nodes: list[NodeProcess]) -> bool:
     """Print the bootstrap servers once every node has written its ready file; True if so."""
     addresses = []
     kafka = []
+    metrics = []
     for node in nodes:
         infos = node.ready_infos()
         if infos is None:
@@ -274,7 +290,10 @@ def _announce_when_ready(nodes: list[NodeProcess]) -> bool:
         addresses.append(str(infos[0]["client_address"]))
         if infos[0].get("kafka_address"):
             kafka.append(str(infos[0]["kafka_address"]))
+        if infos[0].get("metrics_url"):
+            metrics.append(str(infos[0]["metrics_url"]))
     also = f"; Kafka protocol bootstrap servers {','.join(kafka)}" if kafka else ""
+    also += f"; metrics at {' '.join(metrics)}" if metrics else ""
     write_line(
         sys.stdout,
         f"raftlog dev: {len(nodes)} nodes ready; bootstrap servers {','.join(addresses)}{also}",
@@ -287,9 +306,9 @@ def _run_cluster(args: argparse.Namespace) -> int:
     paths = [node_dir(args.data_dir, i) / "node.toml" for i in range(1, n + 1)]
     if not all(p.exists() for p in paths):
         ports = (
-            PortPlan.picked(n, args.host, args.kafka)
+            PortPlan.picked(n, args.host, args.kafka, args.metrics)
             if args.port == 0
-            else PortPlan.based(args.port, n, args.kafka)
+            else PortPlan.based(args.port, n, args.kafka, args.metrics)
         )
         write_cluster_configs(
             args.data_dir,

@@ -489,6 +489,7 @@ class ClusterMetadata:
                         "replication": b.get("replication"),
                         "kafka": b.get("kafka"),
                         "kafka_external": b.get("kafka_external"),
+                        "metrics": b.get("metrics"),
                         "rack": b["rack"],
                         "broker_epoch": b["broker_epoch"],
                         "fenced": b["fenced"],

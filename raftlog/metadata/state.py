@@ -235,11 +235,13 @@ class MetadataState:
         replication: list[Any] | None = None,
         kafka: list[Any] | None = None,
         kafka_external: list[Any] | None = None,
+        metrics: list[Any] | None = None,
     ) -> Result:
         """A broker (re)starts: a new epoch fences any older incarnation still running.
 
-        `external`, `replication`, `kafka` and `kafka_external` are [host, port] of its
-        external, replication and Kafka-protocol listeners (raftlog/node.py), if it has them
+        `external`, `replication`, `kafka`, `kafka_external` and `metrics` are [host, port] of
+        its external, replication, Kafka-protocol and metrics listeners (raftlog/node.py), if
+        it has them
         (followers reach a broker without a replication listener at its client listener);
         `controller_voters` the voter list it was configured with (nodes compare them).
 
@@ -253,6 +255,7 @@ class MetadataState:
             "replication": replication,
             "kafka": kafka,
             "kafka_external": kafka_external,
+            "metrics": metrics,
         }
         for name, address in listeners.items():
             if address is not None and (
@@ -278,7 +281,7 @@ class MetadataState:
             "controller_voters": None if controller_voters is None else list(controller_voters),
             "replication": None if replication is None else [replication[0], replication[1]],
         }
-        for name in ("kafka", "kafka_external"):
+        for name in ("kafka", "kafka_external", "metrics"):
             address = listeners[name]
             if address is not None:  # absent, not None, in brokers registered without one
                 self.brokers[node_id][name] = [address[0], address[1]]

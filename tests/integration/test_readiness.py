@@ -83,7 +83,13 @@ def test_dev_cluster_nodes_write_ready_files_and_remove_them_on_stop(tmp_path: P
 
         infos = wait_for(all_ready, START_TIMEOUT_S, "3 ready files")
         for i, info in enumerate(infos, start=1):
-            assert sorted(info) == ["client_address", "kafka_address", "node_id", "pid"], info
+            assert sorted(info) == [
+                "client_address",
+                "kafka_address",
+                "metrics_url",
+                "node_id",
+                "pid",
+            ], info
             assert info["node_id"] == i
             assert _parent_pid(int(str(info["pid"]))) == dev.pid  # this start's node
             host, _, port = str(info["client_address"]).rpartition(":")
@@ -93,10 +99,11 @@ def test_dev_cluster_nodes_write_ready_files_and_remove_them_on_stop(tmp_path: P
         # One line, from one process, once every node is ready.
         bootstrap = ",".join(str(info["client_address"]) for info in infos)
         kafka = ",".join(str(info["kafka_address"]) for info in infos)
+        metrics = " ".join(str(info["metrics_url"]) for info in infos)
         wait_for(
             lambda: (
                 f"raftlog dev: 3 nodes ready; bootstrap servers {bootstrap}; Kafka protocol "
-                f"bootstrap servers {kafka}\n" in out_path.read_text()
+                f"bootstrap servers {kafka}; metrics at {metrics}\n" in out_path.read_text()
             ),
             START_TIMEOUT_S,
             "raftlog dev's ready line",

@@ -144,6 +144,7 @@ def test_describe_cluster_names_every_field() -> None:
         "replication": None,
         "kafka": None,
         "kafka_external": None,
+        "metrics": None,
         "rack": None,
         "broker_epoch": epochs[1],
         "fenced": False,

@@ -319,6 +319,8 @@ def _read(
     remaining = max_bytes
     total = 0
     urgent = False
+    # The metrics: (topic, bytes) of each partition with data, counted when the answer is sent.
+    sent: list[tuple[str, int]] | None = [] if broker.stats.enabled else None
     for w in wanted:
         tp = w.tp
         out = by_topic.setdefault(tp.topic, [])
@@ -360,8 +362,13 @@ def _read(
         out.append(FetchPartitionResult(tp.partition, 0, hw, start, sl.size))
         total += sl.size
         remaining -= sl.size
+        if sent is not None and sl.size:
+            sent.append((tp.topic, sl.size))
     response = FetchResponse(
         tuple((t, tuple(rs)) for t, rs in by_topic.items()),
         None if answer is None else answer.session_id,
     )
-    return Response(response.to_body(), parts), total, urgent
+    built = Response(response.to_body(), parts)
+    if sent:
+        built.fetched = (follower, sent)
+    return built, total, urgent

@@ -254,7 +254,9 @@ class ProduceGroup:
         """Append every partition's chunks (one write per partition), fill in the results,
         and start the acks=all waits."""
         replicas = self._broker.replicas
-        for p in self._pending.values():
+        stats = self._broker.stats
+        traffic = stats.traffic if stats.enabled else None
+        for (topic, _), p in self._pending.items():
             if isinstance(p, RaftlogError) or not p.chunks:
                 continue
             waits = [
@@ -263,10 +265,13 @@ class ProduceGroup:
             ]
             outcomes = replicas.append_as_leader(p.partition, p.chunks, waits)
             number = p.number
+            appended_bytes = appended_records = 0
             for (out, i), outcome in zip(p.entries, outcomes, strict=True):
                 if isinstance(outcome, RaftlogError):
                     out[i] = _failed(number, outcome)
                     continue
+                appended_bytes += outcome.size_bytes
+                appended_records += outcome.record_count
                 r = out[i]
                 base_offset, log_start = outcome.base_offset, outcome.log_start_offset
                 if r is _UNSET:
@@ -277,5 +282,8 @@ class ProduceGroup:
                     out[i] = ProducePartitionResult(
                         number, r.error, base_offset, log_start, r.message
                     )
+            if traffic is not None and appended_records:
+                # The metrics: once per partition of the group, from the appends' own counts.
+                traffic.appended(topic, appended_bytes, appended_records)
         self._pending.clear()
         self._requests = 0

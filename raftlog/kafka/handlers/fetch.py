@@ -117,6 +117,8 @@ def _read(
     remaining = max_bytes
     total = 0
     urgent = False
+    # The metrics: (topic, bytes) of each partition with data, counted when the answer is sent.
+    sent: list[tuple[str, int]] | None = [] if ctx.stats.enabled else None
     for w in wanted:
         out = by_topic.get(w.topic)
         if out is None:
@@ -141,8 +143,13 @@ def _read(
         )
         total += size
         remaining -= size
+        if sent is not None and size:
+            sent.append((w.topic, size))
     encoded = FetchResponse(0, 0, 0, topics).encode(version)
-    return KafkaResponse(encoded, header_version), total, urgent
+    built = KafkaResponse(encoded, header_version)
+    if sent:
+        built.fetched = (False, sent)  # consumers only: followers fetch natively
+    return built, total, urgent
 
 
 def _not_for_followers(ctx: HandlerContext) -> RaftlogError:

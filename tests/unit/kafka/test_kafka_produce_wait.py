@@ -16,6 +16,7 @@ from raftlog.errors import NotLeaderOrFollowerError, RaftlogError
 from raftlog.kafka.errors import ErrorCode
 from raftlog.kafka.handlers.produce import handle_produce
 from raftlog.kafka.messages.produce import ProduceRequest, ProduceResponse
+from raftlog.metrics.stats import BrokerStats
 from raftlog.storage.log import AppendInfo
 
 TOPIC = "t"
@@ -44,6 +45,7 @@ class _Replicas:
 class _Ctx:
     def __init__(self) -> None:
         self.replicas = _Replicas()
+        self.stats = BrokerStats()
 
     def topics_to_auto_create(self, names: Any) -> list[str]:
         return []
