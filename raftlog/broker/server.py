@@ -20,9 +20,10 @@ without waiting for the tick. The scrubber, a task of its own, checks closed
 segments' checksums (`scrub_bytes_per_s`, in slices of at most SCRUB_SECONDS_PER_TICK_MAX every
 SCRUB_TICK_S): fetches serve trusted data unchecked, so a flipped byte is found there, not by a
 consumer. The log cleaner, another task, compacts the compacted topics' logs one at a time
-(`_clean`: planned and swapped in on the loop, read and written on its own thread under
-`log_cleaner_io_bytes_per_s`, storage/cleaner.py). A partition's error never stops the others (the
-LogManager catches and rate-limits them); a bug that ends the task is logged at once.
+(`_clean`: planned and swapped in on the loop, read and written in a child process under
+`log_cleaner_io_bytes_per_s`: storage/cleaner.py, cleaner_process.py). A partition's error
+never stops the others (the LogManager catches and rate-limits them); a bug that ends the task
+is logged at once.
 
 Offline replicas: whenever the set of this broker's offline logs changes, the broker proposes
 it to the metadata (`report_offline_replicas`, with its broker epoch), so `cluster status`

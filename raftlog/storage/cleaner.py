@@ -49,13 +49,13 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import xxhash
 
-from raftlog.errors import CorruptRecordError
+from raftlog.errors import CorruptRecordError, RaftlogError
 from raftlog.invariants import InvariantError
 from raftlog.record_types import PREFIX_SIZE, BatchHeader, Record
 from raftlog.records import MAGIC_V2, batch_size_at, decode_records, validate_batch
@@ -130,16 +130,24 @@ class OffsetMap:
         return self._map.get(xxhash.xxh3_128_intdigest(key), -1)
 
 
+class CleanCancelled(RaftlogError):
+    """A clean was told to stop (its `.cleaned` files are not committed)."""
+
+
 class Throttle:
     """Keeps a worker's bytes under `bytes_per_s` by sleeping (Kafka's cleaner Throttler);
-    0 means no limit."""
+    0 means no limit. Every read and write of a clean passes through `spend`, so it is also
+    where a clean asked to stop (`cancelled`) stops."""
 
-    def __init__(self, bytes_per_s: int):
+    def __init__(self, bytes_per_s: int, cancelled: Callable[[], bool] | None = None):
         self.bytes_per_s = bytes_per_s
+        self.cancelled = cancelled
         self._start = time.monotonic()
         self._bytes = 0
 
     def spend(self, nbytes: int) -> None:
+        if self.cancelled is not None and self.cancelled():
+            raise CleanCancelled("the clean was stopped")
         if self.bytes_per_s <= 0:
             return
         self._bytes += nbytes
@@ -156,13 +164,15 @@ class Throttle:
 class SegmentView:
     """A closed segment as a clean sees it: `fd` is the clean's own duplicate (closed by
     `CleanPlan.close`), `end` the next segment's base offset, `first_ts` its first batch's
-    max timestamp (its age, for max.compaction.lag.ms)."""
+    max timestamp (its age, for max.compaction.lag.ms), `path` its file (a clean in another
+    process opens it by that)."""
 
     base: int
     end: int
     size: int
     fd: int
     first_ts: int
+    path: str = ""
 
 
 @dataclass(slots=True)
@@ -255,7 +265,7 @@ def cleanable(
         config.min_compaction_lag_ms,
     )
     views = [
-        SegmentView(s.base_offset, e, s.size, s.fd, s.first_batch_timestamp)
+        SegmentView(s.base_offset, e, s.size, s.fd, s.first_batch_timestamp, s.log_path)
         for s, e in closed
         if e <= end
     ]
@@ -432,11 +442,16 @@ def swap_path(log_dir: str, base: int, end: int) -> str:
     return os.path.join(log_dir, f"{segment_name(base)}.{segment_name(end)}{SWAP_SUFFIX}")
 
 
-def run(plan: CleanPlan, keys_max: int, bytes_per_s: int) -> CleanResult:
+def run(
+    plan: CleanPlan,
+    keys_max: int,
+    bytes_per_s: int,
+    cancelled: Callable[[], bool] | None = None,
+) -> CleanResult:
     """Map the dirty part and write the cleaned groups (`.cleaned` files, fsynced); the log
     is not changed. On any error the `.cleaned` files written so far are removed."""
     started = time.monotonic()
-    throttle = Throttle(bytes_per_s)
+    throttle = Throttle(bytes_per_s, cancelled)
     offsets = OffsetMap(keys_max)
     end = map_dirty(plan, offsets, throttle)
     result = CleanResult(plan, end)
@@ -460,12 +475,13 @@ def _rewrite(
 ) -> CleanedGroup:
     base = group[0].base
     path = cleaned_path(plan.log_dir, base)
-    stem = os.path.join(plan.log_dir, segment_name(base))
-    index = SparseIndex(
-        stem + INDEX_SUFFIX + CLEANED_SUFFIX, stem + TIMEINDEX_SUFFIX + CLEANED_SUFFIX
-    )
+    index = SparseIndex(*_cleaned_indices_at(plan.log_dir, base))
     since_index, max_ts = 0, NO_TIMESTAMP
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    # A new file, never one an earlier clean (a cleaner process orphaned by a crash of its
+    # broker, still writing) may hold open.
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     written = 0
     try:
         pending: list[bytes | memoryview] = []
@@ -494,6 +510,9 @@ def _rewrite(
         os.fsync(fd)
     finally:
         os.close(fd)
+    for stale in _cleaned_indices_at(plan.log_dir, base):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(stale)  # new files, as for the .cleaned segment above
     index.rewrite()
     result.bytes_written += written
     return CleanedGroup(base, group[-1].end, [s.base for s in group], path, written)
@@ -517,7 +536,11 @@ def discard(result: CleanResult) -> None:
 
 
 def _cleaned_indices(group: CleanedGroup) -> tuple[str, str]:
-    stem = os.path.join(os.path.dirname(group.path), segment_name(group.base))
+    return _cleaned_indices_at(os.path.dirname(group.path), group.base)
+
+
+def _cleaned_indices_at(log_dir: str, base: int) -> tuple[str, str]:
+    stem = os.path.join(log_dir, segment_name(base))
     return stem + INDEX_SUFFIX + CLEANED_SUFFIX, stem + TIMEINDEX_SUFFIX + CLEANED_SUFFIX
 
 

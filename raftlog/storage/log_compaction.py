@@ -13,6 +13,7 @@ Rules:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from bisect import bisect_right
@@ -110,7 +111,7 @@ class CompactedLog:
         views = cleaner.cleanable(self.config, segs, self._bases, first_dirty, max_offset, now)
         if views is None:
             return None
-        dup = [cleaner.SegmentView(v.base, v.end, v.size, os.dup(v.fd), v.first_ts) for v in views]
+        dup = [dataclasses.replace(v, fd=os.dup(v.fd)) for v in views]
         last = {e.producer_id: e.last_offset for e in self.producer_state.entries()}
         return cleaner.CleanPlan(
             self.name, self.path, dup, first_dirty, dup[-1].end, last, now,

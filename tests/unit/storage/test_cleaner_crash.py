@@ -4,8 +4,9 @@
 The steps (cleaner.py): `cleaner.run` writes a `.cleaned` file per group (and `.cleaned`
 indices); then `commit_groups` renames each group's `.cleaned` file to its `.swap` name (the
 group's commit point), deletes the old segments' files, renames each `.swap` to its group's
-`.log` and the cleaned indices into place; then the log writes the cleaner checkpoint. A crash is simulated
-by copying the directory (`copytree` reads what the kernel holds, as in test_recovery_crash.py)
+`.log` and the cleaned indices into place; then the log writes the cleaner checkpoint. A crash
+is simulated by copying the directory (`copytree` reads what the kernel holds, as in
+test_recovery_crash.py)
 after `run` and after every rename and unlink the cleaner makes during the install; the
 uncrashed install goes on and gives the references: the records before the clean and after.
 
