@@ -174,6 +174,13 @@ class InvalidRecordError(RaftlogError):
     code = 67
 
 
+class CleanFailedError(RaftlogError):
+    """A log clean failed or was stopped (storage/cleaner.py, broker/cleaner_process.py). The
+    broker's cleaner logs it and plans again; it never reaches a client."""
+
+    code = 68
+
+
 class UnsupportedVersionError(RaftlogError):
     """The API key or version is not one this server speaks."""
 

@@ -14,7 +14,7 @@ Rules:
   whatever changed, the log's generation check decides whether the result is installed.
 - The result comes back with the broker's own plan (whose descriptors the install closes),
   never the child's copy of it.
-- An error in the child comes back as a RaftlogError naming it; a child that dies (killed, out
+- An error in the child comes back as a CleanFailedError naming it; a child that dies (killed, out
   of memory) fails the clean and is started again by the next one.
 - `stop` kills the child at once: what it was writing are `.cleaned` files, never committed
   (the next clean or open removes them). So a broker never waits on a clean to stop. A child
@@ -32,14 +32,10 @@ import threading
 from multiprocessing.connection import Connection
 from typing import Any
 
-from raftlog.errors import RaftlogError
+from raftlog.errors import CleanFailedError
 from raftlog.storage import cleaner
 
 log = logging.getLogger(__name__)
-
-
-class CleanerFailed(RaftlogError):
-    """A clean failed in the cleaner's process (its error, by name and message)."""
 
 
 class CleanerProcess:
@@ -59,9 +55,9 @@ class CleanerProcess:
                 ok, value = conn.recv()
             except (EOFError, OSError) as e:
                 self._forget()
-                raise CleanerFailed(f"the cleaner process ended during the clean ({e!r})") from e
+                raise CleanFailedError(f"the cleaner process ended during the clean ({e!r})") from e
         if not ok:
-            raise CleanerFailed(f"cleaning {plan.name} failed in the cleaner process: {value}")
+            raise CleanFailedError(f"cleaning {plan.name} failed in the cleaner process: {value}")
         result: cleaner.CleanResult = value
         result.plan = plan
         return result
@@ -76,7 +72,7 @@ class CleanerProcess:
 
     def _ensure(self) -> Connection:
         if self._stopped:
-            raise CleanerFailed("the cleaner process is stopped (the broker is stopping)")
+            raise CleanFailedError("the cleaner process is stopped (the broker is stopping)")
         if self._conn is not None and self._proc is not None and self._proc.is_alive():
             return self._conn
         self._forget()

@@ -149,6 +149,7 @@ _BY_CLASS: dict[type[BaseException], ErrorCode] = {
     e.PreferredLeaderNotAvailableError: ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
     e.InvalidRequestError: ErrorCode.INVALID_REQUEST,
     e.InvalidRecordError: ErrorCode.INVALID_RECORD,
+    e.CleanFailedError: ErrorCode.UNKNOWN_SERVER_ERROR,  # never on the wire
     e.UnsupportedVersionError: ErrorCode.UNSUPPORTED_VERSION,
     e.RequestTimedOutError: ErrorCode.REQUEST_TIMED_OUT,
     e.NotLeaderOrFollowerError: ErrorCode.NOT_LEADER_OR_FOLLOWER,

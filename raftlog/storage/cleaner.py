@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING
 
 import xxhash
 
-from raftlog.errors import CorruptRecordError, RaftlogError
+from raftlog.errors import CleanFailedError, CorruptRecordError
 from raftlog.invariants import InvariantError
 from raftlog.record_types import PREFIX_SIZE, BatchHeader, Record
 from raftlog.records import MAGIC_V2, batch_size_at, decode_records, validate_batch
@@ -130,10 +130,6 @@ class OffsetMap:
         return self._map.get(xxhash.xxh3_128_intdigest(key), -1)
 
 
-class CleanCancelled(RaftlogError):
-    """A clean was told to stop (its `.cleaned` files are not committed)."""
-
-
 class Throttle:
     """Keeps a worker's bytes under `bytes_per_s` by sleeping (Kafka's cleaner Throttler);
     0 means no limit. Every read and write of a clean passes through `spend`, so it is also
@@ -147,7 +143,7 @@ class Throttle:
 
     def spend(self, nbytes: int) -> None:
         if self.cancelled is not None and self.cancelled():
-            raise CleanCancelled("the clean was stopped")
+            raise CleanFailedError("the clean was stopped")
         if self.bytes_per_s <= 0:
             return
         self._bytes += nbytes

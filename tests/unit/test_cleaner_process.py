@@ -1,6 +1,6 @@
 """The log cleaner's child process (broker/cleaner_process.py): a clean run there installs as
 one run in the broker would; the broker's own plan comes back; a failure in the child is a
-CleanerFailed naming it, and the next clean works; a stopped one refuses; a clean told to stop
+CleanFailedError naming it, and the next clean works; a stopped one refuses; a clean told to stop
 (its broker gone) stops at its next read."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from raftlog.broker.cleaner_process import CleanerFailed, CleanerProcess
+from raftlog.broker.cleaner_process import CleanerProcess
+from raftlog.errors import CleanFailedError
 from raftlog.records import Record, encode_batch
 from raftlog.storage import LogConfig, PartitionLog, cleaner
 
@@ -57,7 +58,7 @@ def test_a_failure_in_the_child_is_named_and_the_next_clean_works(
     assert plan is not None
     gone = dataclasses.replace(plan.segments[0], path=str(Path(log.path) / "missing.log"))
     broken = dataclasses.replace(plan, segments=[gone, *plan.segments[1:]])
-    with pytest.raises(CleanerFailed, match="FileNotFoundError"):
+    with pytest.raises(CleanFailedError, match="FileNotFoundError"):
         process.run(broken, 1000, 0)
     assert log.install_clean(process.run(plan, 1000, 0))
 
@@ -66,7 +67,7 @@ def test_a_stopped_process_refuses_to_clean(log: PartitionLog, process: CleanerP
     plan = log.plan_clean(log.log_end_offset)
     assert plan is not None
     process.stop()
-    with pytest.raises(CleanerFailed, match="stopped"):
+    with pytest.raises(CleanFailedError, match="stopped"):
         process.run(plan, 1000, 0)
     plan.close()
 
@@ -75,7 +76,7 @@ def test_a_clean_told_to_stop_stops_at_its_next_read(log: PartitionLog) -> None:
     plan = log.plan_clean(log.log_end_offset)
     assert plan is not None
     try:
-        with pytest.raises(cleaner.CleanCancelled):
+        with pytest.raises(CleanFailedError):
             cleaner.run(plan, 1000, 0, cancelled=lambda: True)
         assert not [p for p in Path(log.path).iterdir() if p.name.endswith(".cleaned")]
     finally:
