@@ -481,17 +481,20 @@ class GroupState:
         """A topic was created or deleted: a group whose members subscribe to it rebalances.
 
         The partitions of a deleted topic leave the assignment at once (nobody can read them
-        any more, and a commit must not store an offset for a partition that does not exist)."""
-        if any(topic in m["topics"] for m in self.members.values()):
-            if partitions(topic) is None:
-                for member_id in sorted(self.assignment):
-                    owned = self.assignment[member_id]
-                    self.assignment[member_id] = [tp for tp in owned if tp[0] != topic]
-            # A Kafka group's leader watches the topics itself and rejoins (Kafka's coordinator
-            # starts no rebalance for a topic change).
-            if self.phase is STABLE and not self.client_assigned:
-                # No time in topic commands: the coordinator's next tick starts the deadline.
-                self._prepare(None)
+        any more, and a commit must not store an offset for a partition that does not exist),
+        also where no member subscribes to it: a Kafka group's leader may assign beyond the
+        subscriptions (a hypothesis run found a group left owning a deleted topic's partition,
+        which broke the group's invariants inside the metadata state machine)."""
+        if partitions(topic) is None:
+            for member_id in sorted(self.assignment):
+                owned = self.assignment[member_id]
+                self.assignment[member_id] = [tp for tp in owned if tp[0] != topic]
+        # A Kafka group's leader watches the topics itself and rejoins (Kafka's coordinator
+        # starts no rebalance for a topic change).
+        subscribed = any(topic in m["topics"] for m in self.members.values())
+        if subscribed and self.phase is STABLE and not self.client_assigned:
+            # No time in topic commands: the coordinator's next tick starts the deadline.
+            self._prepare(None)
         self.check(partitions)
 
     def delete(self) -> None:
