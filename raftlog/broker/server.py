@@ -405,7 +405,15 @@ class Broker:
                 cleaner.discard(result)
                 plan.close()
                 continue
-            if not plog.install_clean(result):
+            try:
+                installed = plog.install_clean(result)
+            except RaftlogError as e:  # the log went offline (a full disk): it is moved out
+                cleaner.discard(result)
+                self.logs.errors.log(
+                    logging.ERROR, (tp, "clean"), "installing a clean of %s failed: %s", tp, e
+                )
+                continue
+            if not installed:
                 log.info("%s: a clean was dropped: the log changed while it ran", tp)
                 continue
             self.stats.cleaned(result, time.time())
