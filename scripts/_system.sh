@@ -65,3 +65,31 @@ ensure_kafka_tools() {
     _apt_install "${missing[@]}" \
         || echo "== installing ${missing[*]} failed: the kcat and Go Kafka tests will fail"
 }
+
+# Prometheus (Debian's `prometheus`: the server and promtool) for the alert-rule checks and the
+# live test (tests/integration/test_prometheus*.py). Installed without its recommended
+# node-exporter. The package enables a prometheus service on :9090 with Debian's sample config;
+# where services start on install (not on the project's machines: a policy file blocks it), it
+# is stopped and disabled, since the tests run their own server (their config, data directory
+# and a free port) and nothing should scrape or hold a port behind their back. As with the
+# Kafka tools: missing where it could have been installed, the tests fail; elsewhere they skip.
+ensure_prometheus() {
+    if command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; then
+        return 0
+    fi
+    if [ "$(id -u)" != "0" ] || ! command -v apt-get >/dev/null 2>&1; then
+        echo "== prometheus missing (needs root and apt-get): the Prometheus tests will skip"
+        return 0
+    fi
+    echo "== installing prometheus (Prometheus tests)"
+    _apt_install --no-install-recommends prometheus \
+        || echo "== installing prometheus failed: the Prometheus tests will fail"
+    # systemd, or (no systemd, as in containers) the package's init script.
+    if command -v systemctl >/dev/null 2>&1 \
+        && systemctl is-active --quiet prometheus.service 2>/dev/null; then
+        systemctl disable --now prometheus.service >/dev/null 2>&1 || true
+    elif [ -x /etc/init.d/prometheus ] && /etc/init.d/prometheus status >/dev/null 2>&1; then
+        /etc/init.d/prometheus stop >/dev/null 2>&1 || true
+        update-rc.d prometheus disable >/dev/null 2>&1 || true
+    fi
+}
