@@ -496,24 +496,29 @@ class BrokerProcess:
     """`raftlog dev` in a child process on a free port, started by the launcher
     (raftlog/launcher.py): ready once its ready file names it; `stop()` sends SIGTERM."""
 
-    def __init__(self, data_dir: str, log_path: str, zero_copy: bool):
+    def __init__(self, data_dir: str, log_path: str, zero_copy: bool, metrics: bool = True):
         self.data_dir, self.log_path, self.zero_copy = data_dir, log_path, zero_copy
+        self.metrics = metrics  # raftlog dev --metrics (its default) / --no-metrics
         self.dev: NodeProcess | None = None
         self.bootstrap = ""
+        self.metrics_url: str | None = None  # from the ready file, with --metrics
 
     def start(self, timeout_s: float = 60.0) -> None:
         args = ["--port", "0", "--log-level", "WARNING"]
         args.append("--fetch-zero-copy" if self.zero_copy else "--no-fetch-zero-copy")
+        args.append("--metrics" if self.metrics else "--no-metrics")
         with open(self.log_path, "ab") as log:
             self.dev = dev_process(
                 self.data_dir, args, stdout=subprocess.DEVNULL, stderr=log, cwd=REPO
             )
             self.dev.launch()
         try:
-            self.bootstrap = bootstrap_of(self.dev.wait_ready(timeout_s))
+            infos = self.dev.wait_ready(timeout_s)
         except LaunchError as e:
             self.stop()
             raise RuntimeError(f"{e}: {self.log_tail()}") from None
+        self.bootstrap = bootstrap_of(infos)
+        self.metrics_url = infos[0].get("metrics_url")
 
     @property
     def pid(self) -> int:
