@@ -8,7 +8,8 @@ gets the other.
 
 Rules:
 - One child, started (spawn: never a fork of the threaded broker) on the first clean and kept
-  for the next ones; one clean at a time. `run` blocks: the broker calls it on a thread.
+  for the next ones; one clean at a time. `run` blocks: the broker calls it on a thread. The
+  child runs at niceness CLEANER_NICENESS, so on a busy machine the broker gets the CPU first.
 - The plan's file descriptors are the broker's: the child opens the segments by path. A file
   that went meanwhile (retention, truncation) fails the clean, and the next pass plans again;
   whatever changed, the log's generation check decides whether the result is installed.
@@ -36,6 +37,9 @@ from raftlog.errors import CleanFailedError
 from raftlog.storage import cleaner
 
 log = logging.getLogger(__name__)
+
+# The child's niceness (nice(2)): a clean runs only on CPU the broker leaves.
+CLEANER_NICENESS = 10
 
 
 class CleanerProcess:
@@ -98,6 +102,8 @@ def _serve(conn: Connection) -> None:
     """The child: clean each plan it is sent, answer (True, result) or (False, why). It stops
     a clean, and ends, once its broker has gone (killed: the pipe's end, or a new parent)."""
     broker = os.getppid()
+    # Background work: the scheduler gives the broker's own process the CPU first.
+    os.nice(CLEANER_NICENESS)
 
     def orphaned() -> bool:
         return os.getppid() != broker
