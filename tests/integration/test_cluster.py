@@ -454,8 +454,8 @@ def test_topic_is_usable_through_a_follower_right_after_creation(cluster: Cluste
 
 CONTROLLER_LINE = re.compile(r"^  controller (\d+)  (\S+)  (leader|follower)$", re.M)
 BROKER_LINE = re.compile(
-    r"^  broker (\d+)  (\S+)  replication (\S+)  kafka (\S+)  rack=\S+  epoch=(\d+)  "
-    r"(alive|FENCED)$",
+    r"^  broker (\d+)  (\S+)  replication (\S+)  kafka (\S+)  metrics (\S+)  rack=\S+  "
+    r"epoch=(\d+)  (alive|FENCED)$",
     re.M,
 )
 
@@ -480,8 +480,14 @@ def test_cluster_status_cli(cluster: Cluster) -> None:
         i: n.raft_address for i, n in cluster.nodes.items()
     }
     assert f"leader node {controller}," in text
-    assert [(int(b[0]), b[2], b[3], b[5]) for b in BROKER_LINE.findall(text)] == [
-        (i, n.config.replication_listener, n.config.kafka_listener, "alive")
+    assert [(int(b[0]), b[2], b[3], b[4], b[6]) for b in BROKER_LINE.findall(text)] == [
+        (
+            i,
+            n.config.replication_listener,
+            n.config.kafka_listener,
+            f"http://{n.config.metrics_listener}/metrics",
+            "alive",
+        )
         for i, n in sorted(cluster.nodes.items())
     ], text
     assert "Partitions: 3, offline: 0" in text, text
@@ -513,6 +519,7 @@ def test_cluster_status_cli(cluster: Cluster) -> None:
             "replication",
             "kafka",
             "kafka_external",
+            "metrics",
             "rack",
             "broker_epoch",
             "fenced",
@@ -520,11 +527,20 @@ def test_cluster_status_cli(cluster: Cluster) -> None:
         }
         for b in st["brokers"]
     )
+    # ... and its metrics address (Prometheus' target), under a key that names metrics.
+    assert ["{}:{}".format(*b["metrics"]) for b in st["brokers"]] == [
+        n.config.metrics_listener for _, n in sorted(cluster.nodes.items())
+    ]
     assert sorted((p["topic"], p["partition"]) for p in st["partitions"]) == [
         ("shown", p) for p in range(3)
     ]
+    # `cleaning`: the leader replica's dirty ratio and last clean, null for a delete-policy
+    # topic (describe_replicas, added by the CLI).
     assert all(
-        set(p) == PARTITION_VIEW_KEYS and p["offline_replicas"] == [] for p in st["partitions"]
+        set(p) == PARTITION_VIEW_KEYS | {"cleaning"}
+        and p["offline_replicas"] == []
+        and p["cleaning"] is None
+        for p in st["partitions"]
     )
     assert st["offline_logs"] == []
 
@@ -535,7 +551,7 @@ def test_cluster_status_cli(cluster: Cluster) -> None:
     )
     # The dead node's address stays in the bootstrap list: the CLI must get past it.
     text, st = cluster_status(cluster.bootstrap)
-    states = {int(b[0]): b[5] for b in BROKER_LINE.findall(text)}
+    states = {int(b[0]): b[6] for b in BROKER_LINE.findall(text)}
     assert states == {n: "FENCED" if n == victim else "alive" for n in cluster.nodes}, text
     assert "Partitions: 3, offline: 1" in text, text
     assert len(re.findall(r"^  shown-\d  OFFLINE ", text, re.M)) == 1, text

@@ -253,10 +253,10 @@ def test_refusals_name_what_was_wrong_and_change_nothing(cluster: Cluster, admin
     assert refused.code() == KafkaError.INVALID_CONFIG
     assert "min.insync.replicas cannot be changed on a live topic" in refused.str()
     refused = refusal(
-        incremental, admin, topic, ("cleanup.policy", "compact", AlterConfigOpType.APPEND)
+        incremental, admin, topic, ("cleanup.policy", "compacted", AlterConfigOpType.APPEND)
     )
     assert refused.code() == KafkaError.INVALID_CONFIG
-    assert "only 'delete' is supported" in refused.str()
+    assert "must be delete, compact or compact,delete" in refused.str()
     refused = refusal(incremental, admin, "nowhere", ("retention.ms", "5", op))
     assert refused.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
     assert "unknown topic 'nowhere'" in refused.str()
