@@ -217,6 +217,18 @@ class Cluster:
         except AssertionError as e:
             raise AssertionError(f"{e}; last views: {views}") from None
 
+    def wait_leader(self, topic: str, partition: int = 0, timeout_s: float = 30.0) -> int:
+        """The leader of `topic`-`partition` as a live node sees it, once it has one."""
+
+        def found() -> int | None:
+            d = self.describe(self.live()[0].node_id)
+            for p in d["partitions"]:
+                if p["topic"] == topic and p["partition"] == partition and p["leader"] > 0:
+                    return int(p["leader"])
+            return None
+
+        return wait_for(found, timeout_s, f"a leader of {topic}-{partition}")
+
     def wait_controller(self, timeout_s: float, exclude: int | None = None) -> int:
         """The node every live node names as controller, once it says it leads; polls."""
 

@@ -64,17 +64,6 @@ def value(samples: Samples, name: str, **labels: str) -> float:
     return found[0] if found else 0.0
 
 
-def leader_of(cluster: Cluster, topic: str, partition: int = 0) -> int:
-    def found() -> int | None:
-        d = cluster.describe(cluster.live()[0].node_id)
-        for p in d["partitions"]:
-            if p["topic"] == topic and p["partition"] == partition and p["leader"] > 0:
-                return int(p["leader"])
-        return None
-
-    return wait_for(found, 30, f"a leader of {topic}-{partition}")
-
-
 def test_exactly_one_node_is_the_active_controller(cluster: Cluster) -> None:
     def one() -> list[float] | None:
         values = [value(scrape(cluster, i), "raftlog_active_controller") for i in cluster.nodes]
@@ -109,7 +98,7 @@ def test_produce_and_fetch_counters_move_by_what_was_sent(cluster: Cluster) -> N
     topic, n = "metered", 40
     with Admin(cluster.bootstrap) as admin:
         admin.create_topic(topic, 1, 3)
-    leader = leader_of(cluster, topic)
+    leader = cluster.wait_leader(topic)
     before = scrape(cluster, leader)
     # One record per request, each waited for: n Produce requests on the leader exactly.
     with Producer(bootstrap_servers=cluster.nodes[leader].bootstrap, acks="all") as p:
@@ -175,7 +164,7 @@ def test_consumer_group_lag_appears_and_falls_to_zero(cluster: Cluster) -> None:
         for i in range(n):
             p.send(topic, b"%d" % i, partition=i % 2)
         p.flush(30)
-    leaders = {pt: leader_of(cluster, topic, pt) for pt in (0, 1)}
+    leaders = {pt: cluster.wait_leader(topic, pt) for pt in (0, 1)}
     with Admin(cluster.bootstrap) as admin:
         admin.reset_offsets(group, {TopicPartition(topic, 0): 5, TopicPartition(topic, 1): 0})
     expected = {0: n // 2 - 5, 1: n // 2}
@@ -234,7 +223,7 @@ def test_a_killed_follower_makes_its_leader_under_replicated_until_it_is_back(
     topic = "guarded"
     with Admin(cluster.bootstrap) as admin:
         admin.create_topic(topic, 1, 3)
-    leader = leader_of(cluster, topic)
+    leader = cluster.wait_leader(topic)
     follower = next(i for i in cluster.nodes if i != leader)
     wait_for(
         lambda: value(scrape(cluster, leader), "raftlog_under_replicated_partitions") == 0,
@@ -257,7 +246,7 @@ def test_a_killed_follower_makes_its_leader_under_replicated_until_it_is_back(
         60,
         f"every node's under-replicated gauge back to 0 after node {follower}'s restart",
     )
-    if leader_of(cluster, topic) == leader:  # it still leads: it let the follower back in
+    if cluster.wait_leader(topic) == leader:  # it still leads: it let the follower back in
         assert value(scrape(cluster, leader), "raftlog_isr_expands_total") > expands
 
 

@@ -140,17 +140,6 @@ def test_every_node_is_a_target_and_up(watched: Watched) -> None:
     assert watched.value("sum(raftlog_active_brokers)") == len(nodes)
 
 
-def leader_of(cluster: Cluster, topic: str, partition: int = 0) -> int:
-    def found() -> int | None:
-        d = cluster.describe(cluster.live()[0].node_id)
-        for p in d["partitions"]:
-            if p["topic"] == topic and p["partition"] == partition and p["leader"] > 0:
-                return int(p["leader"])
-        return None
-
-    return wait_for(found, 30, f"a leader of {topic}-{partition}")
-
-
 def test_a_killed_follower_shows_as_under_replicated_and_fires_alerts_until_it_returns(
     watched: Watched,
 ) -> None:
@@ -158,7 +147,7 @@ def test_a_killed_follower_shows_as_under_replicated_and_fires_alerts_until_it_r
     topic = "guarded"
     with Admin(cluster.bootstrap) as admin:
         admin.create_topic(topic, 1, 3)
-    leader = leader_of(cluster, topic)
+    leader = cluster.wait_leader(topic)
     controller = cluster.wait_controller(30)
     # A follower of the partition that is not the active controller: the controller's loss
     # would start an election, which is not what this test watches.
