@@ -276,12 +276,20 @@ class Cluster:
 
 @contextlib.contextmanager
 def started_cluster(
-    root: Path, n: int = 3, session_timeout_ms: int = 1500, settle_s: float = 30.0, **settings: Any
+    root: Path,
+    n: int = 3,
+    session_timeout_ms: int = 1500,
+    settle_s: float = 30.0,
+    prepare: Callable[[Cluster], object] | None = None,
+    **settings: Any,
 ) -> Iterator[Cluster]:
     """A fixture's body: n nodes started and settled (all registered and unfenced); at the
     end every node is stopped and the test fails on any problem shutdown_and_check finds.
-    `settings` are other node settings (e.g. connection_idle_ms_max=1000)."""
+    `prepare` runs before the nodes start (e.g. mounts their log directories); `settings` are
+    other node settings (e.g. connection_idle_ms_max=1000)."""
     c = Cluster(root, n=n, session_timeout_ms=session_timeout_ms, **settings)
+    if prepare is not None:
+        prepare(c)
     try:
         c.start()
         c.wait_brokers_settled(settle_s)

@@ -378,3 +378,30 @@ def consume_exactly(
         assert [r.offset for r in records] == list(range(end_offsets[p])), f"{topic}-{p}"
         assert ends[TopicPartition(topic, p)] == end_offsets[p], f"{topic}-{p} log end"
     return got
+
+
+def consume(consumer: Consumer, n: int, timeout_s: float = 30.0) -> None:
+    """Poll until `n` records came (fails at the deadline)."""
+    got = 0
+
+    def enough() -> bool:
+        nonlocal got
+        got += sum(len(rs) for rs in consumer.poll(200).values())
+        return got >= n
+
+    wait_for(enough, timeout_s, f"{n} records consumed", interval_s=0)
+
+
+def consume_and_commit(bootstrap: str, topic: str, group: str, n: int) -> None:
+    """A member of `group` reads `n` records of `topic` from the earliest offset, commits them
+    and leaves (a short session, so a group it leaves behind settles fast)."""
+    with Consumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        auto_offset_reset="earliest",
+        session_timeout_ms=3000,
+        heartbeat_interval_ms=300,
+    ) as c:
+        consume(c, n)
+        c.commit()

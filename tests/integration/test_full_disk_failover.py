@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from tests._tmpfs import fill, tmpfs
-from tests.integration._cluster import Cluster, Describe
+from tests.integration._cluster import Cluster, Describe, started_cluster
 from tests.integration.test_replication import (
     CHANGE_S,
     REPLICA_LAG_MS,
@@ -54,22 +54,25 @@ REJOIN_S = 60.0
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    """`started_cluster`, with every node's `logs` directory on a tmpfs of its own."""
-    with contextlib.ExitStack() as stack:
-        c = Cluster(tmp_path, 3, SESSION_TIMEOUT_MS, replica_lag_time_max_ms=REPLICA_LAG_MS)
-        for node in c.nodes.values():
-            logs = node.data_dir / "logs"
-            logs.mkdir(parents=True)
-            stack.enter_context(tmpfs(logs, LOGS_FS))
-        try:
-            c.start()
-            c.wait_brokers_settled(SETTLE_S)
+    """`started_cluster`, with every node's `logs` directory on a tmpfs of its own (unmounted
+    after the nodes stopped: they hold files there)."""
+    with contextlib.ExitStack() as mounts:
+
+        def mount_logs(c: Cluster) -> None:
+            for node in c.nodes.values():
+                logs = node.data_dir / "logs"
+                logs.mkdir(parents=True)
+                mounts.enter_context(tmpfs(logs, LOGS_FS))
+
+        with started_cluster(
+            tmp_path,
+            3,
+            SESSION_TIMEOUT_MS,
+            SETTLE_S,
+            prepare=mount_logs,
+            replica_lag_time_max_ms=REPLICA_LAG_MS,
+        ) as c:
             yield c
-        finally:
-            # Before the unmounts (the ExitStack's exit): the nodes hold files there.
-            problems = c.shutdown_and_check()
-        if problems:
-            pytest.fail("\n".join(problems), pytrace=False)
 
 
 def in_sync(d: Describe) -> bool:

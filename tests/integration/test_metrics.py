@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from raftlog.client import Admin, Consumer, Producer
 from raftlog.topics import TopicPartition
 from tests.integration._cluster import Cluster, started_cluster
-from tests.integration._support import run_cli, wait_for
+from tests.integration._support import consume, consume_and_commit, run_cli, wait_for
 
 Samples = dict[str, list[tuple[dict[str, str], float]]]
 
@@ -144,18 +144,6 @@ def test_produce_and_fetch_counters_move_by_what_was_sent(cluster: Cluster) -> N
     assert fetches - value(after, "raftlog_requests_total", api="Fetch", listener="client") >= 1
 
 
-def consume(consumer: Consumer, n: int, timeout_s: float = 30.0) -> None:
-    """Poll until `n` records came (fails at the deadline)."""
-    got = 0
-
-    def enough() -> bool:
-        nonlocal got
-        got += sum(len(rs) for rs in consumer.poll(200).values())
-        return got >= n
-
-    wait_for(enough, timeout_s, f"{n} records consumed", interval_s=0)
-
-
 def test_consumer_group_lag_appears_and_falls_to_zero(cluster: Cluster) -> None:
     topic, group, n = "lagged", "lag-watchers", 30
     with Admin(cluster.bootstrap) as admin:
@@ -190,16 +178,7 @@ def test_consumer_group_lag_appears_and_falls_to_zero(cluster: Cluster) -> None:
     )
     assert total == sum(expected.values())
 
-    with Consumer(
-        topic,
-        bootstrap_servers=cluster.bootstrap,
-        group_id=group,
-        auto_offset_reset="earliest",
-        session_timeout_ms=3000,
-        heartbeat_interval_ms=300,
-    ) as c:
-        consume(c, sum(expected.values()))
-        c.commit()
+    consume_and_commit(cluster.bootstrap, topic, group, sum(expected.values()))
     wait_for(
         lambda: all(
             value(

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from raftlog.client import Admin, Consumer, Producer
+from raftlog.client import Admin, Producer
 from tests.integration._cluster import Cluster, started_cluster
 from tests.integration._prometheus import (
     RULES,
@@ -38,7 +38,7 @@ from tests.integration._prometheus import (
     scrape_config,
     shortened_rules,
 )
-from tests.integration._support import wait_for
+from tests.integration._support import consume_and_commit, wait_for
 
 # The test's durations (alerts.yml has the operators'): a few scrape intervals each, so one
 # missed scrape does not decide, and the whole file runs in about a minute.
@@ -228,23 +228,7 @@ def test_a_consumer_groups_lag_is_visible_and_growing_lag_fires(watched: Watched
             p.send(topic, b"view-%d" % i, partition=i % 2)
         p.flush(30)
     # The group reads what is there, commits, and stops: the part of the topic it consumed.
-    with Consumer(
-        topic,
-        bootstrap_servers=cluster.bootstrap,
-        group_id=group,
-        auto_offset_reset="earliest",
-        session_timeout_ms=3000,
-        heartbeat_interval_ms=300,
-    ) as c:
-        got = 0
-
-        def consumed() -> bool:
-            nonlocal got
-            got += sum(len(rs) for rs in c.poll(200).values())
-            return got >= first
-
-        wait_for(consumed, 30, f"{first} records consumed by {group}", interval_s=0)
-        c.commit()
+    consume_and_commit(cluster.bootstrap, topic, group, first)
     lag = f'sum(raftlog_consumer_group_lag{{group="{group}", topic="{topic}"}})'
     wait_for(
         lambda: watched.value(lag) == 0,
