@@ -34,6 +34,9 @@ COMPOSE_FILE = ROOT / "docker" / "compose.yaml"
 SERVICES = ("raftlog-1", "raftlog-2", "raftlog-3", "raftlog-4", "raftlog-5")
 UP_NODES = (1, 2, 3)
 GROW_PROFILE = "grow"
+# Compose's `prometheus` service (scraping the nodes from inside the network) is in its own
+# profile; `docker/cluster down` removes it with the nodes.
+PROMETHEUS_PROFILE = "prometheus"
 # `docker/cluster up` of three nodes takes 5-20 s here, `grow` about as long; the script's own
 # deadline (RAFTLOG_UP_TIMEOUT_S) is below this one, so it fails first, with the nodes' logs.
 UP_TIMEOUT_S = 240.0
@@ -49,9 +52,14 @@ _projects = itertools.count(1)
 Describe = dict[str, Any]
 
 
-def docker(*args: str, timeout_s: float = DOCKER_TIMEOUT_S, check: bool = True) -> str:
+def docker(
+    *args: str,
+    timeout_s: float = DOCKER_TIMEOUT_S,
+    check: bool = True,
+    env: dict[str, str] | None = None,
+) -> str:
     proc = subprocess.run(
-        ["docker", *args], capture_output=True, text=True, timeout=timeout_s, check=False
+        ["docker", *args], capture_output=True, text=True, timeout=timeout_s, check=False, env=env
     )
     if check and proc.returncode != 0:
         raise AssertionError(f"docker {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
@@ -61,12 +69,14 @@ def docker(*args: str, timeout_s: float = DOCKER_TIMEOUT_S, check: bool = True) 
 class DockerCluster:
     """One compose project of docker/compose.yaml; `service` names are raftlog-1..5, of which
     `nodes` (1-3 after `up`, 1-5 after `grow`) were started. Host ports are chosen for all
-    five, so that a grown node's are known before it starts."""
+    five, so that a grown node's are known before it starts, and for Prometheus."""
 
     def __init__(self, log_dir: Path):
         self.project = f"rltest{os.getpid()}x{next(_projects)}"
-        ports = free_ports(2 * len(SERVICES))
-        self.ports, self.kafka_ports = ports[: len(SERVICES)], ports[len(SERVICES) :]
+        ports = free_ports(2 * len(SERVICES) + 1)
+        self.ports = ports[: len(SERVICES)]
+        self.kafka_ports = ports[len(SERVICES) : 2 * len(SERVICES)]
+        self.prometheus_port = ports[-1]
         self.nodes: tuple[int, ...] = UP_NODES
         self.log_dir = log_dir
         self.env = {
@@ -74,6 +84,7 @@ class DockerCluster:
             "RAFTLOG_COMPOSE_PROJECT": self.project,
             **{f"RAFTLOG_PORT_{i + 1}": str(p) for i, p in enumerate(self.ports)},
             **{f"RAFTLOG_KAFKA_PORT_{i + 1}": str(p) for i, p in enumerate(self.kafka_ports)},
+            "RAFTLOG_PROMETHEUS_PORT": str(self.prometheus_port),
         }
         self.image = os.environ.get("RAFTLOG_IMAGE", "raftlog:local")
         self.up_s: float | None = None
@@ -98,8 +109,8 @@ class DockerCluster:
         )
 
     def compose(self, *args: str, check: bool = True) -> str:
-        """`docker compose ARGS` on this project, the grown nodes' profile enabled (so that
-        `logs` and `ps` include them once they exist)."""
+        """`docker compose ARGS` on this project with its host ports, the grown nodes' and
+        Prometheus' profiles enabled (so that `logs` and `ps` include them once they exist)."""
         return docker(
             "compose",
             "-f",
@@ -108,8 +119,11 @@ class DockerCluster:
             self.project,
             "--profile",
             GROW_PROFILE,
+            "--profile",
+            PROMETHEUS_PROFILE,
             *args,
             check=check,
+            env=self.env,
         )
 
     def up(self) -> None:
@@ -141,6 +155,16 @@ class DockerCluster:
         )
         return self.grow_s
 
+    def start_prometheus(self) -> None:
+        """Start compose's `prometheus` service in this project, as the docs tell a user to
+        (its image: PROMETHEUS_IMAGE, else the one `docker/cluster build` made); its API at
+        `prometheus_url`. `down` removes it with its volume."""
+        self.compose("up", "-d", "prometheus")
+
+    @property
+    def prometheus_url(self) -> str:
+        return f"http://127.0.0.1:{self.prometheus_port}"
+
     def down(self) -> list[str]:
         """Save the logs, remove everything with its data; list tracebacks found in the logs."""
         problems = []
@@ -153,7 +177,7 @@ class DockerCluster:
         proc = self.cluster("down", "-v", "--remove-orphans", "-t", "20")
         if proc.returncode != 0:
             problems.append(f"docker/cluster down -v failed: {proc.stderr}")
-        # `down -v` removes the grown nodes too, with their volumes.
+        # `down -v` removes the grown nodes and Prometheus too, with their volumes.
         label = f"label=com.docker.compose.project={self.project}"
         for kind, ls in (("containers", ("ps", "-a")), ("volumes", ("volume", "ls"))):
             left = docker(*ls, "-q", "--filter", label, check=False)
