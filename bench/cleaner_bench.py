@@ -83,18 +83,14 @@ the data unless `--keep-data`).
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import math
 import os
 import random
 import re
-import shlex
 import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -102,7 +98,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, default_base_dir, machine_facts, report_head
+from bench import common
+from bench.common import REPO, report_head
 from raftlog import launcher
 from raftlog.client import Admin, Producer, RecordFuture
 from raftlog.compression import LZ4
@@ -1493,20 +1490,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     s = settings_from(args, parser)
-    command = shlex.join(
-        [Path(sys.executable).name, "-m", "bench.cleaner_bench", *(argv or sys.argv[1:])]
-    )
-    base = args.data_dir or default_base_dir()
-    os.makedirs(base, exist_ok=True)
-    free_mb = shutil.disk_usage(base).free / MB
+    command = common.command_line("bench.cleaner_bench", argv)
     # Three storage logs and a copy, and the node's log before its cleans, with room to spare.
     need_mb = 5 * s.size_mb + 4 * s.fill_mb + 1024
-    if free_mb < need_mb:
-        parser.error(f"{base} has {free_mb:,.0f} MB free; these sizes need ~{need_mb:,.0f}")
-    work = tempfile.mkdtemp(prefix="raftlog-cleaner-", dir=base)
-    facts = machine_facts(work)
-    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
-    progress(f"data in {work} ({free_mb:,.0f} MB free); {s}")
+    wd = common.prepare_work_dir(
+        args.data_dir,
+        "raftlog-cleaner-",
+        need_mb=need_mb,
+        parser=parser,
+        needed_by="these sizes need",
+    )
+    work, facts = wd.path, wd.facts
+    stamp = common.run_stamp()
+    progress(f"data in {work} ({wd.free_mb:,.0f} MB free); {s}")
     storage = node = None
     try:
         if not args.skip_storage:
@@ -1514,20 +1510,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.skip_node:
             node = run_node(s, os.path.join(work, "node"))
     finally:
-        if args.keep_data:
-            progress(f"kept the data and logs in {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
-    facts["load_average_at_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    prefix = out / f"cleaner-{stamp}"
+        common.keep_or_remove(work, args.keep_data, progress, "the data and logs")
+    facts["load_average_at_end"] = common.load_average()
+    prefix = common.results_prefix(args.out, "cleaner", stamp)
     title = f"raftlog log cleaner, {facts['date']}"
     plot_note = "plot skipped (--no-plots)"
     if not args.no_plots:
         plot_note = plot(storage, node, Path(f"{prefix}.png"), title) or f"Plot: {prefix}.png"
     text = markdown(command, args.note, facts, s, storage, node, plot_note)
-    Path(f"{prefix}.md").write_text(text)
     payload: dict[str, Any] = {
         "command": command,
         "machine": facts,
@@ -1543,9 +1533,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ],
             "summary": node_summary(node["phases"]),
         }
-    Path(f"{prefix}.json").write_text(json.dumps(payload, indent=1) + "\n")
-    print(text, end="")
-    progress(f"results: {prefix}.md, {prefix}.json")
+    common.write_results(prefix, text, payload, progress)
     problems = node["shutdown_problems"] if node else []
     return 1 if problems else 0
 

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench import common
 from bench.common import REPO, default_base_dir
 from bench.paper_bench import (
     BrokerProcess,
@@ -169,9 +170,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "",
     ]
     text = "\n".join(md)
-    out = Path(args.results_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"fetch-metrics-{datetime.datetime.now():%Y%m%d-%H%M%S}.md"
+    prefix = common.results_prefix(args.results_dir, "fetch-metrics", common.run_stamp(utc=False))
+    path = Path(f"{prefix}.md")
     path.write_text(text)
     print(text)
     print(f"wrote {path}")

@@ -64,14 +64,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import datetime
 import functools
 import os
-import shlex
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -79,8 +75,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import kafka_clients
-from bench.common import REPO, default_base_dir, machine_facts, report_head
+from bench import common, kafka_clients
+from bench.common import REPO, report_head
 from bench.kafka_clients import BenchError, ClientRun, Meter
 from bench.paper_bench import (
     BrokerProcess,
@@ -693,30 +689,21 @@ def plot(rows: dict[str, Row], path: Path, title: str) -> str | None:
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> int:
     s = settings_from(args, parser or build_parser())
-    command = getattr(args, "command_line", None) or shlex.join(
-        [Path(sys.executable).name, "-m", "bench.kafka_bench", *sys.argv[1:]]
-    )
-    base = args.data_dir or default_base_dir()
-    os.makedirs(base, exist_ok=True)
-    work = tempfile.mkdtemp(prefix="raftlog-kbench-", dir=base)
-    facts = machine_facts(work)
+    command = common.command_line("bench.kafka_bench", given=getattr(args, "command_line", None))
+    wd = common.prepare_work_dir(args.data_dir, "raftlog-kbench-")
+    work, facts = wd.path, wd.facts
     print(
         f"kafka bench: {s.records:,} records of {s.value_bytes} B x {s.runs} runs; data in {work}",
         file=sys.stderr,
         flush=True,
     )
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    stamp = common.run_stamp(utc=False)
     try:
         rows = measure(s, work)
     finally:
-        if args.keep_data:
-            print(f"kept the data in {work}", file=sys.stderr)
-        else:
-            shutil.rmtree(work, ignore_errors=True)
-    facts["load_average_at_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    out_dir = Path(args.results_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    prefix = out_dir / f"kafka-{stamp}"
+        common.keep_or_remove(work, args.keep_data, lambda text: print(text, file=sys.stderr))
+    facts["load_average_at_end"] = common.load_average()
+    prefix = common.results_prefix(args.results_dir, "kafka", stamp)
     title = (
         f"Kafka-protocol clients, {s.records:,} x {s.value_bytes} B, one partition, "
         f"median of {s.runs}, {facts['date']}"

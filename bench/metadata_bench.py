@@ -62,17 +62,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import datetime
 import json
 import math
 import os
-import shlex
 import shutil
 import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import traceback
 from collections.abc import Callable, Coroutine, Sequence
@@ -80,7 +77,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, default_base_dir, machine_facts
+from bench import common
+from bench.common import REPO
 from raftlog import launcher
 from raftlog.client.admin import AsyncAdmin
 from raftlog.client.cluster import ClusterClient
@@ -1282,15 +1280,10 @@ def settings_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     s = settings_from(args, parser)
-    command = shlex.join([Path(sys.executable).name, "-m", "bench.metadata_bench", *sys.argv[1:]])
-    base = args.data_dir or default_base_dir()
-    os.makedirs(base, exist_ok=True)
-    work = tempfile.mkdtemp(prefix="raftlog-metadata-", dir=base)
-    facts = machine_facts(work)
-    results_dir = Path(args.results_dir)
-    results_dir.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
-    prefix = results_dir / f"metadata-{stamp}"
+    command = common.command_line("bench.metadata_bench")
+    wd = common.prepare_work_dir(args.data_dir, "raftlog-metadata-")
+    work, facts = wd.path, wd.facts
+    prefix = common.results_prefix(args.results_dir, "metadata", common.run_stamp())
     profile_prefix = f"{prefix}-profile" if args.profile else None
     inflights = [s["commit_inflight"]] + (
         [s["pipelined_inflight"]] if s["pipelined_inflight"] else []
@@ -1347,15 +1340,11 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         cluster.stop()
         stopped = [n.proc.pid for n in cluster.nodes.values() if n.proc is not None]
         progress(f"nodes stopped (pids {', '.join(map(str, stopped))})")
-        facts["load_average_at_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
-        if args.keep_data:
-            progress(f"data and node logs kept in {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+        facts["load_average_at_end"] = common.load_average()
+        common.keep_or_remove(work, args.keep_data, progress, "the data and node logs")
     rows = build_rows(results, errors, s)
     plots, plot_note = plot(results, Path(f"{prefix}.png"))
     text = markdown(command, facts, s, rows, results, plots, plot_note)
-    Path(f"{prefix}.md").write_text(text)
     payload = {
         "command": command,
         "machine": facts,
@@ -1370,9 +1359,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             {**r.__dict__, "failover_s": r.failover_s} for r in results.get("failover") or []
         ],
     }
-    Path(f"{prefix}.json").write_text(json.dumps(payload, indent=1) + "\n")
-    print(text, end="")
-    progress(f"results: {prefix}.md, {prefix}.json" + "".join(f", {p}" for p in plots))
+    common.write_results(prefix, text, payload, progress, plots)
     return 1 if errors else 0
 
 

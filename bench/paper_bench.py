@@ -78,17 +78,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import datetime
 import json
 import math
 import os
 import select
-import shlex
-import shutil
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from array import array
@@ -97,7 +93,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, default_base_dir, machine_facts, report_head
+from bench import common
+from bench.common import REPO, report_head
 from raftlog.launcher import (
     LaunchError,
     NodeProcess,
@@ -1255,14 +1252,10 @@ def plot_latency(
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> int:
     s = settings_from(args, parser or build_parser())
-    command = shlex.join([Path(sys.executable).name, "-m", "bench.paper_bench", *sys.argv[1:]])
-    if getattr(args, "command_line", None):
-        command = args.command_line
-    base = args.data_dir or default_base_dir()
-    os.makedirs(base, exist_ok=True)
-    work = tempfile.mkdtemp(prefix="raftlog-paper-", dir=base)
+    command = common.command_line("bench.paper_bench", given=getattr(args, "command_line", None))
+    wd = common.prepare_work_dir(args.data_dir, "raftlog-paper-")
+    work, facts = wd.path, wd.facts
     data_dir = os.path.join(work, "data")
-    facts = machine_facts(work)
     floor_start = python_floor(s.value_bytes)
     facts["python_floor_at_start"] = f"{floor_start:,.0f} rec/s"
     progress = Progress()
@@ -1289,7 +1282,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
         brokers.append(b)
         return b
 
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    stamp = common.run_stamp(utc=False)
     idempotence_runs: list[IdempotenceRun] = []
     idempotence_phases = [p for p in IDEMPOTENCE_PHASES if p in s.phases]
     try:
@@ -1328,10 +1321,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
     finally:
         for b in brokers:
             b.stop()
-        if args.keep_data:
-            progress.message(f"kept the data in {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+        common.keep_or_remove(work, args.keep_data, progress.message)
 
     rows = build_rows(s, results, e2e)
     floor_end = python_floor(s.value_bytes)
@@ -1341,15 +1331,13 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
         if row["key"] in PRODUCER_PHASES and row["value"]:
             row["notes"] = f"{row['value'] / floor:.0%} of the Python floor; " + row["notes"]
     table = render_table(rows)
-    out_dir = Path(args.results_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    prefix = out_dir / f"paper-{stamp}"
+    prefix = common.results_prefix(args.results_dir, "paper", stamp)
     pngs: list[str] = []
     plot_note = "plots skipped (--no-plots)"
     if not args.no_plots:
         pngs, plot_note_or_none = plot(s, rows, e2e, prefix)
         plot_note = plot_note_or_none or ""
-    facts["load_average_at_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    facts["load_average_at_end"] = common.load_average()
 
     md = [
         *report_head(f"raftlog vs the Kafka paper ({facts['date']})", command, args.note, facts),

@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench import common
 from bench.common import REPO, default_base_dir, machine_facts
 
 VALUE = bytes(range(200))
@@ -251,9 +252,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     report = "\n".join(lines) + "\n"
     print(report)
-    out = Path(args.results_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"produce-path-{time.strftime('%Y%m%d-%H%M%S')}.md"
+    prefix = common.results_prefix(args.results_dir, "produce-path", common.run_stamp(utc=False))
+    path = Path(f"{prefix}.md")
     path.write_text(report)
     print(f"wrote {path}")
     return 0

@@ -58,15 +58,10 @@ shaded; skipped with a note without matplotlib). Progress goes to stderr; the no
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import math
 import os
-import shlex
-import shutil
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -74,7 +69,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, default_base_dir, machine_facts, report_head
+from bench import common
+from bench.common import REPO, report_head
 from raftlog import launcher
 from raftlog.client import Admin, Producer, RecordFuture
 from raftlog.errors import RaftlogError
@@ -880,24 +876,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     s = settings_from(args, parser)
-    command = shlex.join(
-        [Path(sys.executable).name, "-m", "bench.reassign_bench", *(argv or sys.argv[1:])]
-    )
-    base = args.data_dir or default_base_dir()
-    os.makedirs(base, exist_ok=True)
-    free_mb = shutil.disk_usage(base).free / MB
+    command = common.command_line("bench.reassign_bench", argv)
     # Three replicas and a fourth during each move, the load topic, and room to spare.
     need_mb = 5 * s.size_mb + 4 * (LOAD_RETENTION_BYTES + LOAD_SEGMENT_BYTES) / MB
-    if free_mb < need_mb:
-        parser.error(
-            f"{base} has {free_mb:,.0f} MB free; --size-mb {s.size_mb} needs ~{need_mb:,.0f}"
-        )
-    work = tempfile.mkdtemp(prefix="raftlog-reassign-", dir=base)
-    facts = machine_facts(work)
-    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
+    wd = common.prepare_work_dir(
+        args.data_dir,
+        "raftlog-reassign-",
+        need_mb=need_mb,
+        parser=parser,
+        needed_by=f"--size-mb {s.size_mb} needs",
+    )
+    work, facts = wd.path, wd.facts
+    stamp = common.run_stamp()
     progress(
         f"{s.size_mb} MB, {s.rounds} round(s), throttle {s.throttle_mb:g} MB/s; data in {work} "
-        f"({free_mb:,.0f} MB free)"
+        f"({wd.free_mb:,.0f} MB free)"
     )
     cluster = Cluster(work, args.log_level)
     problems: list[str] = []
@@ -907,15 +900,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         problems = cluster.close()
         for problem in problems:
             progress(problem)
-        if args.keep_data:
-            progress(f"kept the data and logs in {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
-    facts["load_average_at_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+        common.keep_or_remove(work, args.keep_data, progress, "the data and logs")
+    facts["load_average_at_end"] = common.load_average()
     summ = summary(moves)
-    results_dir = Path(args.results_dir)
-    results_dir.mkdir(parents=True, exist_ok=True)
-    prefix = results_dir / f"reassign-{stamp}"
+    prefix = common.results_prefix(args.results_dir, "reassign", stamp)
     title = (
         f"raftlog reassignment, {s.size_mb} MB partition, throttle {s.throttle_mb:g} MB/s, "
         f"{s.rounds} round(s), {facts['date']}"
@@ -924,7 +912,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.no_plots:
         plot_note = plot(moves, load, s, Path(f"{prefix}.png"), title) or f"Plot: {prefix}.png"
     text = markdown(command, args.note, facts, s, filled, summ, plot_note)
-    Path(f"{prefix}.md").write_text(text)
     payload = {
         "command": command,
         "machine": facts,
@@ -939,9 +926,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "moves": [asdict(m) for m in moves],
         "shutdown_problems": problems,
     }
-    Path(f"{prefix}.json").write_text(json.dumps(payload, indent=1) + "\n")
-    print(text, end="")
-    progress(f"results: {prefix}.md, {prefix}.json")
+    common.write_results(prefix, text, payload, progress)
     return 1 if problems else 0
 
 

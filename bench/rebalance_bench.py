@@ -36,21 +36,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import datetime
-import json
-import os
-import shlex
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, default_base_dir, machine_facts
+from bench import common
+from bench.common import REPO
 from bench.metadata_bench import (
     LocalCluster,
     close_members,
@@ -284,11 +279,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "partitions": args.partitions,
         "heartbeat_ms": args.heartbeat_ms,
     }
-    command = shlex.join([Path(sys.executable).name, "-m", "bench.rebalance_bench", *sys.argv[1:]])
-    base = args.data_dir or default_base_dir()
-    os.makedirs(base, exist_ok=True)
-    work = tempfile.mkdtemp(prefix="raftlog-rebalance-", dir=base)
-    facts = machine_facts(work)
+    command = common.command_line("bench.rebalance_bench")
+    wd = common.prepare_work_dir(args.data_dir, "raftlog-rebalance-")
+    work, facts = wd.path, wd.facts
     cluster = LocalCluster(work, SESSION_TIMEOUT_MS, args.log_level)
     try:
         cluster.start(timeout_s=60)
@@ -301,11 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     rows = summary(results, sizes)
     text = markdown(command, facts, settings, rows)
-    results_dir = Path(args.results_dir)
-    results_dir.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
-    prefix = results_dir / f"rebalance-{stamp}"
-    Path(f"{prefix}.md").write_text(text)
+    prefix = common.results_prefix(args.results_dir, "rebalance", common.run_stamp())
     payload = {
         "command": command,
         "machine": facts,
@@ -313,9 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "summary": rows,
         "rounds": [asdict(r) for r in results],
     }
-    Path(f"{prefix}.json").write_text(json.dumps(payload, indent=1) + "\n")
-    print(text, end="")
-    progress(f"results: {prefix}.md, {prefix}.json")
+    common.write_results(prefix, text, payload, progress)
     return 0
 
 

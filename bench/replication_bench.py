@@ -60,16 +60,12 @@ from __future__ import annotations
 import argparse
 import bisect
 import contextlib
-import datetime
 import functools
 import math
 import os
-import shlex
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -77,7 +73,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from bench.common import REPO, default_base_dir, machine_facts, report_head
+from bench import common
+from bench.common import REPO, report_head
 from bench.paper_bench import (
     PHASE_IN_FLIGHT,
     E2EResult,
@@ -1239,15 +1236,11 @@ def _paper_settings(s: Settings) -> PaperSettings:
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> int:
     s = settings_from(args, parser or build_parser())
-    command = shlex.join(
-        [Path(sys.executable).name, "-m", "bench.replication_bench", *sys.argv[1:]]
+    command = common.command_line(
+        "bench.replication_bench", given=getattr(args, "command_line", None)
     )
-    if getattr(args, "command_line", None):
-        command = args.command_line
-    base = args.data_dir or default_base_dir()
-    os.makedirs(base, exist_ok=True)
-    work = tempfile.mkdtemp(prefix="raftlog-repl-", dir=base)
-    facts = machine_facts(work)
+    wd = common.prepare_work_dir(args.data_dir, "raftlog-repl-")
+    work, facts = wd.path, wd.facts
     floor_start = python_floor(s.value_bytes)
     facts["python_floor_at_start"] = f"{floor_start:,.0f} rec/s"
     progress = Progress()
@@ -1271,7 +1264,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
         os.makedirs(profile_dir, exist_ok=True)
         os.environ[PROFILE_DIR_ENV] = profile_dir  # the nodes (and restarted ones) inherit it
     profiles: dict[int, list[list[Any]]] = {}
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    stamp = common.run_stamp(utc=False)
     failure: str | None = None
     try:
         cluster.start()
@@ -1310,17 +1303,12 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
         cluster.stop()
         if s.profile:
             profiles = node_profiles(profile_dir)
-        if args.keep_data:
-            progress.message(f"kept the data in {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+        common.keep_or_remove(work, args.keep_data, progress.message)
 
     rows = build_rows(s, results, e2es, failover)
     facts["python_floor_at_end"] = f"{python_floor(s.value_bytes):,.0f} rec/s"
-    facts["load_average_at_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    out_dir = Path(args.results_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    prefix = out_dir / f"replication-{stamp}"
+    facts["load_average_at_end"] = common.load_average()
+    prefix = common.results_prefix(args.results_dir, "replication", stamp)
     pngs: list[str] = []
     plot_note = "plots skipped (--no-plots)"
     if not args.no_plots:

@@ -58,6 +58,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench import common
 from bench.common import REPO, default_base_dir, machine_facts
 from bench.replication_bench import DEFAULT_SESSION_TIMEOUT_MS, NODES, LocalCluster
 
@@ -493,10 +494,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
         if not args.keep:
             for work in works:
                 shutil.rmtree(work, ignore_errors=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    out_dir = Path(args.results_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    prefix = out_dir / f"scale-{stamp}"
+    prefix = common.results_prefix(args.results_dir, "scale", common.run_stamp(utc=False))
     table = render(results)
     facts_text = "\n".join(f"- {k}: {v}" for k, v in facts.items())
     command = getattr(args, "command_line", "python -m bench.scale_bench")

@@ -65,6 +65,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench import common
 from raftlog.records import HEADER, BatchBuilder, encode_batch
 from raftlog.storage import LogConfig, PartitionLog
 
@@ -1115,10 +1116,7 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(note_text)
 
-        results_dir = Path(args.results_dir)
-        results_dir.mkdir(parents=True, exist_ok=True)
-        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        stem = results_dir / f"storage-{stamp}"
+        stem = common.results_prefix(args.results_dir, "storage", common.run_stamp(utc=False))
         png = stem.with_suffix(".png")
         skipped = plot(cases, facts, png)
         if skipped:

@@ -11,11 +11,10 @@ the bench adds up), so a slow machine only makes it lower."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.bench._run import run_bench
+
 MB = 1 << 20
 # Leeway on the rate for the clocks: the clean's own monotonic time against its Throttle's.
 RATE_SLACK = 1.02
@@ -23,11 +22,9 @@ RATE_SLACK = 1.02
 
 def test_quick_run_cleans_every_case_and_measures_the_three_phases(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    cmd = [
-        sys.executable, "-m", "bench.cleaner_bench", "--quick",
-        "--data-dir", str(tmp_path / "data"), "--out", str(out),
-    ]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+    proc = run_bench(
+        "bench.cleaner_bench", "--quick", "--data-dir", str(tmp_path / "data"), "--out", str(out)
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
     assert [r.split(" | ")[0] for r in rows] == [

@@ -7,24 +7,21 @@ row was measured, with its CPU figures, and that the Tansu rows say why they are
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 from bench import kafka_bench
+from tests.bench._run import run_bench
 
-REPO = Path(__file__).resolve().parents[2]
 RECORDS = 5_000
 TANSU_ROWS = {"tansu-produce", "tansu-consume"}
 
 
 def test_quick_run_measures_every_raftlog_row(tmp_path: Path) -> None:
-    cmd = [
-        sys.executable, "-m", "raftlog.cli", "bench", "kafka", "--quick", "--no-tansu",
+    proc = run_bench(
+        "raftlog.cli", "bench", "kafka", "--quick", "--no-tansu",
         "--records", str(RECORDS), "--data-dir", str(tmp_path / "data"),
         "--results-dir", str(tmp_path / "results"),
-    ]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # A progress line per run of each row, on stderr.
     for broker, measurement in (kafka_bench.ROWS[k] for k in kafka_bench.ROWS):

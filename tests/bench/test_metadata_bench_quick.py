@@ -7,13 +7,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.bench._run import run_bench
 
 # The first column of the results table, one row per metric: keep in step with
 # bench/metadata_bench.py (ROWS).
@@ -45,17 +43,9 @@ def table_rows(text: str) -> list[list[str]]:
 
 
 def test_quick_run_reports_every_metric(tmp_path: Path) -> None:
-    cmd = [
-        sys.executable,
-        "-m",
-        "bench.metadata_bench",
-        "--quick",
-        "--data-dir",
-        str(tmp_path / "data"),
-        "--results-dir",
-        str(tmp_path / "results"),
-    ]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    options = ["--quick", "--data-dir", str(tmp_path / "data")]
+    options += ["--results-dir", str(tmp_path / "results")]
+    proc = run_bench("bench.metadata_bench", *options, timeout_s=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = table_rows(proc.stdout)
     assert [r[0] for r in rows] == EXPECTED_ROWS
@@ -89,12 +79,5 @@ def test_quick_run_reports_every_metric(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("bad", [["--only", "nonsense"], ["--members", "0"], ["--group-size", "1"]])
 def test_rejects_nonsense_options(bad: list[str]) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.metadata_bench", *bad],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    proc = run_bench("bench.metadata_bench", *bad, timeout_s=60)
     assert proc.returncode == 2, proc.stderr

@@ -7,12 +7,11 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.bench._run import run_bench
 
 # The first column of the comparison table, one row per measurement: keep in step with
 # bench/paper_bench.py (LABELS, with the default 200 KB fetches).
@@ -43,9 +42,8 @@ def comparison_rows(text: str) -> list[str]:
 def run_quick(tmp_path: Path, *options: str) -> subprocess.CompletedProcess[str]:
     """`python -m bench.paper_bench --quick <options>` with its data and results in tmp_path;
     it must succeed."""
-    cmd = [sys.executable, "-m", "bench.paper_bench", "--quick", *options]
-    cmd += ["--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "results")]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+    options += ("--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "results"))
+    proc = run_bench("bench.paper_bench", "--quick", *options)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc
 
@@ -81,14 +79,7 @@ def test_quick_run_reports_every_row(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("bad", [["--messages", "0"], ["--only", "nonsense"]])
 def test_rejects_nonsense_options(bad: list[str]) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.paper_bench", *bad],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    proc = run_bench("bench.paper_bench", *bad, timeout_s=60)
     assert proc.returncode == 2, proc.stderr
 
 

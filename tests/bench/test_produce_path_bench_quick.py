@@ -3,11 +3,9 @@ request was appended and answered, and writes its report. No timing is asserted.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.bench._run import run_bench
 
 EXPECTED_ROWS = [
     "broker, 100 requests per read (appended together)",
@@ -20,21 +18,7 @@ EXPECTED_ROWS = [
 
 
 def test_quick_run_reports_every_row(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.produce_path_bench",
-            "--quick",
-            "--results-dir",
-            str(tmp_path),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    proc = run_bench("bench.produce_path_bench", "--quick", "--results-dir", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     rows = [line.split("|")[1:3] for line in proc.stdout.splitlines() if line.startswith("| ")]
     assert [name.strip() for name, _ in rows[1:]] == EXPECTED_ROWS
@@ -45,12 +29,5 @@ def test_quick_run_reports_every_row(tmp_path: Path) -> None:
 
 
 def test_bad_arguments_are_refused() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.produce_path_bench", "--requests", "5"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    proc = run_bench("bench.produce_path_bench", "--requests", "5", timeout_s=60)
     assert proc.returncode == 2 and "--requests must be >= 100" in proc.stderr

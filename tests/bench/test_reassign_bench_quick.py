@@ -10,11 +10,10 @@ s) does."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.bench._run import run_bench
+
 MB = 1 << 20
 THROTTLE_BYTES_PER_S = 5 * MB  # --quick's
 # ReplicationThrottle's bucket holds one second of the rate, and a fetch may overdraw it by
@@ -29,11 +28,8 @@ def test_quick_run_moves_a_replica_out_and_back_and_the_throttle_bounds_the_copy
     tmp_path: Path,
 ) -> None:
     results = tmp_path / "results"
-    cmd = [
-        sys.executable, "-m", "bench.reassign_bench", "--quick",
-        "--data-dir", str(tmp_path / "data"), "--results-dir", str(results),
-    ]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+    options = ["--quick", "--data-dir", str(tmp_path / "data"), "--results-dir", str(results)]
+    proc = run_bench("bench.reassign_bench", *options)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
     assert rows[0].startswith("| mode | move | time to move, s | copy MB/s |"), rows

@@ -5,20 +5,15 @@ this machine's speed is not the code's correctness."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.bench._run import run_bench
 
 
 def test_quick_run_reports_a_join_and_a_leave_per_size(tmp_path: Path) -> None:
     results = tmp_path / "results"
-    cmd = [
-        sys.executable, "-m", "bench.rebalance_bench", "--quick",
-        "--data-dir", str(tmp_path / "data"), "--results-dir", str(results),
-    ]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    options = ["--quick", "--data-dir", str(tmp_path / "data"), "--results-dir", str(results)]
+    proc = run_bench("bench.rebalance_bench", *options, timeout_s=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
     assert rows[0] == "| members after | a member joins | a member leaves |"

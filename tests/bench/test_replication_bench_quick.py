@@ -8,14 +8,12 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.bench._run import run_bench
 from tests.bench.test_paper_bench_quick import comparison_rows
-
-REPO = Path(__file__).resolve().parents[2]
 
 # The first column of the results table: keep in step with bench/replication_bench.py (LABELS).
 EXPECTED_ROWS = [
@@ -37,9 +35,8 @@ REPS = 2
 def run_quick(tmp_path: Path, *options: str) -> subprocess.CompletedProcess[str]:
     """`python -m bench.replication_bench --quick OPTIONS` with its data and results under
     tmp_path; asserts that it exited 0."""
-    cmd = [sys.executable, "-m", "bench.replication_bench", "--quick", *options]
-    cmd += ["--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "results")]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    options += ("--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "results"))
+    proc = run_bench("bench.replication_bench", "--quick", *options, timeout_s=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc
 
@@ -144,14 +141,7 @@ def topic_config(phases: dict[str, dict[str, object]], name: str) -> dict[str, s
     "bad", [["--messages", "0"], ["--only", "nonsense"], ["--session-timeout-ms", "10"]]
 )
 def test_rejects_nonsense_options(bad: list[str]) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.replication_bench", *bad],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    proc = run_bench("bench.replication_bench", *bad, timeout_s=60)
     assert proc.returncode == 2, proc.stderr
 
 

@@ -6,25 +6,14 @@ fenced while the topic was created, and that the figures agree with each other."
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.bench._run import run_bench
 
 
 def test_quick_run_measures_every_figure(tmp_path: Path) -> None:
-    cmd = [
-        sys.executable,
-        "-m",
-        "bench.scale_bench",
-        "--quick",
-        "--base-dir",
-        str(tmp_path),
-        "--results-dir",
-        str(tmp_path / "results"),
-    ]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    options = ["--quick", "--base-dir", str(tmp_path), "--results-dir", str(tmp_path / "results")]
+    proc = run_bench("bench.scale_bench", *options, timeout_s=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "== 200 partitions: kill -9 of node 3" in proc.stderr  # progress on stderr
     (js,) = (tmp_path / "results").glob("scale-*.json")

@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.bench._run import REPO, run_bench
 
 # The table's first column, one row per case: keep in step with bench/storage_bench.py.
 EXPECTED_ROWS = [
@@ -44,10 +43,7 @@ EXPECTED_ROWS = [
 def run_quick(
     tmp_path: Path, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "bench.storage_bench",
+    options = [
         "--quick",
         "--duration",
         "0.02",
@@ -62,9 +58,7 @@ def run_quick(
         "--out",
         str(tmp_path / "table.md"),
     ]
-    return subprocess.run(
-        cmd, cwd=REPO, capture_output=True, text=True, timeout=300, env=env, check=False
-    )
+    return run_bench("bench.storage_bench", *options, env=env)
 
 
 def table_rows(text: str) -> list[str]:
@@ -129,12 +123,5 @@ def test_quick_run_without_matplotlib(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("bad", [["--runs", "0"], ["--duration", "0"]])
 def test_rejects_nonsense_options(bad: list[str]) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.storage_bench", *bad],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    proc = run_bench("bench.storage_bench", *bad, timeout_s=60)
     assert proc.returncode == 2
