@@ -6,13 +6,18 @@ CLIENT is confluent-kafka, kafka-python or aiokafka. The member subscribes to TO
 GROUP, and for every record writes "partition offset value" to OUT (a line, flushed) before it
 commits (synchronously, after each poll's records; INSTANCE, confluent-kafka only, makes it a
 static member: group.instance.id): a record it was killed before committing
-is read again by the next owner (at least once). Each assignment it gets is written as
-"assigned p,p,..." and a revocation as "revoked"; SIGTERM closes the consumer cleanly (a
-LeaveGroup) and ends the process.
+is read again by the next owner (at least once). A commit the group refuses because it
+rebalanced meanwhile (each client's CommitFailedError, librdkafka's ILLEGAL_GENERATION ...)
+is what a real application meets too: the member notes it on stderr and polls on, and the
+records go to their next owner. Each assignment it gets is written as "assigned p,p,..." and a
+revocation as "revoked"; SIGTERM closes the consumer cleanly (a LeaveGroup) and ends the
+process.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -26,6 +31,15 @@ def main(argv: list[str]) -> int:
     client, bootstrap, group, topic, out_path = argv[:5]
     assignor = argv[5] if len(argv) > 5 else "range"
     instance = argv[6] if len(argv) > 6 else None
+    # The Python clients' group events (joins, syncs, heartbeat errors) on stderr, for the
+    # test's message when a group does not settle; librdkafka logs its own there.
+    # RAFTLOG_TEST_CLIENT_DEBUG=1 logs everything the Python clients log, requests included.
+    logging.basicConfig(stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
+    if os.environ.get("RAFTLOG_TEST_CLIENT_DEBUG"):
+        logging.getLogger().setLevel(logging.DEBUG)
+    else:
+        for name in ("kafka.coordinator", "aiokafka.consumer.group_coordinator"):
+            logging.getLogger(name).setLevel(logging.INFO)
     stop = {"now": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.__setitem__("now", True))
     with open(out_path, "a", encoding="utf-8") as out:
@@ -42,6 +56,11 @@ def note(out: TextIO, line: str) -> None:
     out.flush()
 
 
+def refused(e: Exception) -> None:
+    """A commit refused by a rebalance: say so and go on (the next owner reads the records)."""
+    print(f"commit refused, the group rebalanced: {e!r}", file=sys.stderr, flush=True)
+
+
 def confluent(
     bootstrap: str,
     group: str,
@@ -51,7 +70,16 @@ def confluent(
     stopped: Callable[[], bool],
     instance: str | None = None,
 ) -> None:
-    from confluent_kafka import Consumer
+    from confluent_kafka import Consumer, KafkaError, KafkaException
+
+    # What librdkafka's commit raises when the group moved on under it.
+    rebalanced = {
+        KafkaError.ILLEGAL_GENERATION,
+        KafkaError.UNKNOWN_MEMBER_ID,
+        KafkaError.REBALANCE_IN_PROGRESS,
+        KafkaError._ASSIGNMENT_LOST,
+        KafkaError._STATE,
+    }
 
     config = {
         "bootstrap.servers": bootstrap,
@@ -83,7 +111,12 @@ def confluent(
             for r in good:
                 note(out, f"{r.partition()} {r.offset()} {r.value().decode()}")
             if good:
-                consumer.commit(asynchronous=False)
+                try:
+                    consumer.commit(asynchronous=False)
+                except KafkaException as e:
+                    if e.args[0].code() not in rebalanced:
+                        raise
+                    refused(e)
     finally:
         consumer.close()
 
@@ -93,6 +126,7 @@ def kafka_python(
 ) -> None:
     from kafka import KafkaConsumer, TopicPartition
     from kafka.consumer.subscription_state import ConsumerRebalanceListener
+    from kafka.errors import CommitFailedError, RebalanceInProgressError
 
     class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
@@ -112,13 +146,36 @@ def kafka_python(
     try:
         while not stopped():
             batches = consumer.poll(timeout_ms=int(POLL_S * 1000))
+            rejoin_if_join_lost(consumer)
             for records in batches.values():
                 for r in records:
                     note(out, f"{r.partition} {r.offset} {r.value.decode()}")
             if batches:
-                consumer.commit()
+                try:
+                    consumer.commit()
+                except (CommitFailedError, RebalanceInProgressError) as e:
+                    refused(e)
     finally:
         consumer.close()
+
+
+def rejoin_if_join_lost(consumer: Any) -> None:
+    """Work around a kafka-python 3.0.12 bug that left a member out of its group for good.
+
+    A group leader whose rejoin was started by a metadata change (its first assignment was
+    made before it knew the topic's partitions), not by the coordinator, loses that join when
+    poll()'s timeout expires between its SyncGroup and the answer: its assignment updated the
+    metadata snapshot, so the next poll() sees no reason to rejoin and never collects the
+    finished join. The member then neither consumes nor heartbeats; the coordinator expires
+    it after its session timeout and the group settles one member short (traced with the
+    client's debug log: "need_rejoin: False" right after "Sending leader SyncGroup", the
+    SyncGroup answered with no error, no "Setting newly assigned partitions" ever after).
+    A finished join that nothing collected is redone."""
+    coordinator = consumer._coordinator
+    join = getattr(coordinator, "_join_task", None)
+    if join is not None and join.is_done and not coordinator.need_rejoin():
+        print("kafka-python left a finished join uncollected: joining again", file=sys.stderr)
+        coordinator.request_rejoin()
 
 
 def aio(
@@ -128,6 +185,7 @@ def aio(
 
     from aiokafka import AIOKafkaConsumer
     from aiokafka.abc import ConsumerRebalanceListener
+    from aiokafka.errors import CommitFailedError, RebalanceInProgressError
 
     class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         async def on_partitions_assigned(self, assigned: Any) -> None:
@@ -153,7 +211,10 @@ def aio(
                     for r in records:
                         note(out, f"{r.partition} {r.offset} {r.value.decode()}")
                 if batches:
-                    await consumer.commit()
+                    try:
+                        await consumer.commit()
+                    except (CommitFailedError, RebalanceInProgressError) as e:
+                        refused(e)
         finally:
             await consumer.stop()
 

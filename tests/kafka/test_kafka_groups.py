@@ -58,6 +58,7 @@ class Worker:
         self, client: str, cluster: Cluster, group: str, topic: str, path: Path, **kw: Any
     ):
         self.path = path
+        self.ended = False  # by the test: kill9 or close
         assignor = kw.get("assignor", "range")
         instance = [kw["instance"]] if kw.get("instance") else []
         self.proc = subprocess.Popen(
@@ -87,11 +88,19 @@ class Worker:
             line.split()[2] for line in self.lines() if not line.startswith(("assigned", "revoked"))
         }
 
+    def tail(self, n: int = 25) -> list[str]:
+        """The last lines of the member's stderr and of its record log."""
+        err = Path(str(self.path) + ".err")
+        errs = err.read_text(errors="replace").splitlines()[-n:] if err.exists() else []
+        return errs + self.lines()[-3:]
+
     def kill9(self) -> None:
+        self.ended = True
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(30)
 
     def close(self) -> None:
+        self.ended = True
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -116,12 +125,17 @@ def produce(cluster: Cluster, topic: str, prefix: str, n: int) -> set[str]:
     return set(values)
 
 
+# The last description `stable` saw per group, for the message of a wait that timed out.
+LAST_SEEN: dict[str, dict[str, Any]] = {}
+
+
 def stable(admin: Admin, group: str, members: int) -> dict[str, Any] | None:
     """The group's description once Stable with `members` members owning every partition."""
     try:
         d = admin.describe_group(group)
     except GroupIdNotFoundError:  # no member has joined yet
         return None
+    LAST_SEEN[group] = d
     owned = [tp for m in d.get("members", []) for tp in m.get("assignment", [])]
     if (
         d.get("state") == "Stable"
@@ -130,6 +144,34 @@ def stable(admin: Admin, group: str, members: int) -> dict[str, Any] | None:
     ):
         return d
     return None
+
+
+def settle(
+    admin: Admin, group: str, members: int, what: str, workers: list[Worker]
+) -> dict[str, Any]:
+    """Wait for `stable`; fail at once if a member process ended by itself, and at the
+    deadline with the group's last state and each member's log tail, so a group that never
+    settles says why."""
+
+    def settled() -> dict[str, Any] | None:
+        for w in workers:
+            if w.proc.poll() is not None and not w.ended:
+                raise AssertionError(
+                    f"{what}: member {w.path.name} exited by itself ({w.proc.returncode}): "
+                    f"{w.tail()}"
+                )
+        return stable(admin, group, members)
+
+    try:
+        return wait_for(settled, SETTLE_S, what)
+    except AssertionError as e:
+        if "exited by itself" in str(e):
+            raise
+        d = LAST_SEEN.get(group, {})
+        seen = {k: v for k, v in d.items() if k not in ("members", "partitions")}
+        members_seen = [(m.get("member_id"), m.get("assignment")) for m in d.get("members", [])]
+        tails = {w.path.name: w.tail() for w in workers}
+        raise AssertionError(f"{e}; last seen {seen} members {members_seen}; logs {tails}") from e
 
 
 class CommitWatch:
@@ -175,11 +217,7 @@ def test_a_group_splits_partitions_survives_a_kill9_and_a_clean_leave(
         workers = [Worker(client, cluster, group, topic, tmp_path / f"w{i}") for i in range(3)]
         watch = CommitWatch(cluster.bootstrap, group)
         try:
-            d = wait_for(
-                lambda: stable(admin, group, 3),
-                SETTLE_S,
-                f"3 {client} members sharing {PARTITIONS} partitions",
-            )
+            d = settle(admin, group, 3, f"3 {client} members sharing the partitions", workers)
             assert d["protocol_type"] == "consumer" and all(m["assignment"] for m in d["members"])
             sent = produce(cluster, topic, "a", RECORDS)
             wait_for(
@@ -195,18 +233,12 @@ def test_a_group_splits_partitions_survives_a_kill9_and_a_clean_leave(
                 SETTLE_S,
                 "every record processed after the kill -9",
             )
-            wait_for(
-                lambda: stable(admin, group, 3),
-                SETTLE_S,
-                "the group stable again without the killed member",
-            )
+            settle(admin, group, 3, "the group stable again without the killed member", workers)
             # A clean close leaves at once: the rest own everything long before the member's
             # session timeout would have expired it.
             started = time.monotonic()
             workers[1].close()
-            wait_for(
-                lambda: stable(admin, group, 2), SETTLE_S, "the group stable after a clean leave"
-            )
+            settle(admin, group, 2, "the group stable after a clean leave", workers)
             handed_on_s = time.monotonic() - started
             print(f"{client}: a clean leave handed its partitions on in {handed_on_s:.2f} s")
             assert handed_on_s < group_worker.SESSION_TIMEOUT_MS / 1000, handed_on_s
@@ -234,7 +266,7 @@ def test_cooperative_sticky_members_keep_their_partitions_while_another_joins(
             for i in range(2)
         ]
         try:
-            wait_for(lambda: stable(admin, group, 2), SETTLE_S, "2 cooperative members stable")
+            settle(admin, group, 2, "2 cooperative members stable", workers)
             before = owned(admin, group)
             workers.append(Worker(CK, cluster, group, topic, tmp_path / "w2", assignor=COOPERATIVE))
             wait_for(
@@ -308,11 +340,11 @@ def test_a_static_member_restarted_in_its_session_gets_its_partitions_back_witho
     with Admin(cluster.bootstrap) as admin:
         admin.create_topic(topic, PARTITIONS, 3)
         leader = Worker(CK, cluster, group, topic, tmp_path / "i0", instance="i0")
-        wait_for(lambda: stable(admin, group, 1), SETTLE_S, "the first static member")
+        settle(admin, group, 1, "the first static member", [leader])
         other = Worker(CK, cluster, group, topic, tmp_path / "i1", instance="i1")
         workers = [leader, other]
         try:
-            before = wait_for(lambda: stable(admin, group, 2), SETTLE_S, "2 static members")
+            before = settle(admin, group, 2, "2 static members", workers)
             mine = {m["instance_id"]: m for m in before["members"]}["i1"]
             other.kill9()
             workers.append(Worker(CK, cluster, group, topic, tmp_path / "i1-again", instance="i1"))
@@ -340,7 +372,7 @@ def test_the_coordinators_node_killed_during_a_rebalance(tmp_path: Path) -> None
         workers = [Worker(CK, c, group, topic, tmp_path / f"w{i}") for i in range(2)]
         watch = CommitWatch(c.bootstrap, group)
         try:
-            wait_for(lambda: stable(admin, group, 2), SETTLE_S, "2 members stable")
+            settle(admin, group, 2, "2 members stable", workers)
             sent = produce(c, topic, "a", 1000)
             controller = int(admin.describe_cluster()["controller_id"])
             workers.append(Worker(CK, c, group, topic, tmp_path / "w2"))
@@ -356,7 +388,7 @@ def test_the_coordinators_node_killed_during_a_rebalance(tmp_path: Path) -> None
             )
             c.kill9(controller)
             c.nodes[controller].start()
-            wait_for(lambda: stable(admin, group, 3), SETTLE_S, "3 members under a new coordinator")
+            settle(admin, group, 3, "3 members under a new coordinator", workers)
             sent |= produce(c, topic, "b", 1000)
             wait_for(
                 lambda: set().union(*(w.values() for w in workers)) >= sent,
