@@ -53,6 +53,13 @@ per record) on a node just started with:
 - (b) the cleaner at its default budget (`log_cleaner_io_bytes_per_s` 16 MiB/s);
 - (c) the cleaner unthrottled (`log_cleaner_io_bytes_per_s = 0`).
 
+A cleaner phase, (b) or (c), measures a running cleaner, so it does not end before a clean
+has: its producer goes on past `--phase-s` until the node has logged a clean that ended in
+the phase, for at most CLEAN_WAIT_S_MAX in all (the cleaner runs at niceness 10, and on a
+loaded machine its first clean can take longer than a short phase). Each phase reports how
+long it ran (`ran_s`; its figures are per second or per send, so a longer phase compares), and
+one that reached the cap says so (`clean_wait_capped`, a line in the report and on stderr).
+
 A node's cleaner settings are node settings, read at start: so the node is stopped and started
 again (same data directory, a clean shutdown) between phases with its node.toml rewritten; each
 stop is timed and reported (a broker stopped in the middle of a clean waits for it to end).
@@ -164,6 +171,10 @@ NODE_STOP_TIMEOUT_S = 300.0
 SLOW_STOP_S = 5.0  # a stop slower than this is reported as it happens
 # A send not acknowledged this long after its phase ended is a failure of the bench.
 FLUSH_TIMEOUT_S = 60.0
+# A cleaner phase runs on until a clean has ended in it, for at most this long in all: a 4 MB
+# backlog takes well under a second to clean here, and tens of seconds at a load average of 10.
+CLEAN_WAIT_S_MAX = 60.0
+UNTIL_POLL_S = 0.25  # how often a phase past its length asks whether a clean has ended
 # The node's INFO line for an installed clean (raftlog/broker/server.py `_clean`), after
 # logging's "%(asctime)s %(levelname)s %(name)s: " (raftlog/cli/__init__.py).
 CLEAN_LINE = re.compile(
@@ -798,8 +809,15 @@ class Load:
         self.failed = 0
         self._lock = threading.Lock()
 
-    def run(self, seconds: float) -> tuple[float, float]:
-        """Send for `seconds`; wait for every acknowledgement. (start, end) of the sending."""
+    def run(
+        self,
+        seconds: float,
+        until: Callable[[float], bool] | None = None,
+        seconds_max: float = 0.0,
+    ) -> tuple[float, float]:
+        """Send for `seconds`, then, given `until`, on while `until(start)` is false (asked
+        every UNTIL_POLL_S) for at most `seconds_max` in all; wait for every acknowledgement.
+        (start, end) of the sending."""
         with Producer(
             bootstrap_servers=self.bootstrap,
             client_id="cleaner-bench-load",
@@ -810,13 +828,16 @@ class Load:
             values = self.recs.values
             start = now()
             end = start + seconds
+            cap = start + max(seconds, seconds_max)
             i = 0
             last: RecordFuture | None = None
             while True:
                 due = start + i / self.rate
                 t = now()
                 if due >= end:
-                    break
+                    if until is None or due >= cap or until(start):
+                        break
+                    end = min(cap, max(due, t) + UNTIL_POLL_S)
                 if due > t:
                     time.sleep(due - t)
                 k = key(rng.randrange(self.key_space))
@@ -913,6 +934,8 @@ class Phase:
     settings: dict[str, Any]
     start_s: float
     end_s: float
+    ran_s: float  # end_s - start_s: --phase-s, or longer for a cleaner phase (CLEAN_WAIT_S_MAX)
+    clean_wait_capped: bool  # a cleaner phase reached CLEAN_WAIT_S_MAX with no clean ended
     sends: int
     acknowledged: int
     failed: int
@@ -946,7 +969,17 @@ def one_phase(
     wait_leader(node.bootstrap)
     before = node.cleaner_checkpoint()
     load = Load(node.bootstrap, s.rate, key_space, recs)
-    start, end = load.run(s.phase_s)
+    cleaning = PHASE_SETTINGS[phase]["log_cleaner_enable"]
+
+    def clean_ended(since: float) -> bool:
+        return any(c.end_s >= since for c in parse_cleans(node.err_paths()))
+
+    if cleaning:
+        start, end = load.run(s.phase_s, clean_ended, CLEAN_WAIT_S_MAX)
+        capped = not clean_ended(start)
+    else:
+        start, end = load.run(s.phase_s)
+        capped = False
     # The last cleans' lines are written when they are installed: a moment after they end.
     time.sleep(0.2)
     after = node.cleaner_checkpoint()
@@ -986,6 +1019,8 @@ def one_phase(
         settings=PHASE_SETTINGS[phase],
         start_s=start,
         end_s=end,
+        ran_s=end - start,
+        clean_wait_capped=capped,
         sends=len(load.sent_at),
         acknowledged=len(latencies),
         failed=load.failed,
@@ -1057,9 +1092,14 @@ def run_node(s: Settings, work: str) -> dict[str, Any]:
                 ph = one_phase(node, r, phase, s, key_space, recs)
                 node.label = f"round {r} {PHASE_NAMES[phase]}"
                 phases.append(ph)
+                if ph.clean_wait_capped:
+                    progress(
+                        f"round {r}: {PHASE_NAMES[phase]}: no clean ended within "
+                        f"{CLEAN_WAIT_S_MAX:g} s of load"
+                    )
                 lat = ph.latency
                 progress(
-                    f"round {r}: {PHASE_NAMES[phase]}: {ph.sends:,} sends "
+                    f"round {r}: {PHASE_NAMES[phase]}: {ph.sends:,} sends in {ph.ran_s:.1f} s "
                     f"({ph.records_per_s:,.0f}/s), p50 {lat['p50_ms']:.1f} ms, p99 "
                     f"{lat['p99_ms']:.1f} ms, max {lat['max_ms']:.0f} ms; {len(ph.cleans)} "
                     f"cleans, {ph.cleaned_bytes / MB:.1f} MB cleaned, checkpoint "
@@ -1215,7 +1255,7 @@ def markdown(
         fill_rate = stats([f["mb_per_s"] for f in fills])
         lines += [
             f"### Produce latency, cleaner off / default budget / unthrottled, {s.rounds} "
-            f"round(s) of {s.phase_s:g} s phases",
+            f"round(s) of {s.phase_s:g} s phases ((b), (c): until a clean ended)",
             "",
             f"One node, topic `{TOPIC}` (RF 1, compact, segment.bytes 1 MiB, "
             f"min.cleanable.dirty.ratio 0.01), a backlog of {s.fill_mb} MB "
@@ -1261,7 +1301,20 @@ def markdown(
                 for p in node["phases"]
             )
             + ".",
+            "",
+            f"Phases (b) and (c) run past {s.phase_s:g} s until a clean has ended in them (at "
+            f"most {CLEAN_WAIT_S_MAX:g} s); each ran: "
+            + "; ".join(f"r{p.round} {p.phase} {p.ran_s:.1f} s" for p in node["phases"])
+            + ".",
         ]
+        capped = [p for p in node["phases"] if p.clean_wait_capped]
+        if capped:
+            lines += [
+                "",
+                f"**No clean ended within {CLEAN_WAIT_S_MAX:g} s** in "
+                + ", ".join(f"round {p.round} {PHASE_NAMES[p.phase]}" for p in capped)
+                + ": those phases measured no clean.",
+            ]
         slow = [x for x in node["stops"] if x["seconds"] > SLOW_STOP_S]
         lines += [
             "",

@@ -11,7 +11,10 @@ Run from the repository root::
 For each N (a new cluster each): `raftlog dev --nodes 3` on the real disk; a small topic
 `other` (1 partition, RF 3, min.insync.replicas 2) takes one acks=all write every
 `--ping-interval-ms` from a process of its own (so that this process's own work, such as
-the writes to every partition, cannot delay it) for the whole run; then:
+the writes to every partition, cannot delay it) for the whole run; the run waits for the
+pinger's first acknowledgement (at most `PINGER_FIRST_ACK_S_MAX`: starting a process and
+its client takes seconds on a loaded machine) before the baseline starts, so that every
+window below has a running pinger in it; then:
 
 - create: `topic create big -p N -r 3` (one CreateTopics request); `create_s` is until it
   returns, `ready_s` until one acks=all record sent to each partition of `big` is
@@ -23,7 +26,10 @@ the writes to every partition, cannot delay it) for the whole run; then:
   partition takes its first record at once (from then to `ready_s` + 5 s: 10,000 produce
   appends and 20,000 replica appends in a burst, stricter than the target), beside the longest
   gap in as long a time before it (at most `--baseline-seconds`: the baseline of this machine
-  at that moment); a note says when in the window the longest began.
+  at that moment); a note says when in the window the longest began. A window with no
+  acknowledgement in it paused for all of it (a 200-partition create can return before one
+  acks=all write does); a pause is missing (None, with a note saying why) only if the pinger
+  never acknowledged a write.
 - idle: with the pings stopped, each node's CPU over `--idle-seconds` (percent of one core),
   its resident memory and its open file descriptors.
 - failover: kill -9 of node 3; `failover_s` from the kill until no partition names it as leader
@@ -74,6 +80,9 @@ READY_S_MAX = 600.0
 FAILOVER_S_MAX = 120.0
 REJOIN_S_MAX = 600.0
 POLL_INTERVAL_S = 0.25
+# The pinger's first acknowledgement: a new Python process, its imports, its metadata and an
+# acks=all write; seconds on a loaded 2-core machine, far less than this.
+PINGER_FIRST_ACK_S_MAX = 120.0
 # How long the pause window runs past readiness, and the CLI's timeout.
 AFTER_READY_S = 5.0
 CLI_TIMEOUT_S = 120.0
@@ -101,10 +110,11 @@ class ScaleResult:
     notes: list[str] = field(default_factory=list)
 
 
-def _ping(bootstrap: str, topic: str, interval_s: float, stop: Any, out: Any) -> None:
-    """The pinger's process: one acks=all write at a time until `stop` is set, then sends
-    (acknowledgement times, failures) on `out`. CLOCK_MONOTONIC is the same in every process
-    of a machine, so the times compare with the parent's."""
+def _ping(bootstrap: str, topic: str, interval_s: float, stop: Any, acked: Any, out: Any) -> None:
+    """The pinger's process: one acks=all write at a time until `stop` is set (`acked` set at
+    the first acknowledgement), then sends (acknowledgement times, failures) on `out`.
+    CLOCK_MONOTONIC is the same in every process of a machine, so the times compare with the
+    parent's."""
     from raftlog.client import Producer
     from raftlog.errors import RaftlogError
 
@@ -123,6 +133,7 @@ def _ping(bootstrap: str, topic: str, interval_s: float, stop: Any, out: Any) ->
             try:
                 producer.send(topic, value=b"ping %d" % n).result(60)
                 acks.append(time.monotonic())
+                acked.set()
             except RaftlogError:
                 failed += 1
             stop.wait(interval_s)
@@ -136,15 +147,26 @@ class Pinger:
     def __init__(self, bootstrap: str, topic: str, interval_s: float):
         ctx = multiprocessing.get_context("spawn")
         self._stop = ctx.Event()
+        self._acked = ctx.Event()
         self._recv, send = ctx.Pipe(duplex=False)
         self._proc = ctx.Process(
-            target=_ping, args=(bootstrap, topic, interval_s, self._stop, send), daemon=True
+            target=_ping,
+            args=(bootstrap, topic, interval_s, self._stop, self._acked, send),
+            daemon=True,
         )
         self.acks: list[float] = []
         self.failed = 0
 
     def start(self) -> None:
         self._proc.start()
+
+    def wait_first_ack(self, timeout_s: float) -> float | None:
+        """Wait until the pinger has had a write acknowledged; the seconds it took, or None
+        after `timeout_s`."""
+        t0 = time.monotonic()
+        if self._acked.wait(timeout_s):
+            return time.monotonic() - t0
+        return None
 
     def stop(self) -> None:
         self._stop.set()
@@ -155,10 +177,12 @@ class Pinger:
             self._proc.kill()
 
     def longest_gap(self, start: float, end: float) -> tuple[float, float] | None:
-        """The longest time in [start, end] without an acknowledgement, and when it began."""
-        inside = [t for t in self.acks if start <= t <= end]
-        if not inside:
+        """The longest time in [start, end] without an acknowledgement, and when it began; None
+        if the pinger had no acknowledgement by `start` (it was not writing yet, so a gap
+        says nothing). No acknowledgement inside the window is a pause of all of it."""
+        if not any(t <= start for t in self.acks):
             return None
+        inside = [t for t in self.acks if start <= t <= end]
         points = [start, *inside, end]
         return max((b - a, a) for a, b in itertools.pairwise(points))
 
@@ -267,6 +291,18 @@ def run_one(n: int, args: argparse.Namespace, base: str, work: str) -> ScaleResu
         _wait("other in sync", lambda: _topic_state(cluster.bootstrap, "other")[1] == 1, 60)
         pinger = Pinger(cluster.bootstrap, "other", args.ping_interval_ms / 1000)
         pinger.start()
+        first_ack_s = pinger.wait_first_ack(PINGER_FIRST_ACK_S_MAX)
+        if first_ack_s is None:
+            r.notes.append(
+                f"no write pause measured: the pinger had no write to other acknowledged "
+                f"within {PINGER_FIRST_ACK_S_MAX:g} s of its start"
+            )
+        else:
+            print(
+                f"  ... the pinger's first write acknowledged after {first_ack_s:.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
         time.sleep(args.baseline_seconds)  # the pings' baseline, before anything happens
         log_mark = os.path.getsize(cluster.log_path)
         print(f"== {n} partitions: creating the topic", file=sys.stderr, flush=True)
