@@ -342,13 +342,14 @@ def kafka_python_consume(bootstrap: str, topic: str, **options: Any) -> list[Rec
     deadline = time.monotonic() + o.timeout_s
     got: list[Record] = []
     try:
-        consumer = KafkaConsumer(
-            bootstrap_servers=bootstrap,
-            group_id=None,
-            enable_auto_commit=False,
-            # kafka-python insists that it exceeds session_timeout_ms (default 30 s).
-            request_timeout_ms=max(int(o.timeout_s * 1000), 30_001),
+        config = {
+            # kafka-python insists that it exceeds session_timeout_ms (default 30 s); a
+            # caller's config may set both lower.
+            "request_timeout_ms": max(int(o.timeout_s * 1000), 30_001),
             **(o.config or {}),
+        }
+        consumer = KafkaConsumer(
+            bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, **config
         )
     except KafkaError as e:
         raise KafkaClientError(f"{what}: {e!r}") from e
