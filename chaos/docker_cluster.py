@@ -25,11 +25,12 @@ What each fault is here (chaos/faults.py names the kinds):
 `refuse_unsupported` names every kind the backend cannot run before anything starts.
 
 The cluster is its own compose project (`raftlogchaos<pid>` unless given; never "raftlog", the
-user's and docker/cluster's default) with free host ports (RAFTLOG_PORT_1..3) and a compose
-override file written under ROOT (ROOT/compose.chaos.json) that adds NET_ADMIN, turns the restart
-policy off (only the nemesis brings a node back) and passes the run's node settings as
-RAFTLOG_<SETTING> variables. `docker/cluster up` (RAFTLOG_COMPOSE_OVERRIDE) builds the image if
-needed, starts the project and waits until every node is healthy.
+user's and docker/cluster's default) with free host ports (RAFTLOG_PORT_1..3, and the Kafka and
+metrics listeners') and a compose override file written under ROOT (ROOT/compose.chaos.json)
+that adds NET_ADMIN, turns the restart policy off (only the nemesis brings a node back) and
+passes the run's node settings as RAFTLOG_<SETTING> variables. `docker/cluster up`
+(RAFTLOG_COMPOSE_OVERRIDE) builds the image if needed, starts the project and waits until every
+node is healthy.
 
 `close()` stops the containers gracefully (unpausing first), saves `docker compose logs` to
 ROOT/logs/<project>.log, copies each container's log directory out (`docker cp`) to
@@ -202,10 +203,13 @@ class DockerCluster(ClientViews):
                 f"backend docker: compose project {USER_PROJECT!r} is the user's cluster's; "
                 "the chaos run removes its project's volumes at the end"
             )
-        ports = free_ports(2 * NODES)
-        # The client listeners' host ports, and the external Kafka listeners' (the workload's
-        # with --client kafka; picked free so that they clash with nothing).
-        self.ports, self.kafka_ports = ports[:NODES], ports[NODES:]
+        ports = free_ports(3 * NODES)
+        # The client listeners' host ports, the external Kafka listeners' (the workload's
+        # with --client kafka) and the metrics listeners', all picked free so that they clash
+        # with nothing (compose.yaml's defaults lie in the kernel's ephemeral port range: one
+        # was once taken when a CI run started this cluster).
+        self.ports, self.kafka_ports = ports[:NODES], ports[NODES : 2 * NODES]
+        self.metrics_ports = ports[2 * NODES :]
         self.services = [f"raftlog-{i}" for i in range(1, NODES + 1)]
         root.mkdir(parents=True, exist_ok=True)
         self.override = root / "compose.chaos.json"
@@ -223,6 +227,7 @@ class DockerCluster(ClientViews):
             "RAFTLOG_COMPOSE_OVERRIDE": str(self.override),
             **{f"RAFTLOG_PORT_{i + 1}": str(p) for i, p in enumerate(self.ports)},
             **{f"RAFTLOG_KAFKA_PORT_{i + 1}": str(p) for i, p in enumerate(self.kafka_ports)},
+            **{f"RAFTLOG_METRICS_PORT_{i + 1}": str(p) for i, p in enumerate(self.metrics_ports)},
         }
         self.image = self.env.get("RAFTLOG_IMAGE", "raftlog:local")
         self._up = False

@@ -1069,6 +1069,13 @@ class PartitionLog(CompactedLog):
                 self._clean_checkpoint.write(self._next_offset)
             except (OSError, StorageError) as e:
                 failure = e
+        # An offline log skipped that, but a rolled segment's background fsync may still run:
+        # it writes the segment's index, so it ends before the files close (its error no longer
+        # matters: the next open recovers the log).
+        pending, self._roll_flush = self._roll_flush, None
+        if pending is not None:
+            with contextlib.suppress(OSError):
+                pending.result()
         closing_failure = close_all(self._segments)
         failure = failure or closing_failure
         self._offline = LogOfflineError(f"{self.name} is closed")

@@ -73,9 +73,12 @@ class DockerCluster:
 
     def __init__(self, log_dir: Path):
         self.project = f"rltest{os.getpid()}x{next(_projects)}"
-        ports = free_ports(2 * len(SERVICES) + 1)
-        self.ports = ports[: len(SERVICES)]
-        self.kafka_ports = ports[len(SERVICES) : 2 * len(SERVICES)]
+        n = len(SERVICES)
+        ports = free_ports(3 * n + 1)
+        self.ports = ports[:n]
+        self.kafka_ports = ports[n : 2 * n]
+        # compose.yaml's default metrics ports (39092-39096) lie in the ephemeral port range.
+        self.metrics_ports = ports[2 * n : 3 * n]
         self.prometheus_port = ports[-1]
         self.nodes: tuple[int, ...] = UP_NODES
         self.log_dir = log_dir
@@ -84,6 +87,7 @@ class DockerCluster:
             "RAFTLOG_COMPOSE_PROJECT": self.project,
             **{f"RAFTLOG_PORT_{i + 1}": str(p) for i, p in enumerate(self.ports)},
             **{f"RAFTLOG_KAFKA_PORT_{i + 1}": str(p) for i, p in enumerate(self.kafka_ports)},
+            **{f"RAFTLOG_METRICS_PORT_{i + 1}": str(p) for i, p in enumerate(self.metrics_ports)},
             "RAFTLOG_PROMETHEUS_PORT": str(self.prometheus_port),
         }
         self.image = os.environ.get("RAFTLOG_IMAGE", "raftlog:local")
